@@ -1,0 +1,222 @@
+//! The errors a provider returns, with the meanings the Go `k8s.io/cloud-provider`
+//! contract gives them.
+//!
+//! The controllers branch on the kind of an error, never on its text: a
+//! [`CloudError::InstanceNotFound`] from the lifecycle controller's point of view means "the
+//! machine is gone, delete the Node", while a [`CloudError::Provider`] means "the cloud could
+//! not answer, try again later". Keep that distinction sharp in a provider: when in doubt,
+//! return a [`CloudError::Provider`] error, which never deletes anything.
+
+use std::time::Duration;
+
+/// The boxed source error a [`CloudError::Provider`] carries.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The result of every provider call.
+pub type CloudResult<T> = Result<T, CloudError>;
+
+/// An error from a cloud provider, classified as the controllers need it.
+///
+/// | variant | Go equivalent | what the controllers do |
+/// |---|---|---|
+/// | [`NotImplemented`](Self::NotImplemented) | `cloudprovider.NotImplemented` | the legacy adapter falls back (by node name, or "not shut down"); elsewhere a retry |
+/// | [`InstanceNotFound`](Self::InstanceNotFound) | `cloudprovider.InstanceNotFound` | lifecycle: the instance is gone, the Node is deleted; node init: retry |
+/// | [`ImplementedElsewhere`](Self::ImplementedElsewhere) | `cloudprovider.ImplementedElsewhere` | service: another controller owns this load balancer; success with no status |
+/// | [`RetryAfter`](Self::RetryAfter) | `api.RetryError` | retry after exactly that delay, with no backoff growth |
+/// | [`Provider`](Self::Provider) | any other error | a Warning event and a retry with backoff |
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CloudError {
+    /// The provider does not implement this call.
+    #[error("unimplemented")]
+    NotImplemented,
+
+    /// The instance does not exist in the cloud (it is gone, not merely stopped).
+    #[error("instance not found")]
+    InstanceNotFound,
+
+    /// Another controller implements this resource (for example an ingress controller owns
+    /// the load balancer).
+    #[error("implemented elsewhere")]
+    ImplementedElsewhere,
+
+    /// The call did not complete; try again after `after`, not sooner and not with backoff.
+    #[error("{message} (retry after {after:?})")]
+    RetryAfter {
+        /// What happened, for the event and the log.
+        message: String,
+        /// How long to wait before the next attempt.
+        after: Duration,
+    },
+
+    /// Any other failure of the cloud or the provider, with context.
+    #[error("{context}")]
+    Provider {
+        /// What the provider was doing, e.g. `"listing droplets"`.
+        context: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl CloudError {
+    /// A [`CloudError::Provider`] error with a message and no source.
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudError;
+    /// let err = CloudError::msg("the API answered 503");
+    /// assert_eq!(err.to_string(), "the API answered 503");
+    /// ```
+    pub fn msg(context: impl Into<String>) -> Self {
+        Self::Provider {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// A [`CloudError::Provider`] error: `context` says what the provider was doing, `source`
+    /// is the error that stopped it.
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudError;
+    /// let io = std::io::Error::other("connection reset");
+    /// let err = CloudError::provider("listing instances", io);
+    /// assert_eq!(err.to_string(), "listing instances");
+    /// assert_eq!(std::error::Error::source(&err).unwrap().to_string(), "connection reset");
+    /// ```
+    pub fn provider(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Provider {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A [`CloudError::RetryAfter`] error (Go's `api.NewRetryError(msg, after)`).
+    pub fn retry_after(message: impl Into<String>, after: Duration) -> Self {
+        Self::RetryAfter {
+            message: message.into(),
+            after,
+        }
+    }
+
+    /// Whether this is [`CloudError::NotImplemented`].
+    pub fn is_not_implemented(&self) -> bool {
+        matches!(self, Self::NotImplemented)
+    }
+
+    /// Whether this is [`CloudError::InstanceNotFound`].
+    pub fn is_instance_not_found(&self) -> bool {
+        matches!(self, Self::InstanceNotFound)
+    }
+
+    /// Whether this is [`CloudError::ImplementedElsewhere`].
+    pub fn is_implemented_elsewhere(&self) -> bool {
+        matches!(self, Self::ImplementedElsewhere)
+    }
+
+    /// The fixed delay a [`CloudError::RetryAfter`] asks for; `None` for every other kind.
+    pub fn retry_after_delay(&self) -> Option<Duration> {
+        match self {
+            Self::RetryAfter { after, .. } => Some(*after),
+            _ => None,
+        }
+    }
+
+    /// The error and all its sources joined with `": "`, for events and logs.
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudError;
+    /// let err = CloudError::provider("creating load balancer", std::io::Error::other("quota exceeded"));
+    /// assert_eq!(err.chain_to_string(), "creating load balancer: quota exceeded");
+    /// ```
+    pub fn chain_to_string(&self) -> String {
+        display_chain(self)
+    }
+}
+
+/// An error and all its sources joined with `": "`, the one-line form used in events, logs
+/// and startup errors.
+pub fn display_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        out.push_str(": ");
+        out.push_str(&err.to_string());
+        source = err.source();
+    }
+    out
+}
+
+/// Adds context to any error, turning it into a [`CloudError::Provider`].
+///
+/// ```
+/// use ccm_core::provider::{CloudError, ResultExt};
+/// fn parse(s: &str) -> Result<u32, CloudError> {
+///     s.parse::<u32>().context("parsing the instance ID")
+/// }
+/// assert_eq!(parse("x").unwrap_err().chain_to_string(),
+///            "parsing the instance ID: invalid digit found in string");
+/// ```
+pub trait ResultExt<T> {
+    /// Wraps the error with `context`.
+    fn context(self, context: impl Into<String>) -> CloudResult<T>;
+
+    /// Wraps the error with a context computed only on failure.
+    fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> CloudResult<T>;
+}
+
+impl<T, E: Into<BoxError>> ResultExt<T> for Result<T, E> {
+    fn context(self, context: impl Into<String>) -> CloudResult<T> {
+        self.map_err(|e| CloudError::provider(context, e))
+    }
+
+    fn with_context<C: Into<String>>(self, f: impl FnOnce() -> C) -> CloudResult<T> {
+        self.map_err(|e| CloudError::provider(f(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_classified() {
+        assert!(CloudError::NotImplemented.is_not_implemented());
+        assert!(CloudError::InstanceNotFound.is_instance_not_found());
+        assert!(CloudError::ImplementedElsewhere.is_implemented_elsewhere());
+        assert!(!CloudError::msg("x").is_instance_not_found());
+        assert_eq!(
+            CloudError::retry_after("busy", Duration::from_secs(7)).retry_after_delay(),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(CloudError::msg("x").retry_after_delay(), None);
+    }
+
+    #[test]
+    fn messages_match_go() {
+        // The Go errors' texts, so logs read the same after a migration.
+        assert_eq!(CloudError::NotImplemented.to_string(), "unimplemented");
+        assert_eq!(
+            CloudError::InstanceNotFound.to_string(),
+            "instance not found"
+        );
+        assert_eq!(
+            CloudError::ImplementedElsewhere.to_string(),
+            "implemented elsewhere"
+        );
+        assert_eq!(
+            CloudError::retry_after("rate limited", Duration::from_secs(2)).to_string(),
+            "rate limited (retry after 2s)"
+        );
+    }
+
+    #[test]
+    fn chain_includes_every_source() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let err = CloudError::provider("calling the API", Outer(std::io::Error::other("inner")));
+        assert_eq!(err.chain_to_string(), "calling the API: outer: inner");
+    }
+}

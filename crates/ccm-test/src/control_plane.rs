@@ -1,0 +1,705 @@
+//! [`ControlPlane`]: etcd and kube-apiserver on loopback ports in a temp dir.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, PostParams};
+use kube::config::AuthInfo;
+use kube::{Client, Config};
+use secrecy::SecretString;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::pki::{self, Ca};
+use crate::supervisor::{ServerState, Supervisor};
+use crate::{Binaries, Error, unique_name};
+
+const ETCD: &str = "etcd";
+const KUBE_APISERVER: &str = "kube-apiserver";
+
+/// Default time allowed for etcd and kube-apiserver to become ready.
+const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How many times a start is retried when a server could not bind its port
+/// (another process took a free port between our check and the bind).
+const PORT_ATTEMPTS: usize = 3;
+/// Lines of server log quoted in a start-up error.
+const LOG_TAIL_LINES: usize = 40;
+/// The user name of the admin client certificate.
+pub const ADMIN_USER: &str = "ccm-test-admin";
+
+static SHARED: tokio::sync::OnceCell<Result<ControlPlane, String>> =
+    tokio::sync::OnceCell::const_new();
+
+/// A running etcd + kube-apiserver pair for tests, listening on `127.0.0.1`.
+///
+/// Start one with [`ControlPlane::start`], or share one per test process with
+/// [`ControlPlane::shared`]. Clients for the admin (`system:masters`), for any
+/// user and groups ([`ControlPlane::client_for_user`]) and for any
+/// ServiceAccount ([`ControlPlane::client_for_service_account`]) talk to the
+/// real API server with real authentication and RBAC authorization.
+///
+/// Everything lives in one temporary folder (etcd data, certificates,
+/// kubeconfig, server logs). Dropping the value stops both servers and removes
+/// the folder; if the test process dies instead (panic with `panic = "abort"`,
+/// `std::process::exit`, a signal) the servers' supervisor notices the closed
+/// pipe and does the same, so no process or folder is left behind.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), ccm_test::Error> {
+/// let cp = ccm_test::ControlPlane::shared().await?;
+/// let client = cp.client()?;
+/// let version = client.apiserver_version().await?;
+/// assert_eq!(version.git_version, ccm_test::KUBERNETES_VERSION);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct ControlPlane {
+    dir: PathBuf,
+    binaries: Binaries,
+    server_url: String,
+    etcd_url: String,
+    /// PEM of the API server's serving certificate and its CA.
+    serving_ca_pem: String,
+    ca: Ca,
+    admin: pki::ClientCert,
+    kubeconfig_path: PathBuf,
+    etcd_pid: Option<u32>,
+    apiserver_pid: Option<u32>,
+    startup: Duration,
+    supervisor: Mutex<Supervisor>,
+}
+
+/// Options for starting a [`ControlPlane`]; see [`ControlPlane::builder`].
+#[derive(Debug, Clone)]
+pub struct ControlPlaneBuilder {
+    binaries: Option<Binaries>,
+    start_timeout: Duration,
+    extra_apiserver_args: Vec<String>,
+}
+
+impl Default for ControlPlaneBuilder {
+    fn default() -> Self {
+        let start_timeout = std::env::var("CCM_CONTROL_PLANE_START_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(DEFAULT_START_TIMEOUT, Duration::from_secs);
+        Self {
+            binaries: None,
+            start_timeout,
+            extra_apiserver_args: Vec::new(),
+        }
+    }
+}
+
+impl ControlPlaneBuilder {
+    /// Uses these binaries instead of looking them up with [`Binaries::find`].
+    #[must_use]
+    pub fn binaries(mut self, binaries: Binaries) -> Self {
+        self.binaries = Some(binaries);
+        self
+    }
+
+    /// How long etcd and kube-apiserver may take to become ready (default
+    /// 120 s, or `CCM_CONTROL_PLANE_START_TIMEOUT` seconds).
+    #[must_use]
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// Adds a kube-apiserver flag, e.g. `--feature-gates=...`. A flag given
+    /// here and by default is passed twice; kube-apiserver takes the last.
+    #[must_use]
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Starts the control plane and waits until kube-apiserver is ready.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BinaryNotFound`] when a binary is missing (the message says
+    /// how to build it); [`Error::Start`] with the tail of the server's log
+    /// when a server exits or is not ready in time; I/O and certificate
+    /// errors.
+    pub async fn start(self) -> Result<ControlPlane, Error> {
+        let binaries = match self.binaries.clone() {
+            Some(binaries) => binaries,
+            None => Binaries::find()?,
+        };
+        let started = Instant::now();
+        let mut attempt = 1;
+        loop {
+            match self.start_once(&binaries, started).await {
+                Err(Error::Start { reason, .. })
+                    if attempt < PORT_ATTEMPTS && reason.contains(PORT_IN_USE) =>
+                {
+                    tracing::info!(
+                        attempt,
+                        "a control-plane port was taken; retrying with new ports"
+                    );
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(
+        &self,
+        binaries: &Binaries,
+        started: Instant,
+    ) -> Result<ControlPlane, Error> {
+        let deadline = started + self.start_timeout;
+        let temp = tempfile::Builder::new()
+            .prefix("ccm-test-")
+            .tempdir()
+            .map_err(|e| Error::io("creating the control-plane folder", e))?;
+        let dir = temp.path().to_owned();
+
+        // Certificates and keys.
+        let ca = Ca::generate()?;
+        let admin = ca.issue_client(ADMIN_USER, &["system:masters"])?;
+        let sa_key = pki::service_account_key()?;
+        write(&dir.join("client-ca.crt"), &ca.cert_pem())?;
+        write(&dir.join("sa.key"), &sa_key.private_key_pem())?;
+        write(&dir.join("sa.pub"), &sa_key.public_key_pem())?;
+        let cert_dir = dir.join("apiserver-certs");
+        let etcd_dir = dir.join("etcd");
+
+        let [etcd_port, peer_port, apiserver_port] = free_ports()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let server_url = format!("https://127.0.0.1:{apiserver_port}");
+
+        // From here on the supervisor owns the folder and removes it.
+        let mut supervisor = Supervisor::spawn(&dir)?;
+        let _ = temp.keep();
+
+        let etcd_args = vec![
+            "--name=default".to_owned(),
+            format!("--data-dir={}", etcd_dir.display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            "--unsafe-no-fsync=true".to_owned(),
+        ];
+        supervisor.start(ETCD, &binaries.etcd, &etcd_args)?;
+        wait_ready(&mut supervisor, &dir, ETCD, deadline, move || {
+            etcd_healthy(etcd_port)
+        })
+        .await?;
+        let etcd_ready = started.elapsed();
+
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            format!("--cert-dir={}", cert_dir.display()),
+            format!("--secure-port={apiserver_port}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            "--authorization-mode=RBAC".to_owned(),
+            "--allow-privileged=true".to_owned(),
+            "--disable-admission-plugins=ServiceAccount".to_owned(),
+            format!("--service-account-issuer={server_url}/"),
+            format!(
+                "--service-account-key-file={}",
+                dir.join("sa.pub").display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                dir.join("sa.key").display()
+            ),
+            format!("--client-ca-file={}", dir.join("client-ca.crt").display()),
+        ];
+        apiserver_args.extend(self.extra_apiserver_args.iter().cloned());
+        supervisor.start(KUBE_APISERVER, &binaries.kube_apiserver, &apiserver_args)?;
+
+        // The API server writes its self-signed serving certificate (followed
+        // by the CA that signed it) into --cert-dir before it listens.
+        let serving_cert = cert_dir.join("apiserver.crt");
+        let serving_cert = &serving_cert;
+        let serving_ca_pem = wait_ready(
+            &mut supervisor,
+            &dir,
+            KUBE_APISERVER,
+            deadline,
+            move || async move {
+                match std::fs::read_to_string(serving_cert) {
+                    Ok(pem) if !pki::pem_certificates(&pem).is_empty() => Ok(pem),
+                    Ok(_) => Err("the serving certificate is not complete yet".to_owned()),
+                    Err(e) => Err(format!("{}: {e}", serving_cert.display())),
+                }
+            },
+        )
+        .await?;
+
+        let mut cp = ControlPlane {
+            kubeconfig_path: dir.join("kubeconfig"),
+            dir,
+            binaries: binaries.clone(),
+            server_url,
+            etcd_url,
+            serving_ca_pem,
+            ca,
+            admin,
+            etcd_pid: None,
+            apiserver_pid: None,
+            startup: Duration::ZERO,
+            supervisor: Mutex::new(supervisor),
+        };
+        let mut config = cp.admin_config()?;
+        config.default_retry = false;
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(5));
+        let probe = Client::try_from(config)?;
+        {
+            let probe = &probe;
+            let supervisor = cp.supervisor.get_mut().unwrap_or_else(|e| e.into_inner());
+            wait_ready(
+                supervisor,
+                &cp.dir,
+                KUBE_APISERVER,
+                deadline,
+                move || async move {
+                    let request = http::Request::get("/readyz")
+                        .body(Vec::new())
+                        .map_err(|e| e.to_string())?;
+                    match probe.request_text(request).await {
+                        Ok(body) if body.trim() == "ok" => Ok(()),
+                        Ok(body) => Err(format!("/readyz answered {body:?}")),
+                        Err(e) => Err(format!("/readyz: {e}")),
+                    }
+                },
+            )
+            .await?;
+            cp.etcd_pid = supervisor.pid(ETCD);
+            cp.apiserver_pid = supervisor.pid(KUBE_APISERVER);
+        }
+        drop(probe);
+        write(&cp.kubeconfig_path, &cp.admin_kubeconfig())?;
+        cp.startup = started.elapsed();
+        tracing::info!(
+            startup_ms = u64::try_from(cp.startup.as_millis()).unwrap_or(u64::MAX),
+            etcd_ready_ms = u64::try_from(etcd_ready.as_millis()).unwrap_or(u64::MAX),
+            server = %cp.server_url,
+            dir = %cp.dir.display(),
+            "control plane ready"
+        );
+        Ok(cp)
+    }
+}
+
+/// Text of a server log line when a listen address is taken.
+const PORT_IN_USE: &str = "address already in use";
+
+impl ControlPlane {
+    /// Starts a new control plane with default options.
+    ///
+    /// Prefer [`ControlPlane::shared`] in tests: one start-up (a few seconds)
+    /// per test process instead of one per test.
+    ///
+    /// # Errors
+    ///
+    /// See [`ControlPlaneBuilder::start`].
+    pub async fn start() -> Result<Self, Error> {
+        Self::builder().start().await
+    }
+
+    /// Options for a new control plane.
+    pub fn builder() -> ControlPlaneBuilder {
+        ControlPlaneBuilder::default()
+    }
+
+    /// The control plane shared by every test in this process, started on
+    /// first use.
+    ///
+    /// Tests that share it must not get in each other's way: use unique names
+    /// ([`unique_name`], [`ControlPlane::create_namespace`]). It is stopped and
+    /// its folder removed when the test process exits.
+    ///
+    /// Clients are tied to the Tokio runtime they are made in, so get a new
+    /// one in each test ([`ControlPlane::client`]) rather than storing one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shared`] with the start-up error's message, for every caller,
+    /// when the one start-up attempt failed.
+    pub async fn shared() -> Result<&'static Self, Error> {
+        SHARED
+            .get_or_init(|| async { Self::start().await.map_err(|e| e.to_string()) })
+            .await
+            .as_ref()
+            .map_err(|message| Error::Shared(message.clone()))
+    }
+
+    /// A client for the admin user (`ccm-test-admin` in `system:masters`).
+    ///
+    /// # Errors
+    ///
+    /// When the client cannot be built (a bug); must be called inside a Tokio
+    /// runtime.
+    pub fn client(&self) -> Result<Client, Error> {
+        Ok(Client::try_from(self.admin_config()?)?)
+    }
+
+    /// A client authenticated by a new client certificate signed by the
+    /// control plane's client CA, with `CN=user` and one `O=` per group: the
+    /// API server sees user `user` in `groups` (plus `system:authenticated`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Certificate`] for an empty user name; client build errors.
+    pub fn client_for_user(&self, user: &str, groups: &[&str]) -> Result<Client, Error> {
+        let cert = self.ca.issue_client(user, groups)?;
+        Ok(Client::try_from(self.config_with(cert_auth(&cert))?)?)
+    }
+
+    /// A client for the ServiceAccount `namespace/name`, with a real token
+    /// from the TokenRequest API. Creates the namespace and the ServiceAccount
+    /// when they do not exist.
+    ///
+    /// # Errors
+    ///
+    /// API errors from creating the objects or the token.
+    pub async fn client_for_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Client, Error> {
+        let token = self.service_account_token(namespace, name).await?;
+        let auth = AuthInfo {
+            token: Some(SecretString::from(token)),
+            ..AuthInfo::default()
+        };
+        let mut config = self.config_with(auth)?;
+        namespace.clone_into(&mut config.default_namespace);
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A token for the ServiceAccount `namespace/name` (valid for one hour),
+    /// creating the namespace and the ServiceAccount when they do not exist.
+    ///
+    /// # Errors
+    ///
+    /// API errors from creating the objects or the token.
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, Error> {
+        let client = self.client()?;
+        create_if_missing(
+            &Api::<Namespace>::all(client.clone()),
+            &Namespace {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(namespace.to_owned()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await?;
+        let service_accounts = Api::<ServiceAccount>::namespaced(client, namespace);
+        create_if_missing(
+            &service_accounts,
+            &ServiceAccount {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.to_owned()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await?;
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let response = service_accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await?;
+        response
+            .status
+            .and_then(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                Error::Certificate(format!(
+                    "the TokenRequest for {namespace}/{name} returned no token"
+                ))
+            })
+    }
+
+    /// Creates a namespace with a unique name starting with `prefix` and
+    /// returns its name.
+    ///
+    /// (Without kube-controller-manager a deleted namespace stays
+    /// `Terminating`; tests need not delete theirs.)
+    ///
+    /// # Errors
+    ///
+    /// API errors.
+    pub async fn create_namespace(&self, prefix: &str) -> Result<String, Error> {
+        let name = unique_name(prefix);
+        Api::<Namespace>::all(self.client()?)
+            .create(
+                &PostParams::default(),
+                &Namespace {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Ok(name)
+    }
+
+    /// The path of an admin kubeconfig, e.g. for `kubectl --kubeconfig`.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// A [`kube::Config`] for the admin user.
+    ///
+    /// # Errors
+    ///
+    /// Only for a malformed server URL (a bug).
+    pub fn admin_config(&self) -> Result<Config, Error> {
+        self.config_with(cert_auth(&self.admin))
+    }
+
+    /// The API server's URL, `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// etcd's client URL, `http://127.0.0.1:<port>`.
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
+    }
+
+    /// The folder holding etcd's data, the certificates, the kubeconfig and
+    /// the server logs (`etcd.log`, `kube-apiserver.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The binaries this control plane runs; `kubectl` is there to use
+    /// with [`ControlPlane::kubeconfig_path`].
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// A `kubectl` command (from [`Binaries`]) preset with the admin
+    /// kubeconfig, or `None` when no kubectl was found.
+    pub fn kubectl(&self) -> Option<std::process::Command> {
+        let kubectl = self.binaries.kubectl.as_ref()?;
+        let mut command = std::process::Command::new(kubectl);
+        command.env("KUBECONFIG", &self.kubeconfig_path);
+        Some(command)
+    }
+
+    /// Process ids of etcd and kube-apiserver (for diagnostics and for tests
+    /// of the clean-up).
+    pub fn process_ids(&self) -> (Option<u32>, Option<u32>) {
+        (self.etcd_pid, self.apiserver_pid)
+    }
+
+    /// How long the start took, from the first process spawned to
+    /// kube-apiserver's `/readyz` answering `ok`.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    fn config_with(&self, auth_info: AuthInfo) -> Result<Config, Error> {
+        let url = self
+            .server_url
+            .parse()
+            .map_err(|e| Error::InvalidArgument(format!("server URL {}: {e}", self.server_url)))?;
+        let mut config = Config::new(url);
+        config.root_cert = Some(pki::pem_certificates(&self.serving_ca_pem));
+        config.auth_info = auth_info;
+        Ok(config)
+    }
+
+    fn admin_kubeconfig(&self) -> String {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: ccm-test
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: {user}
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+contexts:
+- name: ccm-test
+  context:
+    cluster: ccm-test
+    user: {user}
+    namespace: default
+current-context: ccm-test
+",
+            server = self.server_url,
+            ca = b64(&self.serving_ca_pem),
+            user = ADMIN_USER,
+            cert = b64(&self.admin.cert_pem),
+            key = b64(&self.admin.key_pem),
+        )
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let started = Instant::now();
+        self.supervisor
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .stop();
+        tracing::debug!(
+            stop_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "control plane stopped"
+        );
+    }
+}
+
+fn cert_auth(cert: &pki::ClientCert) -> AuthInfo {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    AuthInfo {
+        client_certificate_data: Some(b64(&cert.cert_pem)),
+        client_key_data: Some(SecretString::from(b64(&cert.key_pem))),
+        ..AuthInfo::default()
+    }
+}
+
+async fn create_if_missing<K>(api: &Api<K>, object: &K) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn write(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+/// Three distinct free loopback ports (all bound at once, then released).
+fn free_ports() -> Result<[u16; 3], Error> {
+    let bind = || {
+        TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .map_err(|e| Error::io("finding a free port on 127.0.0.1", e))
+    };
+    let listeners = [bind()?, bind()?, bind()?];
+    let mut ports = [0u16; 3];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener
+            .local_addr()
+            .map_err(|e| Error::io("finding a free port on 127.0.0.1", e))?
+            .port();
+    }
+    Ok(ports)
+}
+
+/// Polls `probe` every 50 ms until it succeeds, the server exits, or the
+/// deadline passes; the two failures quote the server's log.
+async fn wait_ready<T, F, Fut>(
+    supervisor: &mut Supervisor,
+    dir: &Path,
+    name: &'static str,
+    deadline: Instant,
+    mut probe: F,
+) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    loop {
+        let last = match probe().await {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        let failure = match supervisor.state(name) {
+            ServerState::Exited(status) => {
+                Some(format!("it exited ({status}); last check: {last}"))
+            }
+            ServerState::Running if Instant::now() >= deadline => Some(format!(
+                "not ready in time (CCM_CONTROL_PLANE_START_TIMEOUT); last check: {last}"
+            )),
+            ServerState::Running => None,
+        };
+        if let Some(mut reason) = failure {
+            let log = dir.join(format!("{name}.log"));
+            let tail = log_tail(&log);
+            if tail.contains(PORT_IN_USE) {
+                reason.push_str(&format!(" ({PORT_IN_USE})"));
+            }
+            return Err(Error::Start {
+                component: name,
+                reason,
+                tail,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// etcd's `GET /health` over plain HTTP/1.0.
+async fn etcd_healthy(port: u16) -> Result<(), String> {
+    let check = async {
+        let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
+        stream
+            .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    match tokio::time::timeout(Duration::from_secs(2), check).await {
+        Ok(Ok(response))
+            if response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200") =>
+        {
+            if response.contains(r#""health":"true""#) {
+                Ok(())
+            } else {
+                Err(format!("/health answered {response:?}"))
+            }
+        }
+        Ok(Ok(response)) => Err(format!(
+            "/health answered {:?}",
+            response.lines().next().unwrap_or_default()
+        )),
+        Ok(Err(e)) => Err(format!("/health: {e}")),
+        Err(_) => Err("/health: no answer in 2 s".to_owned()),
+    }
+}

@@ -1,0 +1,151 @@
+//! Test support for ccm-rs: a real Kubernetes control plane (etcd and
+//! kube-apiserver) for tests, started on loopback ports in a temporary folder.
+//!
+//! ```no_run
+//! use k8s_openapi::api::core::v1::Node;
+//! use kube::Api;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cp = ccm_test::ControlPlane::shared().await?;
+//! let nodes: Api<Node> = Api::all(cp.client()?);
+//! let _ = nodes.list(&Default::default()).await?;
+//!
+//! // Real authentication and RBAC: this user has no binding yet.
+//! let alice = cp.client_for_user(&ccm_test::unique_name("alice"), &["dev"])?;
+//! let denied = Api::<Node>::all(alice).list(&Default::default()).await;
+//! assert!(matches!(denied, Err(kube::Error::Api(s)) if s.code == 403));
+//! # Ok(()) }
+//! ```
+//!
+//! The binaries are found as envtest finds them ([`Binaries::find`]); build
+//! them with `tools/control-plane/build.sh`. See `docs/control-plane.md`.
+#![forbid(unsafe_code)]
+
+mod binaries;
+mod control_plane;
+mod pki;
+mod supervisor;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, default_assets_dir};
+pub use control_plane::{ADMIN_USER, ControlPlane, ControlPlaneBuilder};
+
+/// Errors from starting or using a [`ControlPlane`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A control-plane binary was not found.
+    #[error(
+        "cannot find the `{name}` binary (looked at: {searched}). Build the control plane with \
+         `tools/control-plane/build.sh` (needs Go; it prints the folder to use as \
+         KUBEBUILDER_ASSETS), or set KUBEBUILDER_ASSETS (or TEST_ASSET_KUBE_APISERVER, \
+         TEST_ASSET_ETCD, TEST_ASSET_KUBECTL) to existing envtest binaries; see \
+         docs/control-plane.md"
+    )]
+    BinaryNotFound {
+        /// The binary's file name.
+        name: &'static str,
+        /// Where it was looked for.
+        searched: String,
+    },
+    /// A server exited or did not become ready in time.
+    #[error("{component} failed to start: {reason}\n--- last lines of {component}.log ---\n{tail}")]
+    Start {
+        /// `etcd` or `kube-apiserver`.
+        component: &'static str,
+        /// What went wrong.
+        reason: String,
+        /// The last lines of the server's log.
+        tail: String,
+    },
+    /// The shared control plane ([`ControlPlane::shared`]) failed to start.
+    #[error("the shared test control plane failed to start: {0}")]
+    Shared(String),
+    /// A file-system or process error.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Making a key or certificate failed.
+    #[error("certificate: {0}")]
+    Certificate(String),
+    /// An argument that cannot be used (e.g. a path that is not UTF-8).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A Kubernetes API or client error.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// A name unique within this test process (and very likely across runs):
+/// `prefix` (lowercased, other characters than `a-z0-9-` replaced by `-`, at
+/// most 40 characters) followed by `-` and a suffix. Valid as a namespace or
+/// object name (an RFC 1123 label).
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut clean: String = prefix
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '-') => c,
+            _ => '-',
+        })
+        .take(40)
+        .collect();
+    let trimmed = clean.trim_start_matches('-').len();
+    clean.drain(..clean.len() - trimmed);
+    if clean.is_empty() {
+        clean.push('x');
+    }
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{clean}-{:x}{count:x}{:04x}",
+        std::process::id(),
+        nanos & 0xffff
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_rfc1123_label(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    }
+
+    #[test]
+    fn unique_names_are_unique_and_valid() {
+        let names: Vec<String> = (0..1000).map(|_| unique_name("Node_Test")).collect();
+        let distinct: std::collections::HashSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len());
+        for name in &names {
+            assert!(name.starts_with("node-test-"), "{name}");
+            assert!(is_rfc1123_label(name), "{name}");
+        }
+        assert!(is_rfc1123_label(&unique_name(&"x".repeat(100))));
+        assert!(is_rfc1123_label(&unique_name("--")));
+        assert!(is_rfc1123_label(&unique_name("")));
+    }
+}

@@ -298,3 +298,259 @@ impl Instances for LegacyInstancesAdapter {
         Ok(Some(meta))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::NodeSpec;
+    use mockall::predicate::eq;
+
+    use super::*;
+    use crate::mock::MockCloud;
+    use crate::provider::{MockLegacyInstances, MockZones, Zone, node_address};
+
+    fn node(name: &str, provider_id: Option<&str>) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.spec = Some(NodeSpec {
+            provider_id: provider_id.map(str::to_owned),
+            ..NodeSpec::default()
+        });
+        n
+    }
+
+    fn adapter(legacy: MockLegacyInstances, zones: Option<MockZones>) -> Arc<dyn Instances> {
+        let mut cloud = MockCloud::new("acme").with_legacy_instances(legacy);
+        cloud.zones = zones;
+        let cloud: Arc<dyn CloudProvider> = Arc::new(cloud);
+        resolve_instances(&cloud).expect("legacy instances are adapted")
+    }
+
+    #[test]
+    fn nothing_to_resolve_without_instances() {
+        let cloud: Arc<dyn CloudProvider> = Arc::new(MockCloud::new("acme"));
+        assert!(resolve_instances(&cloud).is_none());
+    }
+
+    #[tokio::test]
+    async fn provider_id_is_looked_up_by_name_when_the_spec_has_none() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_id()
+            .with(eq("n1"))
+            .returning(|_| Ok("i-1".into()));
+        legacy
+            .expect_instance_exists_by_provider_id()
+            .with(eq("acme://i-1"))
+            .times(1)
+            .returning(|_| Ok(true));
+        assert!(
+            adapter(legacy, None)
+                .instance_exists(&node("n1", None))
+                .await
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn instance_not_found_by_name_means_gone() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_id()
+            .returning(|_| Err(CloudError::InstanceNotFound));
+        legacy.expect_instance_exists_by_provider_id().never();
+        assert!(
+            !adapter(legacy, None)
+                .instance_exists(&node("n1", None))
+                .await
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn other_errors_are_not_existence_answers() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_id()
+            .returning(|_| Err(CloudError::msg("API down")));
+        let err = adapter(legacy, None)
+            .instance_exists(&node("n1", None))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CloudError::Provider { .. }));
+        assert_eq!(
+            err.chain_to_string(),
+            "failed to get instance ID of node \"n1\" from cloud provider: API down"
+        );
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_id()
+            .returning(|_| Err(CloudError::NotImplemented));
+        let err = adapter(legacy, None)
+            .instance_exists(&node("n1", None))
+            .await
+            .unwrap_err();
+        assert!(
+            err.is_not_implemented(),
+            "Go skips the node on NotImplemented: {err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn spec_provider_id_is_used_as_is() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy.expect_instance_id().never();
+        legacy
+            .expect_instance_exists_by_provider_id()
+            .with(eq("acme://from-spec"))
+            .returning(|_| Ok(false));
+        assert!(
+            !adapter(legacy, None)
+                .instance_exists(&node("n1", Some("acme://from-spec")))
+                .await
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn shutdown_not_implemented_means_running() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_shutdown_by_provider_id()
+            .returning(|_| Err(CloudError::NotImplemented));
+        assert!(
+            !adapter(legacy, None)
+                .instance_shutdown(&node("n1", Some("acme://x")))
+                .await
+                .unwrap()
+        );
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_shutdown_by_provider_id()
+            .with(eq("acme://x"))
+            .returning(|_| Ok(true));
+        assert!(
+            adapter(legacy, None)
+                .instance_shutdown(&node("n1", Some("acme://x")))
+                .await
+                .unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn metadata_falls_back_to_the_name() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy.expect_instance_id().returning(|_| Ok("i-1".into()));
+        legacy
+            .expect_instance_type_by_provider_id()
+            .returning(|_| Err(CloudError::msg("no by-ID lookup")));
+        legacy
+            .expect_instance_type()
+            .with(eq("n1"))
+            .returning(|_| Ok("big".into()));
+        legacy
+            .expect_node_addresses_by_provider_id()
+            .with(eq("acme://i-1"))
+            .returning(|_| Ok(vec![node_address("InternalIP", "10.0.0.1")]));
+        legacy.expect_node_addresses().never();
+        let mut zones = MockZones::new();
+        zones
+            .expect_get_zone_by_provider_id()
+            .returning(|_| Err(CloudError::NotImplemented));
+        zones
+            .expect_get_zone_by_node_name()
+            .with(eq("n1"))
+            .returning(|_| Ok(Zone::new("z1", "r1")));
+        let meta = adapter(legacy, Some(zones))
+            .instance_metadata(&node("n1", None))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(meta.provider_id, "acme://i-1");
+        assert_eq!(meta.instance_type, "big");
+        assert_eq!(
+            meta.node_addresses,
+            vec![node_address("InternalIP", "10.0.0.1")]
+        );
+        assert_eq!((meta.zone.as_str(), meta.region.as_str()), ("z1", "r1"));
+    }
+
+    #[tokio::test]
+    async fn metadata_without_instance_id_goes_by_name() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_id()
+            .returning(|_| Err(CloudError::NotImplemented));
+        legacy.expect_instance_type_by_provider_id().never();
+        legacy.expect_instance_type().returning(|_| Ok("t".into()));
+        legacy.expect_node_addresses_by_provider_id().never();
+        legacy.expect_node_addresses().returning(|_| Ok(vec![]));
+        let meta = adapter(legacy, None)
+            .instance_metadata(&node("n1", None))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            meta.provider_id, "",
+            "the controller then needs spec.providerID"
+        );
+        assert_eq!(meta.zone, "", "no Zones, no zone");
+    }
+
+    #[tokio::test]
+    async fn metadata_errors_report_both_lookups() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_type_by_provider_id()
+            .returning(|_| Err(CloudError::msg("by-id failed")));
+        legacy
+            .expect_instance_type()
+            .returning(|_| Err(CloudError::msg("by-name failed")));
+        let err = adapter(legacy, None)
+            .instance_metadata(&node("n1", Some("acme://i-1")))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "instance type: error fetching by provider ID: by-id failed; error fetching by node name: by-name failed"
+        );
+    }
+
+    #[tokio::test]
+    async fn metadata_instance_not_found_is_an_error() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy
+            .expect_instance_id()
+            .returning(|_| Err(CloudError::InstanceNotFound));
+        let err = adapter(legacy, None)
+            .instance_metadata(&node("n1", None))
+            .await
+            .unwrap_err();
+        assert!(err.is_instance_not_found());
+    }
+
+    #[tokio::test]
+    async fn get_instance_provider_id_formats_and_passes_sentinels() {
+        let mut legacy = MockLegacyInstances::new();
+        legacy.expect_instance_id().returning(|n| match n {
+            "a" => Ok("i-a".into()),
+            "gone" => Err(CloudError::InstanceNotFound),
+            _ => Err(CloudError::NotImplemented),
+        });
+        assert_eq!(
+            get_instance_provider_id("p", &legacy, "a").await.unwrap(),
+            "p://i-a"
+        );
+        assert!(
+            get_instance_provider_id("p", &legacy, "gone")
+                .await
+                .unwrap_err()
+                .is_instance_not_found()
+        );
+        assert!(
+            get_instance_provider_id("p", &legacy, "x")
+                .await
+                .unwrap_err()
+                .is_not_implemented()
+        );
+    }
+}

@@ -96,7 +96,15 @@ impl CloudConfig {
         serde_path_to_error::deserialize(de).map_err(|e| {
             let field = e.path().to_string();
             let mut message = e.into_inner().to_string();
-            // serde_yaml_ng appends " at line L column C": keep it, it helps find the field.
+            // serde_yaml_ng starts some messages with the path of the enclosing mapping
+            // ("machines.web-1: unknown field ..."): the field says it already. Its
+            // " at line L column C" suffix stays: it helps find the field.
+            if let Some((prefix, rest)) = message.split_once(": ")
+                && !prefix.contains(' ')
+                && field.starts_with(prefix)
+            {
+                message = rest.to_owned();
+            }
             if message.is_empty() {
                 message = "invalid value".to_owned();
             }
@@ -169,7 +177,14 @@ mod tests {
     fn names_an_unknown_field() {
         let c = CloudConfig::from_string("c.yaml", "name: a\nnmae: b\n");
         let err = c.parse_yaml::<Cfg>().unwrap_err().to_string();
-        assert!(err.contains("unknown field `nmae`"), "{err}");
+        assert!(err.contains("field `nmae`: unknown field `nmae`"), "{err}");
+
+        let c = CloudConfig::from_string("c.yaml", "name: a\nitems:\n- id: 1\n  idd: 2\n");
+        let err = c.parse_yaml::<Cfg>().unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid cloud-config file c.yaml: field `items[0].idd`: unknown field `idd`"),
+            "{err}"
+        );
     }
 
     #[test]

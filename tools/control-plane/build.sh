@@ -79,6 +79,16 @@ log "building Kubernetes $K8S_VERSION (kube-apiserver, kubectl) and etcd $ETCD_V
 log "a cold build downloads the modules and compiles for several minutes"
 
 mkdir -p "$out" || die "cannot create $out"
+# One build at a time per folder; a second caller waits, then reuses it.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"$out/.lock" || die "cannot create $out/.lock"
+	flock 9 || die "cannot lock $out/.lock"
+	if [[ -f "$stamp" ]] && has_all "$out"; then
+		log "binaries built meanwhile by another build.sh in $out"
+		printf '%s\n' "$out"
+		exit 0
+	fi
+fi
 rm -f "$stamp"
 # Build into a scratch folder beside $out and move each binary in when done,
 # so no half-written binary is ever at its final path.

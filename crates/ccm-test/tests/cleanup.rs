@@ -274,7 +274,7 @@ async fn a_server_that_never_gets_ready_times_out_and_is_stopped() {
     };
     let err = ControlPlane::builder()
         .binaries(binaries)
-        .start_timeout(Duration::from_secs(2))
+        .start_timeout(Duration::from_secs(3))
         .start()
         .await
         .unwrap_err();

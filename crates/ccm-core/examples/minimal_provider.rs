@@ -58,7 +58,11 @@ impl TableCloud {
                 .to_owned(),
             _ => node.metadata.name.clone().unwrap_or_default(),
         };
-        Ok(self.config.machines.get_key_value(&name).map(|(k, m)| (k.as_str(), m)))
+        Ok(self
+            .config
+            .machines
+            .get_key_value(&name)
+            .map(|(k, m)| (k.as_str(), m)))
     }
 }
 
@@ -104,20 +108,29 @@ async fn main() -> Result<(), BoxError> {
     let path = dir.join("cloud.yaml");
 
     // A typo in the config is reported with the file and the field.
-    std::fs::write(&path, "region: r1\nmachines:\n  web-1: {ip: 10.0.0.7, zone: z1, stoped: true}\n")?;
+    std::fs::write(
+        &path,
+        "region: r1\nmachines:\n  web-1: {ip: 10.0.0.7, zone: z1, stoped: true}\n",
+    )?;
     match registry.init(TableCloud::NAME, Some(&path)) {
         Err(e) => println!("bad config -> {}", display_chain(&e)),
         Ok(_) => unreachable!("the typo is caught"),
     }
 
-    std::fs::write(&path, "region: r1\nmachines:\n  web-1: {ip: 10.0.0.7, zone: z1}\n")?;
+    std::fs::write(
+        &path,
+        "region: r1\nmachines:\n  web-1: {ip: 10.0.0.7, zone: z1}\n",
+    )?;
     let provider = registry.init(TableCloud::NAME, Some(&path))?;
     std::fs::remove_dir_all(&dir)?;
 
     let instances = resolve_instances(&provider).ok_or("no instances")?;
     let mut node = Node::default();
     node.metadata.name = Some("web-1".into());
-    let meta = instances.instance_metadata(&node).await?.ok_or("no metadata")?;
+    let meta = instances
+        .instance_metadata(&node)
+        .await?
+        .ok_or("no metadata")?;
     println!(
         "web-1 -> providerID {}, zone {}, region {}, address {}",
         meta.provider_id, meta.zone, meta.region, meta.node_addresses[0].address

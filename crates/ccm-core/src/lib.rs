@@ -21,9 +21,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod client;
+pub mod controllers;
+pub mod events;
+pub mod informer;
 pub mod provider;
+pub mod runtime;
 pub mod well_known;
 
-#[cfg(feature = "mock")]
+#[cfg(any(test, feature = "mock"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "mock")))]
 pub mod mock;

@@ -54,3 +54,8 @@ pub const DEFAULT_LEADER_ELECTION_NAME: &str = "cloud-controller-manager";
 
 /// The default namespace of the leader-election Lease.
 pub const DEFAULT_LEADER_ELECTION_NAMESPACE: &str = "kube-system";
+
+/// A Node label that keeps the Node out of the lifecycle controller's hands: it is neither
+/// deleted nor tainted, whatever the cloud says.
+pub const LABEL_EXCLUDE_FROM_LIFECYCLE_MANAGEMENT: &str =
+    "node.kubernetes.io/exclude-from-lifecycle-management";

@@ -81,7 +81,10 @@ impl Instances for FakeCloud {
             .with_zone(inst.zone, inst.region)
             .with_addresses(inst.addresses);
         meta.additional_labels = inst.labels;
-        Ok(Some(meta))
+        match self.metadata_hook() {
+            Some(hook) => hook(node, meta),
+            None => Ok(Some(meta)),
+        }
     }
 }
 

@@ -42,8 +42,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, Instances,
-    LegacyInstances, LoadBalancer, ProviderRegistry, Route, Routes, Zones, node_address,
+    BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, InstanceMetadata,
+    Instances, LegacyInstances, LoadBalancer, ProviderRegistry, Route, Routes, Zones, node_address,
 };
 use k8s_openapi::api::core::v1::NodeAddress;
 
@@ -143,7 +143,7 @@ impl FakeInstance {
 }
 
 /// The mutable state of the cloud.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct State {
     /// Instances by name.
     instances: BTreeMap<String, FakeInstance>,
@@ -158,7 +158,31 @@ struct State {
     next_ingress_ip: u32,
     duplicate_route_creates: u64,
     ingress_override: Option<String>,
+    metadata_hook: Option<MetadataHook>,
 }
+
+/// Rewrites the metadata the fake cloud answers for a Node; see
+/// [`FakeCloud::set_metadata_hook`].
+pub type MetadataHook = Arc<
+    dyn Fn(
+            &k8s_openapi::api::core::v1::Node,
+            InstanceMetadata,
+        ) -> CloudResult<Option<InstanceMetadata>>
+        + Send
+        + Sync,
+>;
+
+impl std::fmt::Debug for MetadataHookDebug<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(<hook>)"
+        } else {
+            "None"
+        })
+    }
+}
+
+struct MetadataHookDebug<'a>(&'a Option<MetadataHook>);
 
 /// Which capabilities are offered; tests switch them.
 #[derive(Clone, Copy, Debug)]
@@ -399,6 +423,17 @@ impl FakeCloud {
         lock(&self.state).ingress_override = ip;
     }
 
+    /// Passes every answer of `Instances::instance_metadata` through `hook`, which may change
+    /// it, drop it (`Ok(None)`) or fail; `None` removes the hook. For testing how a controller
+    /// takes answers a real cloud might give: an empty provider ID, a bad address, no metadata.
+    pub fn set_metadata_hook(&self, hook: Option<MetadataHook>) {
+        lock(&self.state).metadata_hook = hook;
+    }
+
+    pub(crate) fn metadata_hook(&self) -> Option<MetadataHook> {
+        lock(&self.state).metadata_hook.clone()
+    }
+
     /// The routes of `cluster_name`, by name.
     pub fn routes(&self, cluster_name: &str) -> Vec<Route> {
         lock(&self.state)
@@ -488,6 +523,17 @@ impl FakeCloud {
             tokio::time::sleep(latency).await;
         }
         fault.map_or(Ok(()), Err)
+    }
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("instances", &self.instances.len())
+            .field("load_balancers", &self.load_balancers.len())
+            .field("routes", &self.routes.len())
+            .field("metadata_hook", &MetadataHookDebug(&self.metadata_hook))
+            .finish_non_exhaustive()
     }
 }
 

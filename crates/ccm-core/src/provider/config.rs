@@ -182,7 +182,9 @@ mod tests {
         let c = CloudConfig::from_string("c.yaml", "name: a\nitems:\n- id: 1\n  idd: 2\n");
         let err = c.parse_yaml::<Cfg>().unwrap_err().to_string();
         assert!(
-            err.starts_with("invalid cloud-config file c.yaml: field `items[0].idd`: unknown field `idd`"),
+            err.starts_with(
+                "invalid cloud-config file c.yaml: field `items[0].idd`: unknown field `idd`"
+            ),
             "{err}"
         );
     }

@@ -146,8 +146,10 @@ impl Instances for ProviderInstances {
 ///   [`get_instance_provider_id`]; [`CloudError::InstanceNotFound`] there, or an empty ID,
 ///   means "does not exist"; then
 ///   [`instance_exists_by_provider_id`](LegacyInstances::instance_exists_by_provider_id).
-/// - **shutdown**: [`instance_shutdown_by_provider_id`](LegacyInstances::instance_shutdown_by_provider_id)
-///   with `spec.providerID`; [`CloudError::NotImplemented`] means "not shut down".
+/// - **shutdown**: the provider ID as for *exists* ([`CloudError::InstanceNotFound`] means
+///   "not shut down"), then
+///   [`instance_shutdown_by_provider_id`](LegacyInstances::instance_shutdown_by_provider_id);
+///   [`CloudError::NotImplemented`] means "not shut down".
 /// - **metadata**: the provider ID as for *exists*, where
 ///   [`CloudError::NotImplemented`] continues by node name and any other error (including
 ///   [`CloudError::InstanceNotFound`]) fails; instance type and addresses by provider ID,
@@ -240,14 +242,14 @@ impl Instances for LegacyInstancesAdapter {
     }
 
     async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
-        let provider_id = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .unwrap_or_default();
+        let provider_id = match self.provider_id(node).await {
+            Ok(id) => id,
+            Err(CloudError::InstanceNotFound) => return Ok(false),
+            Err(e) => return Err(e),
+        };
         match self
             .legacy()?
-            .instance_shutdown_by_provider_id(provider_id)
+            .instance_shutdown_by_provider_id(&provider_id)
             .await
         {
             Err(CloudError::NotImplemented) => Ok(false),

@@ -1,0 +1,7 @@
+//! The generic controllers, each driving any [`CloudProvider`](crate::provider::CloudProvider).
+//!
+//! Every controller keeps its decisions in pure functions (a `decision` module beside it)
+//! and its I/O — the shared informers, patches, events, provider calls — at the edges.
+
+pub mod node;
+pub(crate) mod patch;

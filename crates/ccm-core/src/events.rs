@@ -1,0 +1,130 @@
+//! Kubernetes Events, published under the Go controllers' component names.
+//!
+//! Events go through one [`EventRecorder`] per controller, named as the Go controller's
+//! event source is (`cloud-node-controller`, `service-controller`, …) so that
+//! `kubectl get events` reads the same after a migration. Publishing never fails a
+//! reconcile: an event that cannot be written is logged and dropped.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+
+/// The largest event note the API accepts is 1 KiB; longer notes are cut.
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// Publishes events for one controller.
+#[derive(Clone)]
+pub struct EventRecorder {
+    recorder: Recorder,
+    component: String,
+}
+
+impl std::fmt::Debug for EventRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRecorder")
+            .field("component", &self.component)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventRecorder {
+    /// A recorder reporting as `component`.
+    pub fn new(client: Client, component: impl Into<String>) -> Self {
+        let component = component.into();
+        let reporter = Reporter {
+            controller: component.clone(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+            component,
+        }
+    }
+
+    /// The component name events are reported under.
+    pub fn component(&self) -> &str {
+        &self.component
+    }
+
+    /// A `Normal` event about `obj`.
+    pub async fn normal<K>(&self, obj: &K, reason: &str, action: &str, note: impl Into<String>)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish(obj, EventType::Normal, reason, action, note.into())
+            .await;
+    }
+
+    /// A `Warning` event about `obj`.
+    pub async fn warning<K>(&self, obj: &K, reason: &str, action: &str, note: impl Into<String>)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish(obj, EventType::Warning, reason, action, note.into())
+            .await;
+    }
+
+    async fn publish<K>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        mut note: String,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        truncate(&mut note, MAX_NOTE_BYTES);
+        let reference = object_reference(obj);
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(
+                component = %self.component,
+                object = %obj.name_any(),
+                reason,
+                error = %err,
+                "could not publish event"
+            );
+        }
+    }
+}
+
+fn object_reference<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
+    let mut reference = obj.object_ref(&());
+    // Events about an object name its current version; a stale one makes no difference.
+    reference.resource_version = None;
+    reference
+}
+
+fn truncate(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut cut = max.saturating_sub(3);
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_on_char_boundaries() {
+        let mut s = "é".repeat(600);
+        truncate(&mut s, MAX_NOTE_BYTES);
+        assert!(s.len() <= MAX_NOTE_BYTES);
+        assert!(s.ends_with("..."));
+        let mut short = "ok".to_owned();
+        truncate(&mut short, MAX_NOTE_BYTES);
+        assert_eq!(short, "ok");
+    }
+}

@@ -1,0 +1,603 @@
+//! A keyed work queue with client-go `workqueue` semantics.
+//!
+//! A key is queued at most once: adding a key that is already waiting does nothing, and
+//! adding a key that a worker holds marks it dirty, so it is queued again when that worker
+//! finishes. One key is therefore never held by two workers at once, and no add is lost.
+//! Keys can also be added after a delay (the earliest pending deadline wins) or after the
+//! key's [`RateLimit`] backoff. Time is [`tokio::time`], so paused-clock tests work.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::metrics::QueueMetrics;
+use super::rate_limit::{RateLimit, TokenBucket, backoff_delay};
+
+/// What a queue key must be: a Node name, a `(namespace, name)` pair, …
+pub trait QueueKey: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static {}
+
+impl<T: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static> QueueKey for T {}
+
+/// What to do with a key once its worker is finished with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Success: forget the key's failures ([`Queue::forget`]).
+    Done,
+    /// Try again after this fixed delay, leaving the key's backoff as it is
+    /// ([`Queue::add_after`]; Go's `api.RetryError`).
+    RequeueAfter(Duration),
+    /// Failure: try again after the key's backoff, which doubles
+    /// ([`Queue::add_rate_limited`]).
+    Retry,
+}
+
+/// A keyed work queue; see the [module docs](self). Cloning it gives another handle to the
+/// same queue.
+pub struct Queue<K: QueueKey> {
+    inner: Arc<Inner<K>>,
+}
+
+struct Inner<K> {
+    name: String,
+    limit: RateLimit,
+    state: Mutex<State<K>>,
+    /// Woken when a key is queued, a deadline moves earlier, or the queue shuts down.
+    notify: Notify,
+    metrics: QueueMetrics,
+}
+
+struct State<K> {
+    /// Keys ready to hand out, in order. Each is also in `dirty` and not in `processing`.
+    ready: VecDeque<K>,
+    /// Keys that need processing, with the time they were added (for the queue duration).
+    dirty: HashMap<K, Instant>,
+    /// Keys held by a worker, with the time it took them (for the work duration).
+    processing: HashMap<K, Instant>,
+    /// Delayed keys: their deadline (and a tie-breaker), and the same ordered by deadline.
+    waiting: HashMap<K, (Instant, u64)>,
+    deadlines: BTreeMap<(Instant, u64), K>,
+    next_seq: u64,
+    /// Failures per key since it was last forgotten.
+    failures: HashMap<K, u32>,
+    bucket: Option<TokenBucket>,
+    shutting_down: bool,
+}
+
+impl<K: QueueKey> Queue<K> {
+    /// An empty queue. `name` is for logs and metrics (Go: `"Nodes"`, `"service"`).
+    #[must_use]
+    pub fn new(name: impl Into<String>, limit: RateLimit) -> Self {
+        let state = State {
+            ready: VecDeque::new(),
+            dirty: HashMap::new(),
+            processing: HashMap::new(),
+            waiting: HashMap::new(),
+            deadlines: BTreeMap::new(),
+            next_seq: 0,
+            failures: HashMap::new(),
+            bucket: limit.bucket.and_then(TokenBucket::new),
+            shutting_down: false,
+        };
+        let inner = Inner {
+            name: name.into(),
+            limit,
+            state: Mutex::new(state),
+            notify: Notify::new(),
+            metrics: QueueMetrics::default(),
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The queue's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The queue's counters.
+    #[must_use]
+    pub fn metrics(&self) -> &QueueMetrics {
+        &self.inner.metrics
+    }
+
+    /// Queues `key` unless it is already waiting. If a worker holds it, it is queued again
+    /// when that worker finishes. Does nothing once the queue is shut down.
+    pub fn add(&self, key: K) {
+        let mut state = self.inner.lock();
+        self.inner.insert(&mut state, key, Instant::now());
+    }
+
+    /// Adds `key` once `delay` has passed. If the key is already waiting for a deadline,
+    /// the earlier deadline wins. A zero delay is [`add`](Self::add).
+    pub fn add_after(&self, key: K, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let now = Instant::now();
+        let deadline = now.checked_add(delay).unwrap_or_else(|| far_future(now));
+        let mut state = self.inner.lock();
+        if state.shutting_down {
+            return;
+        }
+        if let Some(&(earlier, _)) = state.waiting.get(&key).filter(|(at, _)| *at <= deadline) {
+            tracing::trace!(queue = %self.inner.name, ?key, ?earlier, "already waiting for an earlier deadline");
+            return;
+        }
+        if let Some(later) = state.waiting.remove(&key) {
+            state.deadlines.remove(&later);
+        }
+        let slot = (deadline, state.next_seq);
+        state.next_seq += 1;
+        state.deadlines.insert(slot, key.clone());
+        state.waiting.insert(key, slot);
+        drop(state);
+        // A waiting worker may be sleeping until a later deadline.
+        self.inner.notify.notify_one();
+    }
+
+    /// Adds `key` after its backoff (see [`RateLimit`]) and counts one more failure for it.
+    pub fn add_rate_limited(&self, key: K) {
+        let now = Instant::now();
+        let delay = {
+            let mut state = self.inner.lock();
+            if state.shutting_down {
+                return;
+            }
+            let failures = state.failures.entry(key.clone()).or_insert(0);
+            let backoff = backoff_delay(self.inner.limit.base, self.inner.limit.max, *failures);
+            *failures = failures.saturating_add(1);
+            let bucket = state
+                .bucket
+                .as_mut()
+                .map_or(Duration::ZERO, |b| b.reserve(now));
+            backoff.max(bucket)
+        };
+        self.inner.metrics.inc_retries();
+        self.add_after(key, delay);
+    }
+
+    /// Forgets `key`'s failures, so its next backoff starts again from the base. It does
+    /// not remove the key from the queue. Call it for a key that is gone for good, too:
+    /// failure counts are kept until forgotten.
+    pub fn forget(&self, key: &K) {
+        self.inner.lock().failures.remove(key);
+    }
+
+    /// How many failures `key` has had since it was last forgotten.
+    #[must_use]
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.inner.lock().failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Waits for a key and hands it out, or returns `None` once the queue is shut down.
+    /// The key is held until the returned [`WorkItem`] is finished or dropped.
+    ///
+    /// Cancel-safe: dropping the future never loses a key.
+    pub async fn get(&self) -> Option<WorkItem<K>> {
+        loop {
+            // Registered before looking, so a wake-up between the look and the wait is kept.
+            let notified = self.inner.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next_deadline = {
+                let mut state = self.inner.lock();
+                if state.shutting_down {
+                    return None;
+                }
+                let now = Instant::now();
+                self.inner.promote_due(&mut state, now);
+                if let Some(key) = state.ready.pop_front() {
+                    if let Some(added) = state.dirty.remove(&key) {
+                        self.inner.metrics.queue_duration().observe(now - added);
+                    }
+                    state.processing.insert(key.clone(), now);
+                    self.inner.metrics.set_depth(state.dirty.len());
+                    return Some(WorkItem {
+                        queue: self.clone(),
+                        key,
+                    });
+                }
+                state.deadlines.first_key_value().map(|(&(at, _), _)| at)
+            };
+            match next_deadline {
+                Some(at) => tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep_until(at) => {}
+                },
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Keys waiting to be handed out, as [`QueueMetrics::depth`].
+    #[must_use]
+    pub fn len(&self) -> usize {
+        let mut state = self.inner.lock();
+        self.inner.promote_due(&mut state, Instant::now());
+        state.dirty.len()
+    }
+
+    /// Whether no key is waiting to be handed out (delayed keys aside).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stops the queue: [`get`](Self::get) returns `None` from now on, adds are ignored,
+    /// and waiting and delayed keys are dropped. Keys held by workers stay theirs until
+    /// they finish.
+    pub fn shut_down(&self) {
+        let mut state = self.inner.lock();
+        state.shutting_down = true;
+        state.ready.clear();
+        state.dirty.clear();
+        state.waiting.clear();
+        state.deadlines.clear();
+        self.inner.metrics.set_depth(0);
+        drop(state);
+        self.inner.notify.notify_waiters();
+    }
+
+    /// Whether [`shut_down`](Self::shut_down) was called.
+    #[must_use]
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.lock().shutting_down
+    }
+
+    /// Releases a key held by a worker; queues it again if it was added meanwhile.
+    fn done(&self, key: &K) {
+        let now = Instant::now();
+        let mut state = self.inner.lock();
+        if let Some(taken) = state.processing.remove(key) {
+            self.inner.metrics.work_duration().observe(now - taken);
+        }
+        self.inner.promote_due(&mut state, now);
+        if !state.shutting_down && state.dirty.contains_key(key) {
+            state.ready.push_back(key.clone());
+            drop(state);
+            self.inner.notify.notify_one();
+        }
+    }
+}
+
+impl<K: QueueKey> Inner<K> {
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        // The state is consistent between statements, so a panic elsewhere cannot break it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The heart of [`Queue::add`].
+    fn insert(&self, state: &mut State<K>, key: K, now: Instant) {
+        if state.shutting_down || state.dirty.contains_key(&key) {
+            return;
+        }
+        self.metrics.inc_adds();
+        state.dirty.insert(key.clone(), now);
+        self.metrics.set_depth(state.dirty.len());
+        if !state.processing.contains_key(&key) {
+            state.ready.push_back(key);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Adds the delayed keys whose deadline has come.
+    fn promote_due(&self, state: &mut State<K>, now: Instant) {
+        while let Some(entry) = state.deadlines.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            state.waiting.remove(&key);
+            self.insert(state, key, now);
+        }
+    }
+}
+
+impl<K: QueueKey> Clone for Queue<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<K: QueueKey> fmt::Debug for Queue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("name", &self.inner.name)
+            .field("depth", &self.inner.metrics.depth())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A key handed out by [`Queue::get`]. While it lives, no other worker gets the key;
+/// dropping it (or [`finish`](Self::finish)) releases the key.
+#[must_use = "dropping a WorkItem releases its key at once"]
+pub struct WorkItem<K: QueueKey> {
+    queue: Queue<K>,
+    key: K,
+}
+
+impl<K: QueueKey> WorkItem<K> {
+    /// The key.
+    #[must_use]
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Acts on the outcome of the work (forget, add after a delay, or add rate-limited)
+    /// and releases the key.
+    pub fn finish(self, outcome: Outcome) {
+        let key = self.key.clone();
+        match outcome {
+            Outcome::Done => self.queue.forget(&key),
+            Outcome::RequeueAfter(delay) => self.queue.add_after(key, delay),
+            Outcome::Retry => self.queue.add_rate_limited(key),
+        }
+    }
+}
+
+impl<K: QueueKey> Drop for WorkItem<K> {
+    fn drop(&mut self) {
+        self.queue.done(&self.key);
+    }
+}
+
+impl<K: QueueKey> fmt::Debug for WorkItem<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkItem")
+            .field("queue", &self.queue.name())
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// A deadline that never comes, for delays too long to add to `now`.
+fn far_future(now: Instant) -> Instant {
+    now + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn queue(limit: RateLimit) -> Queue<&'static str> {
+        Queue::new("test", limit)
+    }
+
+    fn plain() -> Queue<&'static str> {
+        queue(RateLimit::exponential(secs(1), secs(8)))
+    }
+
+    /// The next key handed out within `within`, if any.
+    async fn next(q: &Queue<&'static str>, within: Duration) -> Option<WorkItem<&'static str>> {
+        tokio::time::timeout(within, q.get()).await.ok().flatten()
+    }
+
+    /// The next key, which must come within an hour.
+    async fn must_get(q: &Queue<&'static str>) -> WorkItem<&'static str> {
+        next(q, secs(3600)).await.expect("a key within an hour")
+    }
+
+    /// The result of a spawned task, which must end within a minute.
+    async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
+        tokio::time::timeout(secs(60), task)
+            .await
+            .expect("the task ended in time")
+            .expect("the task did not panic")
+    }
+
+    /// Takes and releases keys until none comes within `within`, returning each with the
+    /// time since `t0` it was handed out.
+    async fn drain(
+        q: &Queue<&'static str>,
+        t0: Instant,
+        within: Duration,
+    ) -> Vec<(&'static str, Duration)> {
+        let mut got = Vec::new();
+        while let Some(item) = next(q, within).await {
+            got.push((*item.key(), t0.elapsed()));
+        }
+        got
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_dedups_waiting_keys_and_keeps_order() {
+        let q = plain();
+        q.add("a");
+        q.add("b");
+        q.add("a");
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.metrics().adds_total(), 2);
+        let t0 = Instant::now();
+        let got = drain(&q, t0, secs(1)).await;
+        assert_eq!(got, [("a", secs(0)), ("b", secs(0))]);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn key_added_while_held_is_requeued_once_released() {
+        let q = plain();
+        q.add("a");
+        let held = must_get(&q).await;
+        q.add("a");
+        q.add("a");
+        assert_eq!(q.len(), 1, "dirty while held counts in depth");
+        assert!(
+            next(&q, secs(60)).await.is_none(),
+            "a held key is never handed out twice"
+        );
+        held.finish(Outcome::Done);
+        let again = next(&q, secs(1)).await.expect("re-queued after release");
+        assert_eq!(*again.key(), "a");
+        drop(again);
+        assert!(next(&q, secs(60)).await.is_none(), "the two adds were one");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn releasing_an_unchanged_key_does_not_requeue_it() {
+        let q = plain();
+        q.add("a");
+        drop(must_get(&q).await);
+        assert!(next(&q, secs(60)).await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_after_earliest_deadline_wins() {
+        let q = plain();
+        let t0 = Instant::now();
+        q.add_after("a", secs(10));
+        q.add_after("a", secs(5));
+        q.add_after("a", secs(20));
+        q.add_after("b", secs(7));
+        q.add_after("c", Duration::ZERO);
+        assert_eq!(
+            q.len(),
+            1,
+            "a zero delay adds at once; delayed keys are not in depth"
+        );
+        let got = drain(&q, t0, secs(60)).await;
+        assert_eq!(got, [("c", secs(0)), ("a", secs(5)), ("b", secs(7))]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_after_wakes_a_worker_sleeping_on_a_later_deadline() {
+        let q = plain();
+        let t0 = Instant::now();
+        q.add_after("late", secs(30));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.get().await.map(|item| (*item.key(), t0.elapsed())) }
+        });
+        tokio::time::sleep(secs(1)).await;
+        q.add_after("early", secs(2));
+        assert_eq!(joined(waiter).await, Some(("early", secs(3))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_backoff_doubles_caps_and_resets_on_forget() {
+        let q = plain(); // 1s .. 8s
+        let mut delays = Vec::new();
+        for _ in 0..6 {
+            let t = Instant::now();
+            q.add_rate_limited("a");
+            let item = next(&q, secs(60)).await.unwrap();
+            delays.push(t.elapsed());
+            drop(item);
+        }
+        assert_eq!(delays, [1, 2, 4, 8, 8, 8].map(secs));
+        assert_eq!(q.num_requeues(&"a"), 6);
+        assert_eq!(q.num_requeues(&"b"), 0, "failures are per key");
+        assert_eq!(q.metrics().retries_total(), 6);
+        q.forget(&"a");
+        assert_eq!(q.num_requeues(&"a"), 0);
+        let t = Instant::now();
+        q.add_rate_limited("a");
+        drop(next(&q, secs(60)).await.unwrap());
+        assert_eq!(t.elapsed(), secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bucket_limits_rate_limited_adds_across_keys() {
+        let q =
+            queue(RateLimit::exponential(Duration::from_millis(1), secs(1)).with_bucket(1.0, 2));
+        let t0 = Instant::now();
+        for key in ["a", "b", "c", "d"] {
+            q.add_rate_limited(key);
+        }
+        let got = drain(&q, t0, secs(60)).await;
+        let ms = Duration::from_millis;
+        // Two from the burst (after the 1ms backoff), then one a second.
+        assert_eq!(
+            got,
+            [("a", ms(1)), ("b", ms(1)), ("c", secs(1)), ("d", secs(2))]
+        );
+        // Without a bucket, all four come after the backoff.
+        let q = queue(RateLimit::exponential(ms(1), secs(1)));
+        let t1 = Instant::now();
+        for key in ["a", "b", "c", "d"] {
+            q.add_rate_limited(key);
+        }
+        let got = drain(&q, t1, secs(60)).await;
+        assert_eq!(
+            got,
+            [("a", ms(1)), ("b", ms(1)), ("c", ms(1)), ("d", ms(1))]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shut_down_stops_handing_out_keys() {
+        let q = plain();
+        q.add("held");
+        let held = must_get(&q).await;
+        q.add("ready");
+        q.add_after("delayed", secs(10));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move {
+                tokio::time::sleep(secs(5)).await; // the others are gone by then
+                q.get().await.map(|item| *item.key())
+            }
+        });
+        let idle = tokio::spawn({
+            let q = q.clone();
+            async move {
+                let first = q.get().await.map(|i| *i.key()); // "ready"
+                (first, q.get().await.map(|i| *i.key())) // blocks until shut down
+            }
+        });
+        tokio::time::sleep(secs(2)).await;
+        q.shut_down();
+        assert!(q.is_shut_down());
+        assert_eq!(joined(idle).await, (Some("ready"), None));
+        assert_eq!(joined(waiter).await, None);
+        q.add("late");
+        q.add("held");
+        q.add_rate_limited("late");
+        assert_eq!(q.len(), 0);
+        drop(held);
+        let after = tokio::time::timeout(secs(60), q.get()).await;
+        assert!(after.expect("get returns at once").is_none());
+        assert_eq!(q.metrics().depth(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_track_depth_adds_and_durations() {
+        let q = plain();
+        q.add("a");
+        q.add("b");
+        q.add("a");
+        assert_eq!((q.metrics().depth(), q.metrics().adds_total()), (2, 2));
+        tokio::time::sleep(secs(3)).await;
+        let a = must_get(&q).await;
+        assert_eq!(q.metrics().depth(), 1);
+        tokio::time::sleep(secs(2)).await;
+        a.finish(Outcome::Done);
+        let m = q.metrics();
+        assert_eq!(
+            (m.queue_duration().count(), m.queue_duration().sum()),
+            (1, secs(3))
+        );
+        assert_eq!(
+            (m.work_duration().count(), m.work_duration().sum()),
+            (1, secs(2))
+        );
+        let b = must_get(&q).await;
+        assert_eq!(m.queue_duration().sum(), secs(8), "b waited 5s");
+        assert_eq!(m.depth(), 0);
+        drop(b);
+        assert_eq!(m.work_duration().count(), 2);
+        assert_eq!(m.retries_total(), 0);
+    }
+}

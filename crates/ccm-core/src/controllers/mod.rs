@@ -4,4 +4,6 @@
 //! and its I/O — the shared informers, patches, events, provider calls — at the edges.
 
 pub mod node;
+pub mod node_lifecycle;
+pub(crate) mod node_util;
 pub(crate) mod patch;

@@ -24,7 +24,8 @@ use super::queue::{Outcome, Queue, QueueKey};
 /// When `cancel` fires, the queue is [shut down](Queue::shut_down), so no key is handed out
 /// any more, and handlers already running are left to finish. A handler that can take long
 /// should watch the same token itself, e.g. with
-/// [`CancellationToken::run_until_cancelled`].
+/// [`CancellationToken::run_until_cancelled`]. Dropping the returned future instead aborts
+/// the workers and their handlers at once; the keys they held are released.
 ///
 /// ```
 /// use std::time::Duration;

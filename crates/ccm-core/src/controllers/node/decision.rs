@@ -75,16 +75,7 @@ pub(crate) struct InitPlan {
     pub(crate) addresses: Option<Vec<NodeAddress>>,
 }
 
-pub(crate) fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
-}
-
-pub(crate) fn taints(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
-}
+pub(crate) use super::super::node_util::{node_name, taints};
 
 pub(crate) fn spec_provider_id(node: &Node) -> Option<&str> {
     node.spec

@@ -21,10 +21,12 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod app;
 pub mod client;
 pub mod controllers;
 pub mod events;
 pub mod informer;
+pub mod metrics;
 pub mod provider;
 pub mod runtime;
 pub mod well_known;

@@ -48,7 +48,7 @@ struct Inner<K> {
     state: Mutex<State<K>>,
     /// Woken when a key is queued, a deadline moves earlier, or the queue shuts down.
     notify: Notify,
-    metrics: QueueMetrics,
+    metrics: Arc<QueueMetrics>,
 }
 
 struct State<K> {
@@ -88,7 +88,7 @@ impl<K: QueueKey> Queue<K> {
             limit,
             state: Mutex::new(state),
             notify: Notify::new(),
-            metrics: QueueMetrics::default(),
+            metrics: Arc::default(),
         };
         Self {
             inner: Arc::new(inner),
@@ -105,6 +105,14 @@ impl<K: QueueKey> Queue<K> {
     #[must_use]
     pub fn metrics(&self) -> &QueueMetrics {
         &self.inner.metrics
+    }
+
+    /// The queue's counters as a shared handle that outlives the queue, for a metrics
+    /// registry to read at scrape time
+    /// ([`Metrics::register_queue`](crate::metrics::Metrics::register_queue)).
+    #[must_use]
+    pub fn shared_metrics(&self) -> Arc<QueueMetrics> {
+        Arc::clone(&self.inner.metrics)
     }
 
     /// Queues `key` unless it is already waiting. If a worker holds it, it is queued again

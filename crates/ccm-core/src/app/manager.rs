@@ -1,0 +1,592 @@
+//! The controller manager: turns a provider registry into a complete CCM binary (Go's
+//! `app.NewCloudControllerManagerCommand` and `Run`).
+//!
+//! Startup order: parse and check the flags (an error names the flag and nothing touches
+//! the cluster), build the provider from `--cloud-config`, reach the API server, serve the
+//! endpoints, win the leader election, `initialize` the provider, start the shared
+//! informers and each enabled controller. Shutdown (SIGTERM, SIGINT) stops the controllers,
+//! lets in-flight reconciles finish (up to a grace period), then releases the Lease so a
+//! standby takes over at once. Losing the Lease stops the controllers at once and exits
+//! with status 1, as Go does.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+
+use super::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
+use super::options::{FlagError, LogFormat, Options};
+use super::selection::{
+    CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, ControllerSelection,
+    DEFAULT_CONTROLLERS,
+};
+use crate::client::{ApiLayer, build_client};
+use crate::controllers::node::{CloudNodeController, NodeControllerConfig};
+use crate::controllers::node_lifecycle::{NodeLifecycleConfig, NodeLifecycleController};
+use crate::informer::{Informer, trim_node, trim_service};
+use crate::provider::{
+    BoxError, CloudProvider, InitContext, ProviderRegistry, RegistryError, display_chain,
+};
+
+/// A running controller: a future that ends when its token is cancelled.
+pub type ControllerFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Starts a controller: returns its future, or `None` when it does not apply (for example the
+/// provider lacks the capability). An error stops the controller manager.
+pub type ControllerInit =
+    Arc<dyn Fn(&ControllerContext) -> Result<Option<ControllerFuture>, BoxError> + Send + Sync>;
+
+/// What a controller gets when it starts.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ControllerContext {
+    /// The API client (rate-limited and counted).
+    pub client: Client,
+    /// The cloud provider.
+    pub provider: Arc<dyn CloudProvider>,
+    /// The shared Node informer; subscribe before it runs (i.e. in the init function).
+    pub nodes: Informer<Node>,
+    /// The shared Service informer.
+    pub services: Informer<Service>,
+    /// The flags.
+    pub options: Arc<Options>,
+    /// Cancelled on shutdown or when leadership is lost.
+    pub cancel: CancellationToken,
+}
+
+#[derive(Clone)]
+struct Registration {
+    name: String,
+    aliases: Vec<String>,
+    on_by_default: bool,
+    init: ControllerInit,
+}
+
+/// Why the controller manager stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    /// A flag has a value it cannot take.
+    #[error(transparent)]
+    Flag(#[from] FlagError),
+    /// The provider could not be picked or built.
+    #[error("{}", display_chain(.0))]
+    Provider(#[from] RegistryError),
+    /// The API server could not be reached or configured.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        #[source]
+        source: BoxError,
+    },
+    /// A controller failed to start.
+    #[error("controller {name}: {}", display_chain(&**source))]
+    Controller {
+        /// The controller.
+        name: String,
+        /// Why.
+        source: BoxError,
+    },
+    /// The leader Lease was lost.
+    #[error("leader election lost")]
+    LostLeadership,
+}
+
+/// The builder of a cloud-controller-manager binary.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use ccm_core::app::CloudControllerManager;
+/// use ccm_core::provider::{CloudProvider, ProviderRegistry};
+///
+/// struct MyCloud;
+/// impl CloudProvider for MyCloud {
+///     fn provider_name(&self) -> &str { "my-cloud" }
+/// }
+///
+/// fn main() -> std::process::ExitCode {
+///     let mut registry = ProviderRegistry::new();
+///     registry.register("my-cloud", |_config| Ok(Arc::new(MyCloud) as Arc<dyn CloudProvider>)).unwrap();
+///     CloudControllerManager::new("my-cloud-controller-manager", registry).run()
+/// }
+/// ```
+pub struct CloudControllerManager {
+    name: String,
+    registry: ProviderRegistry,
+    extra: Vec<Registration>,
+    shutdown_grace: Duration,
+}
+
+impl CloudControllerManager {
+    /// A controller manager named `name` (for `--help` and logs) choosing among `registry`'s
+    /// providers with `--cloud-provider`.
+    pub fn new(name: impl Into<String>, registry: ProviderRegistry) -> Self {
+        Self {
+            name: name.into(),
+            registry,
+            extra: Vec::new(),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+
+    /// Adds a controller of the provider's own, selectable with `--controllers` like the
+    /// default ones.
+    pub fn with_controller(
+        mut self,
+        name: impl Into<String>,
+        aliases: &[&str],
+        on_by_default: bool,
+        init: impl Fn(&ControllerContext) -> Result<Option<ControllerFuture>, BoxError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.extra.push(Registration {
+            name: name.into(),
+            aliases: aliases.iter().map(|a| (*a).to_owned()).collect(),
+            on_by_default,
+            init: Arc::new(init),
+        });
+        self
+    }
+
+    /// How long in-flight reconciles may take to finish on shutdown (default 10s).
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Parses the process's arguments, runs until SIGTERM or SIGINT, and returns the exit
+    /// code: 0 after a clean shutdown, 1 on an error (printed as one line), 2 on a flag clap
+    /// could not parse.
+    pub fn run(self) -> ExitCode {
+        self.run_with_args(std::env::args_os())
+    }
+
+    /// [`run`](Self::run) with the given arguments (the first is the program name).
+    pub fn run_with_args<I, T>(self, args: I) -> ExitCode
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let command = <Options as clap::CommandFactory>::command().name(self.name.clone());
+        let matches = match command.try_get_matches_from(args) {
+            Ok(m) => m,
+            Err(err) => {
+                let _ = err.print();
+                return if err.use_stderr() {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+        };
+        let options = match <Options as clap::FromArgMatches>::from_arg_matches(&matches) {
+            Ok(o) => o,
+            Err(err) => {
+                let _ = err.print();
+                return ExitCode::from(2);
+            }
+        };
+        init_logging(&options);
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(err) => {
+                report(&format!("cannot start the async runtime: {err}"));
+                return ExitCode::FAILURE;
+            }
+        };
+        runtime.block_on(async move {
+            let shutdown = CancellationToken::new();
+            spawn_signal_handler(shutdown.clone());
+            match self.run_with_options(options, shutdown).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    report(&err.to_string());
+                    ExitCode::FAILURE
+                }
+            }
+        })
+    }
+
+    /// Runs with parsed options until `shutdown` fires. The library entry point for tests
+    /// and for binaries that parse their own flags.
+    pub async fn run_with_options(
+        self,
+        options: Options,
+        shutdown: CancellationToken,
+    ) -> Result<(), AppError> {
+        options.validate()?;
+        let registrations = Arc::new(self.registrations());
+        let known: Vec<(String, Vec<String>)> = registrations
+            .iter()
+            .map(|r| (r.name.clone(), r.aliases.clone()))
+            .collect();
+        let selection = ControllerSelection::parse(&options.controllers, &known)?;
+
+        let config_path = options
+            .cloud_config
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty());
+        let provider = self.registry.init(&options.cloud_provider, config_path)?;
+        if !provider.has_cluster_id() && !options.allow_untagged_cloud {
+            return Err(FlagError {
+                flag: "--allow-untagged-cloud",
+                message:
+                    "no ClusterID found: the cloud provider does not tag its resources with one; \
+                          set --allow-untagged-cloud to run anyway"
+                        .to_owned(),
+            }
+            .into());
+        }
+
+        let kube_config = kube_config(&options).await?;
+        let api = ApiLayer::new().with_rate_limit(
+            f64::from(options.kube_api_qps),
+            options.kube_api_burst.unsigned_abs(),
+        );
+        let client = build_client(kube_config, &api).map_err(|e| AppError::Kube {
+            context: "building the Kubernetes client".into(),
+            source: Box::new(e),
+        })?;
+        match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+            Ok(Ok(v)) => tracing::info!(version = %v.git_version, "connected to the API server"),
+            Ok(Err(e)) => {
+                return Err(AppError::Kube {
+                    context: "the API server did not answer".into(),
+                    source: Box::new(e),
+                });
+            }
+            Err(_) => {
+                return Err(AppError::Kube {
+                    context: "the API server did not answer".into(),
+                    source: "timed out after 10s".into(),
+                });
+            }
+        }
+
+        let options = Arc::new(options);
+        if !options.leader_election.leader_elect {
+            return lead(
+                registrations,
+                selection,
+                client,
+                provider,
+                options,
+                shutdown,
+            )
+            .await;
+        }
+
+        let le = &options.leader_election;
+        let mut elector = LeaderElector::new(
+            client.clone(),
+            LeaderElectionConfig::new(
+                &le.leader_elect_resource_namespace,
+                &le.leader_elect_resource_name,
+            )
+            .with_timing(
+                le.leader_elect_lease_duration,
+                le.leader_elect_renew_deadline,
+                le.leader_elect_retry_period,
+            ),
+        );
+        tracing::info!(
+            identity = elector.identity(),
+            "waiting to become the leader"
+        );
+        if !elector.acquire(&shutdown).await {
+            return Ok(());
+        }
+        let leading = shutdown.child_token();
+        let grace = self.shutdown_grace;
+        let controllers = {
+            let leading = leading.clone();
+            tokio::spawn(lead(
+                registrations,
+                selection,
+                client,
+                provider,
+                options,
+                leading,
+            ))
+        };
+        // Renew until shutdown or loss. On shutdown the controllers stop first, then the
+        // Lease is released; on loss they stop at once.
+        let stop_renewing = CancellationToken::new();
+        let hold = elector.hold(&stop_renewing, |_| {});
+        tokio::pin!(hold);
+        let mut controllers = controllers;
+        tokio::select! {
+            end = &mut hold => {
+                leading.cancel();
+                let _ = tokio::time::timeout(grace, &mut controllers).await;
+                return match end {
+                    LeadershipEnd::Lost => Err(AppError::LostLeadership),
+                    LeadershipEnd::Shutdown => Ok(()),
+                };
+            }
+            result = &mut controllers => {
+                // The controllers ended on their own: an init error, or shutdown.
+                stop_renewing.cancel();
+                hold.await;
+                return result.unwrap_or(Ok(()));
+            }
+            () = shutdown.cancelled() => {}
+        }
+        tracing::info!("shutting down: stopping controllers");
+        leading.cancel();
+        match tokio::time::timeout(grace, &mut controllers).await {
+            Ok(_) => tracing::info!("controllers stopped"),
+            Err(_) => tracing::warn!(?grace, "controllers did not stop within the grace period"),
+        }
+        stop_renewing.cancel();
+        hold.await;
+        Ok(())
+    }
+
+    fn registrations(&self) -> Vec<Registration> {
+        let defaults = DEFAULT_CONTROLLERS
+            .iter()
+            .map(|(name, alias)| Registration {
+                name: (*name).to_owned(),
+                aliases: vec![(*alias).to_owned()],
+                on_by_default: true,
+                init: default_init(name),
+            });
+        defaults
+            .chain(self.extra.iter().map(|r| Registration {
+                name: r.name.clone(),
+                aliases: r.aliases.clone(),
+                on_by_default: r.on_by_default,
+                init: r.init.clone(),
+            }))
+            .collect()
+    }
+}
+
+/// What the leader runs: the provider's initialisation, the informers, the controllers.
+async fn lead(
+    registrations: Arc<Vec<Registration>>,
+    selection: ControllerSelection,
+    client: Client,
+    provider: Arc<dyn CloudProvider>,
+    options: Arc<Options>,
+    cancel: CancellationToken,
+) -> Result<(), AppError> {
+    provider
+        .initialize(InitContext::new(client.clone(), cancel.clone()))
+        .await
+        .map_err(|e| AppError::Kube {
+            context: "initializing the cloud provider".into(),
+            source: Box::new(e),
+        })?;
+    let nodes = Informer::new(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        trim_node,
+    );
+    let services = Informer::new(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default(),
+        trim_service,
+    );
+    let ctx = ControllerContext {
+        client,
+        provider,
+        nodes: nodes.clone(),
+        services: services.clone(),
+        options: options.clone(),
+        cancel: cancel.clone(),
+    };
+    let mut running: BTreeMap<String, ControllerFuture> = BTreeMap::new();
+    for reg in registrations.iter() {
+        if !selection.is_enabled(&reg.name, reg.on_by_default) {
+            tracing::info!(controller = %reg.name, "controller disabled by --controllers");
+            continue;
+        }
+        match (reg.init)(&ctx) {
+            Ok(Some(fut)) => {
+                running.insert(reg.name.clone(), fut);
+            }
+            Ok(None) => {
+                tracing::info!(controller = %reg.name, "controller does not apply to this provider; skipping")
+            }
+            Err(source) => {
+                return Err(AppError::Controller {
+                    name: reg.name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (nodes, cancel) = (nodes.clone(), cancel.clone());
+        tasks.spawn(async move { nodes.run(cancel).await });
+    }
+    {
+        let (services, cancel) = (services.clone(), cancel.clone());
+        tasks.spawn(async move { services.run(cancel).await });
+    }
+    for (name, fut) in running {
+        if !options.controller_start_interval.is_zero() {
+            tokio::time::sleep(jitter(options.controller_start_interval)).await;
+        }
+        tracing::info!(controller = %name, "starting controller");
+        tasks.spawn(fut);
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// The init function of a default controller.
+fn default_init(name: &str) -> ControllerInit {
+    match name {
+        CLOUD_NODE_CONTROLLER => Arc::new(|ctx: &ControllerContext| {
+            let o = &ctx.options;
+            let config =
+                NodeControllerConfig::default()
+                    .with_workers(o.concurrent_node_syncs.unsigned_abs() as usize)
+                    .with_status_update_workers(
+                        o.concurrent_node_status_updates.unsigned_abs() as usize
+                    )
+                    .with_status_update_frequency(o.node_status_update_frequency);
+            Ok(CloudNodeController::new(
+                ctx.client.clone(),
+                &ctx.provider,
+                ctx.nodes.clone(),
+                config,
+            )
+            .map(|c| Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture))
+        }),
+        CLOUD_NODE_LIFECYCLE_CONTROLLER => Arc::new(|ctx: &ControllerContext| {
+            let config =
+                NodeLifecycleConfig::default().with_monitor_period(ctx.options.node_monitor_period);
+            Ok(NodeLifecycleController::new(
+                ctx.client.clone(),
+                &ctx.provider,
+                ctx.nodes.clone(),
+                config,
+            )
+            .map(|c| Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture))
+        }),
+        // The service and route controllers are wired in as they land.
+        _ => Arc::new(|_: &ControllerContext| Ok(None)),
+    }
+}
+
+/// A random duration in [d, 2d), like Go's `wait.Jitter(d, 1.0)`.
+fn jitter(d: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut byte);
+    d + d.mul_f64(f64::from(byte[0]) / 256.0)
+}
+
+async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
+    let err = |context: &str, e: BoxError| AppError::Kube {
+        context: context.to_owned(),
+        source: e,
+    };
+    let kubeconfig_path = options
+        .kubeconfig
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let mut config = if let Some(path) = kubeconfig_path {
+        let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+            err(
+                &format!("--kubeconfig: cannot read {}", path.display()),
+                Box::new(e),
+            )
+        })?;
+        kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| {
+            err(
+                &format!("--kubeconfig: invalid {}", path.display()),
+                Box::new(e),
+            )
+        })?
+    } else {
+        kube::Config::infer().await.map_err(|e| {
+            err(
+                "no --kubeconfig given and no in-cluster or default configuration found",
+                Box::new(e),
+            )
+        })?
+    };
+    if !options.master.is_empty() {
+        config.cluster_url = options
+            .master
+            .parse()
+            .map_err(|e| err("--master: invalid URL", Box::new(e)))?;
+    }
+    Ok(config)
+}
+
+fn init_logging(options: &Options) {
+    let level = match options.verbosity {
+        0..=3 => "info",
+        4 | 5 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "{level},kube_client=warn,hyper=warn,rustls=warn"
+        ))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = match options.logging_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+fn spawn_signal_handler(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                tracing::warn!("cannot install signal handlers");
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("received SIGTERM"),
+                _ = int.recv() => tracing::info!("received SIGINT"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        shutdown.cancel();
+    });
+}
+
+#[allow(clippy::print_stderr)]
+fn report(message: &str) {
+    eprintln!("error: {message}");
+}

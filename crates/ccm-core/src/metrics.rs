@@ -1,0 +1,935 @@
+//! Prometheus metrics of the controller manager: one [`Metrics`] registry that counts every
+//! cloud call, reads the work queues and the Kubernetes client at scrape time, tracks the
+//! running controllers and leadership, and holds the Go controllers' own metrics, all under
+//! the names Go's `cloud-controller-manager` uses where it has one. [`Metrics::encode`]
+//! renders the Prometheus text format (0.0.4, as Go's component-base serves it) for the
+//! `/metrics` endpoint; `docs/metrics.md` lists every metric with its Go equivalent.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ccm_core::metrics::Metrics;
+//! use ccm_core::mock::{MockCloud, MockInstances};
+//! use ccm_core::provider::{CloudProvider, resolve_instances};
+//! use k8s_openapi::api::core::v1::Node;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let metrics = Metrics::new();
+//! let mut instances = MockInstances::new();
+//! instances.expect_instance_exists().returning(|_| Ok(true));
+//! let cloud: Arc<dyn CloudProvider> = Arc::new(MockCloud::new("acme").with_instances(instances));
+//! let cloud = metrics.instrument(cloud);
+//!
+//! resolve_instances(&cloud).unwrap().instance_exists(&Node::default()).await.unwrap();
+//! assert!(metrics.encode().contains(
+//!     r#"ccm_cloud_requests_total{provider="acme",method="instance_exists",result="success"} 1"#
+//! ));
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Metric, Registry};
+use tokio::time::Instant;
+
+use crate::client::ApiCounters;
+use crate::provider::{
+    CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceMetadata, Instances,
+    LegacyInstances, LoadBalancer, Route, Routes, Zone, Zones,
+};
+use crate::runtime::QueueMetrics;
+
+/// The `prometheus-client` crate this module is built on, for registering metrics of your
+/// own with [`Metrics::register`] or [`Metrics::with_registry`] at the same version.
+pub use prometheus_client;
+
+/// The `Content-Type` of [`Metrics::encode`]'s output: the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The `manager` label of `running_managed_controllers` unless
+/// [`Metrics::with_manager`] says otherwise: Go's component name.
+pub const DEFAULT_MANAGER: &str = "cloud-controller-manager";
+
+/// Upper bounds, in seconds, of `ccm_cloud_request_duration_seconds`: client-go's
+/// `rest_client_request_duration_seconds` buckets, 5ms to 60s.
+pub const CLOUD_REQUEST_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+];
+
+/// The metrics registry of one controller manager; see the [module docs](self).
+///
+/// Cloning is cheap and shares the registry: build one at startup, hand clones to the
+/// controllers and to the endpoint server. Every method takes `&self`.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Mutex<Registry>,
+    manager: String,
+    cloud_requests: Family<CallLabels, Counter>,
+    cloud_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    running_controllers: Family<ControllerLabels, Gauge>,
+    leader: Family<NameLabel, Gauge>,
+    sources: Arc<ScrapeSources>,
+    controllers: ControllerMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics")
+            .field("manager", &self.inner.manager)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric of the [module docs](self) registered, and
+    /// [`DEFAULT_MANAGER`] as the `manager` label.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::with_manager(DEFAULT_MANAGER)
+    }
+
+    /// Like [`new`](Self::new), with this `manager` label on `running_managed_controllers`.
+    #[must_use]
+    pub fn with_manager(manager: impl Into<String>) -> Self {
+        let mut registry = Registry::default();
+        let cloud_requests = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "ccm_cloud_requests",
+            "Calls to the cloud provider, by provider, method and result.",
+            cloud_requests.clone(),
+        );
+        let cloud_duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            cloud_request_histogram,
+        );
+        registry.register(
+            "ccm_cloud_request_duration_seconds",
+            "How long calls to the cloud provider took, by provider and method.",
+            cloud_duration.clone(),
+        );
+        let running_controllers = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "running_managed_controllers",
+            "Indicates where instances of a controller are currently running",
+            running_controllers.clone(),
+        );
+        let leader = Family::<NameLabel, Gauge>::default();
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates \
+             backup, 1 indicates master. 'name' is the string used to identify the lease. \
+             Please make sure to group by name.",
+            leader.clone(),
+        );
+        let sources = Arc::new(ScrapeSources::default());
+        registry.register_collector(Box::new(Arc::clone(&sources)));
+        let controllers = ControllerMetrics::register(&mut registry);
+        Self {
+            inner: Arc::new(Inner {
+                registry: Mutex::new(registry),
+                manager: manager.into(),
+                cloud_requests,
+                cloud_duration,
+                running_controllers,
+                leader,
+                sources,
+                controllers,
+            }),
+        }
+    }
+
+    /// Wraps `provider` so that every call to it, through any of its capabilities, is
+    /// counted in `ccm_cloud_requests_total{provider, method, result}` and timed in
+    /// `ccm_cloud_request_duration_seconds{provider, method}`.
+    ///
+    /// The wrapper has exactly the capabilities of `provider` (its
+    /// [`instances`](CloudProvider::instances) is `Some` only when `provider`'s is, and so on)
+    /// and forwards [`provider_name`](CloudProvider::provider_name),
+    /// [`has_cluster_id`](CloudProvider::has_cluster_id) and
+    /// [`initialize`](CloudProvider::initialize) (the latter timed as method `initialize`).
+    /// `method` is the trait method's name (`instance_metadata`, `ensure_load_balancer`…);
+    /// [`LoadBalancer::get_load_balancer_name`] is not a cloud call and is not counted.
+    /// `result` is `success`, or the [`CloudError`] kind: `not_implemented`,
+    /// `instance_not_found`, `implemented_elsewhere`, `retry_after`, `error`; or
+    /// `cancelled` when the caller dropped the call before it finished.
+    pub fn instrument(&self, provider: Arc<dyn CloudProvider>) -> Arc<dyn CloudProvider> {
+        let calls = CallMetrics {
+            provider: provider.provider_name().to_owned(),
+            requests: self.inner.cloud_requests.clone(),
+            duration: self.inner.cloud_duration.clone(),
+        };
+        Arc::new(InstrumentedProvider {
+            inner: provider,
+            calls,
+        })
+    }
+
+    /// Exports a work queue's counters as client-go's `workqueue_depth`,
+    /// `workqueue_adds_total`, `workqueue_retries_total`,
+    /// `workqueue_queue_duration_seconds` and `workqueue_work_duration_seconds`, labelled
+    /// `name`; they are read at scrape time. Get the handle from
+    /// [`Queue::shared_metrics`](crate::runtime::Queue::shared_metrics). Registering a name
+    /// again replaces the earlier queue.
+    pub fn register_queue(&self, name: impl Into<String>, queue: Arc<QueueMetrics>) {
+        lock(&self.inner.sources.queues).insert(name.into(), queue);
+    }
+
+    /// Exports a Kubernetes client's request counts as
+    /// `rest_client_requests_total{verb, resource}`, read at scrape time. Get the handle
+    /// from [`ApiLayer::counters`](crate::client::ApiLayer::counters). Counts of several
+    /// clients are added up.
+    ///
+    /// Go's client-go metric of that name is labelled `{code, host, method}`; ours is by
+    /// Kubernetes verb (`GET`, `LIST`, `WATCH`, `PATCH`…) and resource (`nodes/status`).
+    pub fn register_api_counters(&self, counters: Arc<ApiCounters>) {
+        lock(&self.inner.sources.api).push(counters);
+    }
+
+    /// Sets `running_managed_controllers{name, manager}` to 1 (Go's
+    /// `ControllerStarted`).
+    pub fn controller_started(&self, name: &str) {
+        self.running(name).set(1);
+    }
+
+    /// Sets `running_managed_controllers{name, manager}` to 0 (Go's
+    /// `ControllerStopped`).
+    pub fn controller_stopped(&self, name: &str) {
+        self.running(name).set(0);
+    }
+
+    fn running(&self, name: &str) -> Gauge {
+        self.inner
+            .running_controllers
+            .get_or_create_owned(&ControllerLabels {
+                name: name.to_owned(),
+                manager: self.inner.manager.clone(),
+            })
+    }
+
+    /// Sets `leader_election_master_status{name}`: 1 while this process holds the lease
+    /// `name`, 0 while it stands by.
+    pub fn set_leader(&self, name: &str, is_leader: bool) {
+        self.inner
+            .leader
+            .get_or_create_owned(&NameLabel {
+                name: name.to_owned(),
+            })
+            .set(i64::from(is_leader));
+    }
+
+    /// The Go controllers' own metrics, for the controllers to update.
+    #[must_use]
+    pub fn controllers(&self) -> &ControllerMetrics {
+        &self.inner.controllers
+    }
+
+    /// Registers a metric of your own, e.g. a provider's cache hit counter. `name` is
+    /// exported as given, plus `_total` for a counter.
+    ///
+    /// ```
+    /// use ccm_core::metrics::{Metrics, prometheus_client::metrics::counter::Counter};
+    /// let metrics = Metrics::new();
+    /// let hits = Counter::<u64>::default();
+    /// metrics.register("acme_cache_hits", "Instance lookups answered from the cache.", hits.clone());
+    /// hits.inc();
+    /// assert!(metrics.encode().contains("acme_cache_hits_total 1"));
+    /// ```
+    pub fn register(&self, name: impl Into<String>, help: impl Into<String>, metric: impl Metric) {
+        lock(&self.inner.registry).register(name, help, metric);
+    }
+
+    /// Runs `f` with the registry, for what [`register`](Self::register) cannot do:
+    /// metrics with a unit, collectors, sub-registries with a prefix or labels.
+    pub fn with_registry<R>(&self, f: impl FnOnce(&mut Registry) -> R) -> R {
+        f(&mut lock(&self.inner.registry))
+    }
+
+    /// Every metric in the Prometheus text format 0.0.4 ([`CONTENT_TYPE`]).
+    #[must_use]
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = lock(&self.inner.registry);
+        if let Err(err) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        {
+            tracing::warn!(%err, "encoding metrics failed; the output is incomplete");
+        }
+        out
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn cloud_request_histogram() -> Histogram {
+    Histogram::new(CLOUD_REQUEST_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    provider: String,
+    method: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    provider: String,
+    method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    name: String,
+    manager: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NameLabel {
+    name: String,
+}
+
+/// The metrics Go's controllers in `k8s.io/cloud-provider` define, with Go's names, help
+/// texts and buckets, for the controllers of this crate to update. Histograms take seconds.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ControllerMetrics {
+    /// `node_controller_initial_node_sync_delay_seconds`: seconds from a Node's creation
+    /// to the end of its initial synchronisation by the cloud-node controller. Buckets
+    /// 1s, 4s, … 1024s.
+    pub initial_node_sync_delay: Histogram,
+    /// `node_controller_cloud_provider_taint_removal_delay_seconds`: seconds from a Node's
+    /// creation to the removal of its `node.cloudprovider.kubernetes.io/uninitialized`
+    /// taint. Buckets 1s, 4s, … 1024s.
+    pub cloud_provider_taint_removal_delay: Histogram,
+    /// `service_controller_loadbalancer_sync_total`: load balancers configured, as an
+    /// effect of Service or Node changes.
+    pub loadbalancer_sync: Counter,
+    /// `service_controller_nodesync_error_total`: load balancer host updates after Node
+    /// changes that failed.
+    pub nodesync_error: Counter,
+    /// `service_controller_nodesync_latency_seconds`: how long one node sync (updating the
+    /// hosts of every load balancer) took. Buckets 1s, 2s, … 16384s.
+    pub nodesync_latency: Histogram,
+    /// `service_controller_update_loadbalancer_host_latency_seconds`: how long updating the
+    /// hosts of one load balancer took. Buckets 1s, 2s, … 16384s.
+    pub update_loadbalancer_host_latency: Histogram,
+    /// `route_controller_route_sync_total`: route syncs with the cloud.
+    pub route_sync: Counter,
+}
+
+impl ControllerMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let node_delay = || Histogram::new(exponential_buckets(1.0, 4.0, 6));
+        let service_latency = || Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        let m = Self {
+            initial_node_sync_delay: node_delay(),
+            cloud_provider_taint_removal_delay: node_delay(),
+            loadbalancer_sync: Counter::default(),
+            nodesync_error: Counter::default(),
+            nodesync_latency: service_latency(),
+            update_loadbalancer_host_latency: service_latency(),
+            route_sync: Counter::default(),
+        };
+        registry.register(
+            "node_controller_initial_node_sync_delay_seconds",
+            "Number of seconds after node creation when NodeController finished the initial \
+             synchronization of a single node.",
+            m.initial_node_sync_delay.clone(),
+        );
+        registry.register(
+            "node_controller_cloud_provider_taint_removal_delay_seconds",
+            "Number of seconds after node creation when NodeController removed the \
+             cloud-provider taint of a single node.",
+            m.cloud_provider_taint_removal_delay.clone(),
+        );
+        registry.register(
+            "service_controller_loadbalancer_sync",
+            "A metric counting the amount of times any load balancer has been configured, as \
+             an effect of service/node changes on the cluster",
+            m.loadbalancer_sync.clone(),
+        );
+        registry.register(
+            "service_controller_nodesync_error",
+            "A metric counting the amount of times any load balancer has been configured and \
+             errored, as an effect of node changes on the cluster",
+            m.nodesync_error.clone(),
+        );
+        registry.register(
+            "service_controller_nodesync_latency_seconds",
+            "A metric measuring the latency for nodesync which updates loadbalancer hosts on \
+             cluster node updates.",
+            m.nodesync_latency.clone(),
+        );
+        registry.register(
+            "service_controller_update_loadbalancer_host_latency_seconds",
+            "A metric measuring the latency for updating each load balancer hosts.",
+            m.update_loadbalancer_host_latency.clone(),
+        );
+        registry.register(
+            "route_controller_route_sync",
+            "A metric counting the amount of times routes have been synced with the cloud \
+             provider.",
+            m.route_sync.clone(),
+        );
+        m
+    }
+}
+
+/// What is read at scrape time: the work queues and the Kubernetes clients' counters.
+#[derive(Debug, Default)]
+struct ScrapeSources {
+    queues: Mutex<BTreeMap<String, Arc<QueueMetrics>>>,
+    api: Mutex<Vec<Arc<ApiCounters>>>,
+}
+
+impl Collector for ScrapeSources {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let queues: Vec<(String, Arc<QueueMetrics>)> = lock(&self.queues)
+            .iter()
+            .map(|(name, q)| (name.clone(), Arc::clone(q)))
+            .collect();
+        if !queues.is_empty() {
+            encode_queues(&mut encoder, &queues)?;
+        }
+        let mut requests: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for counters in lock(&self.api).iter() {
+            for (key, n) in counters.snapshot() {
+                *requests.entry(key).or_default() += n;
+            }
+        }
+        if !requests.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "rest_client_requests",
+                "Number of HTTP requests to the Kubernetes API, partitioned by verb and resource.",
+                None,
+                MetricType::Counter,
+            )?;
+            for ((verb, resource), n) in &requests {
+                let labels = [("verb", verb.as_str()), ("resource", resource.as_str())];
+                family
+                    .encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_queues(
+    encoder: &mut DescriptorEncoder<'_>,
+    queues: &[(String, Arc<QueueMetrics>)],
+) -> Result<(), fmt::Error> {
+    type Read = fn(&QueueMetrics) -> u64;
+    let scalars: [(&str, &str, MetricType, Read); 3] = [
+        (
+            "workqueue_depth",
+            "Current depth of workqueue",
+            MetricType::Gauge,
+            QueueMetrics::depth,
+        ),
+        (
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            MetricType::Counter,
+            QueueMetrics::adds_total,
+        ),
+        (
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            MetricType::Counter,
+            QueueMetrics::retries_total,
+        ),
+    ];
+    for (name, help, metric_type, read) in scalars {
+        let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+        for (queue, m) in queues {
+            let labels = [("name", queue.as_str())];
+            let mut metric = family.encode_family(&labels)?;
+            let value = read(m);
+            if metric_type == MetricType::Gauge {
+                metric.encode_gauge(&value)?;
+            } else {
+                metric.encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+            }
+        }
+    }
+    type ReadHistogram = fn(&QueueMetrics) -> &crate::runtime::DurationHistogram;
+    let histograms: [(&str, &str, ReadHistogram); 2] = [
+        (
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            QueueMetrics::queue_duration,
+        ),
+        (
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            QueueMetrics::work_duration,
+        ),
+    ];
+    for (name, help, read) in histograms {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        for (queue, m) in queues {
+            let h = read(m);
+            // The queue's buckets are cumulative; the encoder wants them per bucket.
+            let mut previous = 0;
+            let buckets: Vec<(f64, u64)> = h
+                .buckets()
+                .iter()
+                .map(|&(bound, cumulative)| {
+                    let n = cumulative.saturating_sub(previous);
+                    previous = cumulative;
+                    (bound, n)
+                })
+                .collect();
+            // Read apart from the buckets, so a concurrent observation may be in one only.
+            let count = h.count().max(previous);
+            let labels = [("name", queue.as_str())];
+            family.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                h.sum().as_secs_f64(),
+                count,
+                &buckets,
+                None,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The cloud call metrics of one instrumented provider.
+struct CallMetrics {
+    provider: String,
+    requests: Family<CallLabels, Counter>,
+    duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+}
+
+impl CallMetrics {
+    fn record(&self, method: &'static str, result: &'static str, elapsed: Duration) {
+        self.requests
+            .get_or_create(&CallLabels {
+                provider: self.provider.clone(),
+                method,
+                result,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&MethodLabels {
+                provider: self.provider.clone(),
+                method,
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Runs `call`, recording its result and duration, or `cancelled` if it is dropped
+    /// before it finishes.
+    async fn observe<T>(
+        &self,
+        method: &'static str,
+        call: impl Future<Output = CloudResult<T>>,
+    ) -> CloudResult<T> {
+        let mut guard = CallGuard {
+            calls: self,
+            method,
+            start: Instant::now(),
+            finished: false,
+        };
+        let result = call.await;
+        guard.finished = true;
+        self.record(method, result_label(&result), guard.start.elapsed());
+        result
+    }
+}
+
+/// Records a `cancelled` call when dropped before the call finished.
+struct CallGuard<'a> {
+    calls: &'a CallMetrics,
+    method: &'static str,
+    start: Instant,
+    finished: bool,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.calls
+                .record(self.method, "cancelled", self.start.elapsed());
+        }
+    }
+}
+
+/// The `result` label of a finished call.
+fn result_label<T>(result: &CloudResult<T>) -> &'static str {
+    match result {
+        Ok(_) => "success",
+        Err(CloudError::NotImplemented) => "not_implemented",
+        Err(CloudError::InstanceNotFound) => "instance_not_found",
+        Err(CloudError::ImplementedElsewhere) => "implemented_elsewhere",
+        Err(CloudError::RetryAfter { .. }) => "retry_after",
+        Err(_) => "error",
+    }
+}
+
+/// A provider that forwards to another and records every call; see [`Metrics::instrument`].
+struct InstrumentedProvider {
+    inner: Arc<dyn CloudProvider>,
+    calls: CallMetrics,
+}
+
+impl InstrumentedProvider {
+    // Each accessor answers `NotImplemented` if the inner provider stopped offering the
+    // capability after the wrapper said it had it: a provider should not do that.
+
+    fn instances_impl(&self) -> CloudResult<&dyn Instances> {
+        self.inner.instances().ok_or(CloudError::NotImplemented)
+    }
+
+    fn legacy_impl(&self) -> CloudResult<&dyn LegacyInstances> {
+        self.inner
+            .legacy_instances()
+            .ok_or(CloudError::NotImplemented)
+    }
+
+    fn zones_impl(&self) -> CloudResult<&dyn Zones> {
+        self.inner.zones().ok_or(CloudError::NotImplemented)
+    }
+
+    fn load_balancer_impl(&self) -> CloudResult<&dyn LoadBalancer> {
+        self.inner.load_balancer().ok_or(CloudError::NotImplemented)
+    }
+
+    fn routes_impl(&self) -> CloudResult<&dyn Routes> {
+        self.inner.routes().ok_or(CloudError::NotImplemented)
+    }
+
+    fn clusters_impl(&self) -> CloudResult<&dyn Clusters> {
+        self.inner.clusters().ok_or(CloudError::NotImplemented)
+    }
+}
+
+#[async_trait]
+impl CloudProvider for InstrumentedProvider {
+    fn provider_name(&self) -> &str {
+        self.inner.provider_name()
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        self.inner.has_cluster_id()
+    }
+
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        self.calls
+            .observe("initialize", self.inner.initialize(ctx))
+            .await
+    }
+
+    fn instances(&self) -> Option<&dyn Instances> {
+        self.inner.instances().map(|_| self as &dyn Instances)
+    }
+
+    fn legacy_instances(&self) -> Option<&dyn LegacyInstances> {
+        self.inner
+            .legacy_instances()
+            .map(|_| self as &dyn LegacyInstances)
+    }
+
+    fn zones(&self) -> Option<&dyn Zones> {
+        self.inner.zones().map(|_| self as &dyn Zones)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        self.inner.load_balancer().map(|_| self as &dyn LoadBalancer)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        self.inner.routes().map(|_| self as &dyn Routes)
+    }
+
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        self.inner.clusters().map(|_| self as &dyn Clusters)
+    }
+}
+
+#[async_trait]
+impl Instances for InstrumentedProvider {
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_exists", async {
+                self.instances_impl()?.instance_exists(node).await
+            })
+            .await
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_shutdown", async {
+                self.instances_impl()?.instance_shutdown(node).await
+            })
+            .await
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
+        self.calls
+            .observe("instance_metadata", async {
+                self.instances_impl()?.instance_metadata(node).await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl LegacyInstances for InstrumentedProvider {
+    async fn node_addresses(&self, node_name: &str) -> CloudResult<Vec<NodeAddress>> {
+        self.calls
+            .observe("node_addresses", async {
+                self.legacy_impl()?.node_addresses(node_name).await
+            })
+            .await
+    }
+
+    async fn node_addresses_by_provider_id(
+        &self,
+        provider_id: &str,
+    ) -> CloudResult<Vec<NodeAddress>> {
+        self.calls
+            .observe("node_addresses_by_provider_id", async {
+                self.legacy_impl()?
+                    .node_addresses_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn instance_id(&self, node_name: &str) -> CloudResult<String> {
+        self.calls
+            .observe("instance_id", async {
+                self.legacy_impl()?.instance_id(node_name).await
+            })
+            .await
+    }
+
+    async fn instance_type(&self, node_name: &str) -> CloudResult<String> {
+        self.calls
+            .observe("instance_type", async {
+                self.legacy_impl()?.instance_type(node_name).await
+            })
+            .await
+    }
+
+    async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String> {
+        self.calls
+            .observe("instance_type_by_provider_id", async {
+                self.legacy_impl()?
+                    .instance_type_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn add_ssh_key_to_all_instances(&self, user: &str, key: &[u8]) -> CloudResult<()> {
+        self.calls
+            .observe("add_ssh_key_to_all_instances", async {
+                self.legacy_impl()?
+                    .add_ssh_key_to_all_instances(user, key)
+                    .await
+            })
+            .await
+    }
+
+    async fn current_node_name(&self, hostname: &str) -> CloudResult<String> {
+        self.calls
+            .observe("current_node_name", async {
+                self.legacy_impl()?.current_node_name(hostname).await
+            })
+            .await
+    }
+
+    async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_exists_by_provider_id", async {
+                self.legacy_impl()?
+                    .instance_exists_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_shutdown_by_provider_id", async {
+                self.legacy_impl()?
+                    .instance_shutdown_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Zones for InstrumentedProvider {
+    async fn get_zone(&self) -> CloudResult<Zone> {
+        self.calls
+            .observe("get_zone", async { self.zones_impl()?.get_zone().await })
+            .await
+    }
+
+    async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
+        self.calls
+            .observe("get_zone_by_provider_id", async {
+                self.zones_impl()?
+                    .get_zone_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn get_zone_by_node_name(&self, node_name: &str) -> CloudResult<Zone> {
+        self.calls
+            .observe("get_zone_by_node_name", async {
+                self.zones_impl()?.get_zone_by_node_name(node_name).await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for InstrumentedProvider {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        self.calls
+            .observe("get_load_balancer", async {
+                self.load_balancer_impl()?
+                    .get_load_balancer(cluster_name, service)
+                    .await
+            })
+            .await
+    }
+
+    fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
+        match self.inner.load_balancer() {
+            Some(lb) => lb.get_load_balancer_name(cluster_name, service),
+            None => crate::provider::default_load_balancer_name(service),
+        }
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        self.calls
+            .observe("ensure_load_balancer", async {
+                self.load_balancer_impl()?
+                    .ensure_load_balancer(cluster_name, service, nodes)
+                    .await
+            })
+            .await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        self.calls
+            .observe("update_load_balancer", async {
+                self.load_balancer_impl()?
+                    .update_load_balancer(cluster_name, service, nodes)
+                    .await
+            })
+            .await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
+        self.calls
+            .observe("ensure_load_balancer_deleted", async {
+                self.load_balancer_impl()?
+                    .ensure_load_balancer_deleted(cluster_name, service)
+                    .await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Routes for InstrumentedProvider {
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
+        self.calls
+            .observe("list_routes", async {
+                self.routes_impl()?.list_routes(cluster_name).await
+            })
+            .await
+    }
+
+    async fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> CloudResult<()> {
+        self.calls
+            .observe("create_route", async {
+                self.routes_impl()?
+                    .create_route(cluster_name, name_hint, route)
+                    .await
+            })
+            .await
+    }
+
+    async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
+        self.calls
+            .observe("delete_route", async {
+                self.routes_impl()?.delete_route(cluster_name, route).await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Clusters for InstrumentedProvider {
+    async fn list_clusters(&self) -> CloudResult<Vec<String>> {
+        self.calls
+            .observe("list_clusters", async {
+                self.clusters_impl()?.list_clusters().await
+            })
+            .await
+    }
+
+    async fn master(&self, cluster_name: &str) -> CloudResult<String> {
+        self.calls
+            .observe("master", async {
+                self.clusters_impl()?.master(cluster_name).await
+            })
+            .await
+    }
+}

@@ -20,7 +20,13 @@ impl Routes for FakeCloud {
     ) -> CloudResult<()> {
         self.call(Method::CreateRoute, &route.destination_cidr)
             .await?;
-        let name = format!("{cluster_name}-{name_hint}");
+        // A dual-stack Node's two routes share its name hint (the Node UID), so the IPv6
+        // one gets a suffix; IPv4 routes keep Go's fake `<cluster>-<hint>` name.
+        let name = if route.destination_cidr.contains(':') {
+            format!("{cluster_name}-{name_hint}-v6")
+        } else {
+            format!("{cluster_name}-{name_hint}")
+        };
         let mut state = lock(&self.state);
         let duplicate = state.routes.iter().any(|((c, n), r)| {
             c == cluster_name && (*n == name || r.destination_cidr == route.destination_cidr)

@@ -1,0 +1,454 @@
+//! `fake-cloud-controller-manager` as a process, against a real kube-apiserver + etcd: flags,
+//! RBAC with the shipped manifests, leader election between replicas.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ccm_test::{ControlPlane, unique_name};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
+use kube::api::{Api, PostParams};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A running controller manager; killed on drop. Its stderr goes to a file.
+struct Ccm {
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Ccm {
+    fn start(args: &[String], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("ccm.log");
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        Self {
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "did not exit; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A control plane of the test's own: every controller manager watches every Node, so
+/// tests that run one must not share a cluster.
+async fn control_plane() -> ControlPlane {
+    ControlPlane::start()
+        .await
+        .expect("a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)")
+}
+
+fn cloud_config(dir: &Path) -> PathBuf {
+    let path = dir.join("fake.yaml");
+    std::fs::write(&path, "nodesAreInstances: true\n").unwrap();
+    path
+}
+
+fn base_args(kubeconfig: &Path, config: &Path) -> Vec<String> {
+    vec![
+        "--cloud-provider=fake".into(),
+        format!("--cloud-config={}", config.display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--secure-port=0".into(),
+    ]
+}
+
+fn tainted_node(name: &str) -> Node {
+    let mut node = Node::default();
+    node.metadata.name = Some(name.into());
+    node.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: ccm_core::well_known::TAINT_UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }]),
+        ..NodeSpec::default()
+    });
+    node
+}
+
+async fn wait_initialized(nodes: &Api<Node>, name: &str, ccm: &Ccm) -> Node {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let node = nodes.get(name).await.unwrap();
+        if node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+            == Some(&format!("fake://{name}"))
+        {
+            return node;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {name} not initialised; ccm log:\n{}",
+            ccm.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A kubeconfig for the ServiceAccount: the admin one with the user swapped for a token.
+async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
+    let token = cp
+        .service_account_token("kube-system", "cloud-controller-manager")
+        .await
+        .unwrap();
+    let admin = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
+    let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&admin).unwrap();
+    let users = config["users"].as_sequence_mut().unwrap();
+    for user in users {
+        let mut auth = serde_yaml_ng::Mapping::new();
+        auth.insert("token".into(), token.clone().into());
+        user["user"] = serde_yaml_ng::Value::Mapping(auth);
+    }
+    let path = dir.join("sa.kubeconfig");
+    std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
+    path
+}
+
+fn kubectl_apply(cp: &ControlPlane, file: &Path) {
+    let out = cp
+        .kubectl()
+        .expect("kubectl")
+        .args(["apply", "-f"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn runs_under_the_shipped_least_privilege_role() {
+    let cp = &control_plane().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    // The ServiceAccount exists before its token is minted; the manifest then binds it.
+    let kubeconfig = service_account_kubeconfig(cp, dir.path()).await;
+    kubectl_apply(cp, &manifests);
+
+    // One Node backed by an instance, to initialise; one without, to delete.
+    let name = unique_name("rbac");
+    let gone = unique_name("rbac-gone");
+    let config = dir.path().join("fake.yaml");
+    std::fs::write(&config, format!("instances:\n- name: {name}\n")).unwrap();
+    let mut args = base_args(&kubeconfig, &config);
+    args.push("--leader-elect=true".into()); // the Role allows only the default Lease name
+    args.push("--node-monitor-period=500ms".into());
+    let ccm = Ccm::start(&args, &[]);
+
+    let nodes: Api<Node> = Api::all(cp.client().unwrap());
+    nodes
+        .create(&PostParams::default(), &tainted_node(&name))
+        .await
+        .unwrap();
+    let mut orphan = tainted_node(&gone);
+    orphan.spec = None;
+    nodes.create(&PostParams::default(), &orphan).await.unwrap();
+    let node = wait_initialized(&nodes, &name, &ccm).await;
+    assert_eq!(
+        node.metadata
+            .labels
+            .unwrap_or_default()
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str),
+        Some("zone-a")
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while nodes.get_opt(&gone).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the orphan Node was not deleted:\n{}",
+            ccm.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Give the event and the lease renewals time to happen, then look for refusals.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = ccm.log();
+    for needle in ["403", "forbidden", "Forbidden"] {
+        assert!(
+            !log.contains(needle),
+            "a request was refused under the shipped role:\n{log}"
+        );
+    }
+    let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
+    let lease = leases.get("cloud-controller-manager").await.unwrap();
+    assert!(
+        lease.spec.unwrap().holder_identity.is_some(),
+        "the leader holds the default Lease"
+    );
+}
+
+#[tokio::test]
+async fn two_replicas_one_leads_and_the_standby_takes_over() {
+    let cp = &control_plane().await;
+    let dir = tempfile::tempdir().unwrap();
+    let lease_name = unique_name("lease");
+    let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
+    args.extend([
+        "--leader-elect=true".to_owned(),
+        format!("--leader-elect-resource-name={lease_name}"),
+        "--leader-elect-lease-duration=3s".to_owned(),
+        "--leader-elect-renew-deadline=2s".to_owned(),
+        "--leader-elect-retry-period=250ms".to_owned(),
+    ]);
+    let mut a = Ccm::start(&args, &[("HOSTNAME", "replica-a")]);
+    let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
+    let holder = || async {
+        leases
+            .get_opt(&lease_name)
+            .await
+            .unwrap()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !holder().await.starts_with("replica-a_") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a never led:\n{}",
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b = Ccm::start(&args, &[("HOSTNAME", "replica-b")]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        holder().await.starts_with("replica-a_"),
+        "the standby does not steal the Lease"
+    );
+    assert!(
+        !b.log().contains("starting controller"),
+        "the standby runs no controller:\n{}",
+        b.log()
+    );
+
+    // Kill the leader without a chance to release: the standby takes over within the lease.
+    a.signal("KILL");
+    a.wait_exit(WAIT).await;
+    let killed = tokio::time::Instant::now();
+    while !holder().await.starts_with("replica-b_") {
+        assert!(
+            killed.elapsed() < Duration::from_secs(3) + Duration::from_secs(5),
+            "b did not take over within the lease duration (+ slack):\n{}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(b.log().contains("starting controller"));
+
+    // The new leader works.
+    let nodes: Api<Node> = Api::all(cp.client().unwrap());
+    let name = unique_name("handover");
+    nodes
+        .create(&PostParams::default(), &tainted_node(&name))
+        .await
+        .unwrap();
+    wait_initialized(&nodes, &name, &b).await;
+}
+
+#[tokio::test]
+async fn sigterm_releases_the_lease_and_exits_zero() {
+    let cp = &control_plane().await;
+    let dir = tempfile::tempdir().unwrap();
+    let lease_name = unique_name("lease");
+    let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
+    args.push(format!("--leader-elect-resource-name={lease_name}"));
+    let mut ccm = Ccm::start(&args, &[]);
+    let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !ccm.log().contains("starting controller") {
+        assert!(tokio::time::Instant::now() < deadline, "{}", ccm.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ccm.signal("TERM");
+    let status = ccm.wait_exit(WAIT).await;
+    assert!(status.success(), "exit {status:?}:\n{}", ccm.log());
+    let lease = leases.get(&lease_name).await.unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity,
+        None,
+        "released on shutdown"
+    );
+}
+
+#[tokio::test]
+async fn a_disabled_controller_does_not_run() {
+    let cp = &control_plane().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
+    args.extend([
+        "--leader-elect=false".to_owned(),
+        "--controllers=*,-cloud-node".to_owned(),
+    ]);
+    let ccm = Ccm::start(&args, &[]);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !ccm.log().contains("starting controller") {
+        assert!(tokio::time::Instant::now() < deadline, "{}", ccm.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let nodes: Api<Node> = Api::all(cp.client().unwrap());
+    let name = unique_name("disabled");
+    nodes
+        .create(&PostParams::default(), &tainted_node(&name))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let node = nodes.get(&name).await.unwrap();
+    assert_eq!(node.spec.unwrap().provider_id, None, "cloud-node is off");
+    let log = ccm.log();
+    assert!(
+        log.contains("controller disabled by --controllers")
+            && log.contains("cloud-node-controller"),
+        "{log}"
+    );
+    assert!(
+        log.contains("starting controller") && log.contains("cloud-node-lifecycle-controller"),
+        "{log}"
+    );
+}
+
+#[test]
+fn bad_flags_and_config_fail_fast_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_config = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad_config,
+        "instances:\n- name: a\n  addresses: [{type: InternalIP, address: nope}]\n",
+    )
+    .unwrap();
+    // The kubeconfig does not exist: a check that reaches it would report that instead.
+    let missing = dir.path().join("missing.kubeconfig");
+    let kubeconfig = format!("--kubeconfig={}", missing.display());
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec![], "--cloud-provider: is required"),
+        (
+            vec!["--cloud-provider=aws".into()],
+            "--cloud-provider: unknown cloud provider \"aws\"",
+        ),
+        (
+            vec!["--cloud-provider=fake".into(), "--kube-api-burst=0".into()],
+            "--kube-api-burst",
+        ),
+        (
+            vec![
+                "--cloud-provider=fake".into(),
+                "--controllers=*,-routing".into(),
+            ],
+            "--controllers",
+        ),
+        (
+            vec![
+                "--cloud-provider=fake".into(),
+                "--leader-elect-renew-deadline=20s".into(),
+            ],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            vec![
+                "--cloud-provider=fake".into(),
+                format!("--cloud-config={}", bad_config.display()),
+            ],
+            "field `instances[0].addresses[0].address`",
+        ),
+        (
+            vec![
+                "--cloud-provider=fake".into(),
+                format!("--cloud-config={}", dir.path().join("nope.yaml").display()),
+            ],
+            "--cloud-config: cannot read cloud-config file",
+        ),
+    ];
+    for (mut args, want) in cases {
+        args.push(kubeconfig.clone());
+        let out = Command::new(BIN)
+            .args(&args)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line, got:\n{stderr}"
+        );
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(want),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("missing.kubeconfig"),
+            "{args:?}: checked before the cluster: {stderr}"
+        );
+    }
+    // A value clap cannot parse is a usage error (exit 2) naming the flag.
+    let out = Command::new(BIN)
+        .args(["--node-monitor-period=5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--node-monitor-period"));
+    // --help reads well and exits 0.
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--cloud-provider",
+        "--leader-elect-lease-duration",
+        "--concurrent-service-syncs",
+        "--cluster-cidr",
+    ] {
+        assert!(help.contains(flag), "{flag} in --help");
+    }
+}

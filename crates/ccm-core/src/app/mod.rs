@@ -1,6 +1,14 @@
 //! The app layer: what turns a provider into a complete cloud-controller-manager binary
-//! (Go's `k8s.io/cloud-provider/app`). [`serve`] is the endpoint server for liveness,
-//! readiness and `/metrics`; the flags, leader election, controller selection and the run
-//! loop that ties them together live beside it.
+//! (Go's `k8s.io/cloud-provider/app`): the flags, controller selection, leader election,
+//! the run loop, and [`serve`], the endpoint server for liveness, readiness and `/metrics`.
 
+pub mod duration;
+pub mod leader;
+pub mod manager;
+pub mod options;
+pub mod selection;
 pub mod serve;
+
+pub use self::manager::{
+    AppError, CloudControllerManager, ControllerContext, ControllerFuture, ControllerInit,
+};

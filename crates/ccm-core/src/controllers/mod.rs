@@ -7,3 +7,4 @@ pub mod node;
 pub mod node_lifecycle;
 pub(crate) mod node_util;
 pub(crate) mod patch;
+pub mod service;

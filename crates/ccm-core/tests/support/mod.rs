@@ -239,3 +239,194 @@ pub fn addresses(node: &Node) -> Vec<(String, String)> {
         })
         .unwrap_or_default()
 }
+
+// ----- Service controller helpers (appended) -----
+
+/// A `type: LoadBalancer` Service named `name` with TCP `ports` as (name, port); the API
+/// server picks the node ports.
+pub fn lb_service(name: &str, ports: &[(&str, i32)]) -> k8s_openapi::api::core::v1::Service {
+    use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+    let mut svc = Service::default();
+    svc.metadata.name = Some(name.to_owned());
+    svc.spec = Some(ServiceSpec {
+        type_: Some("LoadBalancer".to_owned()),
+        selector: Some(BTreeMap::from([("app".to_owned(), name.to_owned())])),
+        ports: Some(
+            ports
+                .iter()
+                .map(|(port_name, port)| ServicePort {
+                    name: Some((*port_name).to_owned()),
+                    port: *port,
+                    protocol: Some("TCP".to_owned()),
+                    ..ServicePort::default()
+                })
+                .collect(),
+        ),
+        ..ServiceSpec::default()
+    });
+    svc
+}
+
+/// The Service's ingress IPs (and hostnames).
+pub fn ingress_of(svc: &k8s_openapi::api::core::v1::Service) -> Vec<String> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|i| {
+            i.iter()
+                .map(|i| {
+                    i.ip.clone()
+                        .or_else(|| i.hostname.clone())
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the Service carries the load balancer cleanup finalizer.
+pub fn has_lb_finalizer(svc: &k8s_openapi::api::core::v1::Service) -> bool {
+    svc.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP)
+}
+
+impl Harness {
+    /// A Service informer over one namespace, not yet running.
+    pub fn service_informer(
+        &self,
+        namespace: &str,
+    ) -> Informer<k8s_openapi::api::core::v1::Service> {
+        Informer::new(
+            Api::namespaced(self.client.clone(), namespace),
+            watcher::Config::default(),
+            ccm_core::informer::trim_service,
+        )
+    }
+
+    /// Runs a Service informer until `cancel` fires.
+    pub fn run_service_informer(
+        &self,
+        informer: &Informer<k8s_openapi::api::core::v1::Service>,
+        cancel: CancellationToken,
+    ) {
+        let informer = informer.clone();
+        tokio::spawn(async move { informer.run(cancel).await });
+    }
+
+    /// Runs a Node informer until `cancel` fires.
+    pub fn run_node_informer(&self, informer: &Informer<Node>, cancel: CancellationToken) {
+        let informer = informer.clone();
+        tokio::spawn(async move { informer.run(cancel).await });
+    }
+
+    /// The Services of `namespace`, with the admin client.
+    pub fn services(&self, namespace: &str) -> Api<k8s_openapi::api::core::v1::Service> {
+        Api::namespaced(self.admin.clone(), namespace)
+    }
+
+    /// Polls the Service until `pred` holds, for up to `timeout`.
+    pub async fn wait_service(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&k8s_openapi::api::core::v1::Service) -> bool,
+    ) -> k8s_openapi::api::core::v1::Service {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let svc = self
+                .services(namespace)
+                .get_opt(name)
+                .await
+                .expect("get service");
+            match svc {
+                Some(svc) if pred(&svc) => return svc,
+                Some(svc) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "service {namespace}/{name} did not reach the expected state in {timeout:?}: {svc:#?}"
+                ),
+                None => panic!("service {namespace}/{name} is gone"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls until the Service no longer exists.
+    pub async fn wait_service_gone(&self, namespace: &str, name: &str, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while let Some(svc) = self
+            .services(namespace)
+            .get_opt(name)
+            .await
+            .expect("get service")
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "service {namespace}/{name} still exists after {timeout:?}: {svc:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Events about the object `name` in `namespace`, as (type, reason, note, count), where
+    /// an event series counts as its count.
+    pub async fn events_in(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Vec<(String, String, String, i32)> {
+        let events: Api<Event> = Api::namespaced(self.admin.clone(), namespace);
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                    e.series.map_or(1, |s| s.count),
+                )
+            })
+            .collect()
+    }
+
+    /// How many times an event with `reason` about `namespace/name` was recorded.
+    pub async fn event_count(&self, namespace: &str, name: &str, reason: &str) -> i32 {
+        self.events_in(namespace, name)
+            .await
+            .into_iter()
+            .filter(|(_, r, _, _)| r == reason)
+            .map(|(_, _, _, count)| count)
+            .sum()
+    }
+
+    /// Polls until an event with `reason` about `namespace/name` exists; returns its note.
+    pub async fn wait_event_in(
+        &self,
+        namespace: &str,
+        name: &str,
+        reason: &str,
+        timeout: Duration,
+    ) -> String {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let events = self.events_in(namespace, name).await;
+            if let Some((_, _, note, _)) = events.iter().find(|(_, r, _, _)| r == reason) {
+                return note.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {reason} event for {namespace}/{name} in {timeout:?}; events: {events:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

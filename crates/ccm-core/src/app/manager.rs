@@ -14,6 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -28,10 +29,12 @@ use super::selection::{
     CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, ControllerSelection,
     DEFAULT_CONTROLLERS,
 };
+use super::serve::{EndpointServer, Health, ServeOptions, Serving};
 use crate::client::{ApiLayer, build_client};
 use crate::controllers::node::{CloudNodeController, NodeControllerConfig};
 use crate::controllers::node_lifecycle::{NodeLifecycleConfig, NodeLifecycleController};
 use crate::informer::{Informer, trim_node, trim_service};
+use crate::metrics::Metrics;
 use crate::provider::{
     BoxError, CloudProvider, InitContext, ProviderRegistry, RegistryError, display_chain,
 };
@@ -60,6 +63,17 @@ pub struct ControllerContext {
     pub options: Arc<Options>,
     /// Cancelled on shutdown or when leadership is lost.
     pub cancel: CancellationToken,
+    /// The metrics registry: register the controller's queue and its own metrics here.
+    pub metrics: Metrics,
+    /// Readiness checks: register one for the controller if it can become unhealthy.
+    pub health: Health,
+}
+
+/// What every part of a running manager shares.
+#[derive(Clone)]
+struct Shared {
+    metrics: Metrics,
+    health: Health,
 }
 
 #[derive(Clone)]
@@ -253,6 +267,10 @@ impl CloudControllerManager {
             .into());
         }
 
+        let metrics = Metrics::new();
+        let provider = metrics.instrument(provider);
+        let health = Health::new();
+
         let kube_config = kube_config(&options).await?;
         let api = ApiLayer::new().with_rate_limit(
             f64::from(options.kube_api_qps),
@@ -278,7 +296,69 @@ impl CloudControllerManager {
             }
         }
 
+        metrics.register_api_counters(api.counters().clone());
+
+        // The endpoints come up before the election, so a standby answers its probes too.
+        let serving = match (&options.tls_cert_file, &options.tls_private_key_file) {
+            _ if options.insecure_serving => Serving::Http,
+            (Some(cert_file), Some(key_file)) => Serving::Https {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            },
+            _ => Serving::HttpsSelfSigned,
+        };
+        let port = u16::try_from(options.secure_port).unwrap_or_default();
+        let serve_options = ServeOptions::new(options.bind_address, port, serving);
+        let server = EndpointServer::start(
+            &serve_options,
+            metrics.clone(),
+            health.clone(),
+            shutdown.clone(),
+        )
+        .await
+        .map_err(|e| AppError::Kube {
+            context: format!(
+                "--secure-port: cannot serve on {}:{port}",
+                options.bind_address
+            ),
+            source: Box::new(e),
+        })?;
+        if let Some(server) = &server {
+            tracing::info!(address = %server.local_addr(), https = server.is_https(), "serving /healthz, /readyz and /metrics");
+        }
+
         let options = Arc::new(options);
+        let shared = Shared { metrics, health };
+        let result = self
+            .elect_and_lead(
+                registrations,
+                selection,
+                client,
+                provider,
+                options,
+                shared,
+                shutdown.clone(),
+            )
+            .await;
+        shutdown.cancel();
+        if let Some(server) = server {
+            server.stopped().await;
+        }
+        result
+    }
+
+    /// Runs the controllers, under leader election when it is on.
+    #[allow(clippy::too_many_arguments)]
+    async fn elect_and_lead(
+        &self,
+        registrations: Arc<Vec<Registration>>,
+        selection: ControllerSelection,
+        client: Client,
+        provider: Arc<dyn CloudProvider>,
+        options: Arc<Options>,
+        shared: Shared,
+        shutdown: CancellationToken,
+    ) -> Result<(), AppError> {
         if !options.leader_election.leader_elect {
             return lead(
                 registrations,
@@ -286,12 +366,13 @@ impl CloudControllerManager {
                 client,
                 provider,
                 options,
+                shared,
                 shutdown,
             )
             .await;
         }
-
         let le = &options.leader_election;
+        let lease_name = le.leader_elect_resource_name.clone();
         let mut elector = LeaderElector::new(
             client.clone(),
             LeaderElectionConfig::new(
@@ -304,6 +385,18 @@ impl CloudControllerManager {
                 le.leader_elect_retry_period,
             ),
         );
+        // Ready while standing by; not ready once the leader fails to renew.
+        let renewing = Arc::new(AtomicBool::new(true));
+        {
+            let renewing = renewing.clone();
+            shared.health.register_fn("leader-election", move || {
+                if renewing.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("failed to renew the leader lease".to_owned())
+                }
+            });
+        }
         tracing::info!(
             identity = elector.identity(),
             "waiting to become the leader"
@@ -311,51 +404,52 @@ impl CloudControllerManager {
         if !elector.acquire(&shutdown).await {
             return Ok(());
         }
+        shared.metrics.set_leader(&lease_name, true);
         let leading = shutdown.child_token();
         let grace = self.shutdown_grace;
-        let controllers = {
-            let leading = leading.clone();
-            tokio::spawn(lead(
-                registrations,
-                selection,
-                client,
-                provider,
-                options,
-                leading,
-            ))
-        };
+        let mut controllers = tokio::spawn(lead(
+            registrations,
+            selection,
+            client,
+            provider,
+            options.clone(),
+            shared.clone(),
+            leading.clone(),
+        ));
         // Renew until shutdown or loss. On shutdown the controllers stop first, then the
         // Lease is released; on loss they stop at once.
         let stop_renewing = CancellationToken::new();
-        let hold = elector.hold(&stop_renewing, |_| {});
+        let hold = elector.hold(&stop_renewing, |ok| renewing.store(ok, Ordering::Relaxed));
         tokio::pin!(hold);
-        let mut controllers = controllers;
-        tokio::select! {
+        let result = tokio::select! {
             end = &mut hold => {
                 leading.cancel();
                 let _ = tokio::time::timeout(grace, &mut controllers).await;
-                return match end {
+                match end {
                     LeadershipEnd::Lost => Err(AppError::LostLeadership),
                     LeadershipEnd::Shutdown => Ok(()),
-                };
+                }
             }
             result = &mut controllers => {
-                // The controllers ended on their own: an init error, or shutdown.
+                // The controllers ended on their own: an init error.
                 stop_renewing.cancel();
                 hold.await;
-                return result.unwrap_or(Ok(()));
+                result.unwrap_or(Ok(()))
             }
-            () = shutdown.cancelled() => {}
-        }
-        tracing::info!("shutting down: stopping controllers");
-        leading.cancel();
-        match tokio::time::timeout(grace, &mut controllers).await {
-            Ok(_) => tracing::info!("controllers stopped"),
-            Err(_) => tracing::warn!(?grace, "controllers did not stop within the grace period"),
-        }
-        stop_renewing.cancel();
-        hold.await;
-        Ok(())
+            () = shutdown.cancelled() => {
+                tracing::info!("shutting down: stopping controllers");
+                leading.cancel();
+                match tokio::time::timeout(grace, &mut controllers).await {
+                    Ok(_) => tracing::info!("controllers stopped"),
+                    Err(_) => tracing::warn!(?grace, "controllers did not stop within the grace period"),
+                }
+                stop_renewing.cancel();
+                hold.await;
+                Ok(())
+            }
+        };
+        shared.metrics.set_leader(&lease_name, false);
+        result
     }
 
     fn registrations(&self) -> Vec<Registration> {
@@ -385,6 +479,7 @@ async fn lead(
     client: Client,
     provider: Arc<dyn CloudProvider>,
     options: Arc<Options>,
+    shared: Shared,
     cancel: CancellationToken,
 ) -> Result<(), AppError> {
     provider
@@ -411,7 +506,20 @@ async fn lead(
         services: services.clone(),
         options: options.clone(),
         cancel: cancel.clone(),
+        metrics: shared.metrics.clone(),
+        health: shared.health.clone(),
     };
+    // Ready once the caches are filled.
+    {
+        let (nodes, services) = (nodes.clone(), services.clone());
+        shared.health.register_fn("informers-synced", move || {
+            if nodes.is_synced() && services.is_synced() {
+                Ok(())
+            } else {
+                Err("waiting for the Node and Service caches".to_owned())
+            }
+        });
+    }
     let mut running: BTreeMap<String, ControllerFuture> = BTreeMap::new();
     for reg in registrations.iter() {
         if !selection.is_enabled(&reg.name, reg.on_by_default) {
@@ -447,9 +555,15 @@ async fn lead(
             tokio::time::sleep(jitter(options.controller_start_interval)).await;
         }
         tracing::info!(controller = %name, "starting controller");
-        tasks.spawn(fut);
+        let metrics = shared.metrics.clone();
+        metrics.controller_started(&name);
+        tasks.spawn(async move {
+            fut.await;
+            metrics.controller_stopped(&name);
+        });
     }
     while tasks.join_next().await.is_some() {}
+    shared.health.remove("informers-synced");
     Ok(())
 }
 
@@ -471,7 +585,11 @@ fn default_init(name: &str) -> ControllerInit {
                 ctx.nodes.clone(),
                 config,
             )
-            .map(|c| Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture))
+            .map(|c| {
+                ctx.metrics
+                    .register_queue(c.queue().name(), c.queue().shared_metrics());
+                Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture
+            }))
         }),
         CLOUD_NODE_LIFECYCLE_CONTROLLER => Arc::new(|ctx: &ControllerContext| {
             let config =

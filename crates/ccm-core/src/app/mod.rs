@@ -12,3 +12,6 @@ pub mod serve;
 pub use self::manager::{
     AppError, CloudControllerManager, ControllerContext, ControllerFuture, ControllerInit,
 };
+pub use self::options::{FlagError, LeaderElectionOptions, LogFormat, Options};
+pub use self::selection::ControllerSelection;
+pub use self::serve::{EndpointServer, Health, ServeOptions, Serving};

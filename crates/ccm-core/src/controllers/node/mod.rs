@@ -16,7 +16,8 @@
 
 mod decision;
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -107,6 +108,9 @@ struct Inner {
     recorder: EventRecorder,
     queue: Queue<String>,
     config: NodeControllerConfig,
+    /// Nodes (name, UID) this controller initialised whose untainted version the cache has
+    /// not shown yet: a sync in that window must not initialise them again.
+    initialized: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 impl CloudNodeController {
@@ -124,12 +128,17 @@ impl CloudNodeController {
         let instances = resolve_instances(provider)?;
         let queue = Queue::new("Nodes", config.rate_limit);
         let subscriber = queue.clone();
-        nodes.subscribe(move |change| {
-            if let Change::Applied { new, .. } = change
-                && needs_sync(new)
-            {
-                subscriber.add(new.name_any());
+        let initialized: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
+        let seen = initialized.clone();
+        nodes.subscribe(move |change| match change {
+            Change::Applied { new, .. } => {
+                if needs_sync(new) {
+                    subscriber.add(new.name_any());
+                } else if !is_uninitialized(new) {
+                    forget(&seen, new);
+                }
             }
+            Change::Deleted(old) => forget(&seen, old),
         });
         Some(Self {
             inner: Arc::new(Inner {
@@ -140,6 +149,7 @@ impl CloudNodeController {
                 recorder: EventRecorder::new(client, COMPONENT),
                 queue,
                 config,
+                initialized,
             }),
         })
     }
@@ -207,6 +217,15 @@ impl Inner {
         if !is_uninitialized(&node) {
             return self.reconcile_labels(&node).await;
         }
+        if self
+            .initialized
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&node_key(&node))
+        {
+            // Initialised by us; the cache has not caught up yet.
+            return Outcome::Done;
+        }
         tracing::info!(node = name, "initializing node with cloud provider");
         let meta = match self.instances.instance_metadata(&node).await {
             Ok(Some(meta)) => meta,
@@ -250,6 +269,10 @@ impl Inner {
             };
             match self.initialize(&node, &plan).await {
                 Ok(()) => {
+                    self.initialized
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(node_key(&node));
                     tracing::info!(
                         node = name,
                         "successfully initialized node with cloud provider"
@@ -440,6 +463,19 @@ impl Inner {
             tracing::warn!(node = name, error = %err, "error patching node with cloud addresses");
         }
     }
+}
+
+fn node_key(node: &Node) -> (String, String) {
+    (
+        node.name_any(),
+        node.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+fn forget(set: &Mutex<HashSet<(String, String)>>, node: &Node) {
+    set.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&node_key(node));
 }
 
 /// The queue outcome for a failed cloud call: a fixed delay when the provider asked for one.

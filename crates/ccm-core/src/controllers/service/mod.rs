@@ -42,7 +42,6 @@ mod writes;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -62,8 +61,11 @@ use self::decision::{
 use super::node_util::node_name;
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
+use crate::metrics::ControllerMetrics;
+use crate::metrics::prometheus_client::metrics::counter::Counter;
+use crate::metrics::prometheus_client::metrics::histogram::Histogram;
 use crate::provider::{CloudError, CloudProvider, LoadBalancer};
-use crate::runtime::{DurationHistogram, Outcome, Queue, RateLimit, run};
+use crate::runtime::{Outcome, Queue, RateLimit, run};
 
 /// The event source name, as Go's controller reports it.
 pub const COMPONENT: &str = "service-controller";
@@ -185,49 +187,9 @@ impl ServiceControllerConfig {
     }
 }
 
-/// The service controller's counters, for the metrics Go exports
-/// (`service_controller_loadbalancer_sync_total`, `…_nodesync_error_total`,
-/// `…_nodesync_latency_seconds`, `…_update_loadbalancer_host_latency_seconds`).
-#[derive(Debug, Default)]
-pub struct ServiceControllerMetrics {
-    load_balancer_syncs: AtomicU64,
-    node_sync_errors: AtomicU64,
-    node_sync_passes: AtomicU64,
-    node_sync_latency: DurationHistogram,
-    update_host_latency: DurationHistogram,
-}
-
-impl ServiceControllerMetrics {
-    /// How many times a load balancer was configured (ensured or its Nodes updated).
-    pub fn load_balancer_syncs(&self) -> u64 {
-        self.load_balancer_syncs.load(Ordering::Relaxed)
-    }
-
-    /// How many Node updates of a load balancer failed.
-    pub fn node_sync_errors(&self) -> u64 {
-        self.node_sync_errors.load(Ordering::Relaxed)
-    }
-
-    /// How many node-sync passes ran.
-    pub fn node_sync_passes(&self) -> u64 {
-        self.node_sync_passes.load(Ordering::Relaxed)
-    }
-
-    /// How long node-sync passes took (comparing and queueing; the updates run on the
-    /// service workers).
-    pub fn node_sync_latency(&self) -> &DurationHistogram {
-        &self.node_sync_latency
-    }
-
-    /// How long `update_load_balancer` calls took.
-    pub fn update_host_latency(&self) -> &DurationHistogram {
-        &self.update_host_latency
-    }
-}
-
 /// The service controller. See the [module docs](self).
 pub struct ServiceController {
-    inner: Arc<Inner>,
+    inner: Inner,
     changes: mpsc::Receiver<ChangeEvent>,
 }
 
@@ -257,7 +219,7 @@ struct Inner {
     records: Arc<Mutex<HashMap<ServiceKey, Record>>>,
     node_changed: Arc<Notify>,
     config: ServiceControllerConfig,
-    metrics: Arc<ServiceControllerMetrics>,
+    metrics: Metrics,
 }
 
 /// What the controller knows about one Service it synced (Go's service cache, plus the
@@ -313,6 +275,26 @@ impl Record {
             LbState::Cleaned => false,
             LbState::Applied { .. } => true,
             LbState::Unknown => wants_load_balancer(&self.service) || has_finalizer(&self.service),
+        }
+    }
+}
+
+/// Where the controller counts (Go's `service_controller_*` metrics); unregistered
+/// stand-ins until [`ServiceController::with_metrics`].
+struct Metrics {
+    load_balancer_syncs: Counter,
+    node_sync_errors: Counter,
+    node_sync_latency: Histogram,
+    update_host_latency: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            load_balancer_syncs: Counter::default(),
+            node_sync_errors: Counter::default(),
+            node_sync_latency: Histogram::new([1.0]),
+            update_host_latency: Histogram::new([1.0]),
         }
     }
 }
@@ -408,7 +390,7 @@ impl ServiceController {
         }
 
         Some(Self {
-            inner: Arc::new(Inner {
+            inner: Inner {
                 client: client.clone(),
                 provider: provider.clone(),
                 services,
@@ -418,8 +400,8 @@ impl ServiceController {
                 records,
                 node_changed,
                 config,
-                metrics: Arc::default(),
-            }),
+                metrics: Metrics::default(),
+            },
             changes,
         })
     }
@@ -429,9 +411,22 @@ impl ServiceController {
         &self.inner.queue
     }
 
-    /// The controller's counters.
-    pub fn metrics(&self) -> Arc<ServiceControllerMetrics> {
-        self.inner.metrics.clone()
+    /// Updates Go's service controller metrics in `metrics` (the `service_controller_*`
+    /// counters and histograms) from now on. Without it they go nowhere.
+    ///
+    /// `service_controller_nodesync_latency_seconds` measures a node-sync pass, which here
+    /// only compares Node sets and queues the Services whose Nodes changed; the updates
+    /// themselves run on the service workers and are measured by
+    /// `service_controller_update_loadbalancer_host_latency_seconds`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: &ControllerMetrics) -> Self {
+        self.inner.metrics = Metrics {
+            load_balancer_syncs: metrics.loadbalancer_sync.clone(),
+            node_sync_errors: metrics.nodesync_error.clone(),
+            node_sync_latency: metrics.nodesync_latency.clone(),
+            update_host_latency: metrics.update_loadbalancer_host_latency.clone(),
+        };
+        self
     }
 
     /// Runs until `cancel` fires: waits for the Service and Node caches, then syncs Services
@@ -439,6 +434,7 @@ impl ServiceController {
     /// fires is abandoned at its next await point; the finalizer makes that safe.
     pub async fn run(self, cancel: CancellationToken) {
         let Self { inner, changes } = self;
+        let inner = Arc::new(inner);
         let synced =
             async { inner.services.wait_synced().await && inner.nodes.wait_synced().await };
         tokio::select! {
@@ -747,9 +743,7 @@ impl Inner {
                     "Deleting load balancer",
                 )
                 .await;
-            self.metrics
-                .load_balancer_syncs
-                .fetch_add(1, Ordering::Relaxed);
+            self.metrics.load_balancer_syncs.inc();
             match lb
                 .ensure_load_balancer_deleted(self.cluster(), &service)
                 .await
@@ -822,9 +816,7 @@ impl Inner {
                 )
                 .await;
         }
-        self.metrics
-            .load_balancer_syncs
-            .fetch_add(1, Ordering::Relaxed);
+        self.metrics.load_balancer_syncs.inc();
         let status = match lb
             .ensure_load_balancer(self.cluster(), &service, &nodes)
             .await
@@ -885,14 +877,14 @@ impl Inner {
             .load_balancer()
             .map_err(|e| SyncError::cloud("failed to update load balancer hosts", &e))?;
         tracing::info!(service = %key, nodes = ?hosts.keys().collect::<Vec<_>>(), "updating load balancer hosts");
-        self.metrics
-            .load_balancer_syncs
-            .fetch_add(1, Ordering::Relaxed);
+        self.metrics.load_balancer_syncs.inc();
         let started = tokio::time::Instant::now();
         let result = lb
             .update_load_balancer(self.cluster(), service, &nodes)
             .await;
-        self.metrics.update_host_latency.observe(started.elapsed());
+        self.metrics
+            .update_host_latency
+            .observe(started.elapsed().as_secs_f64());
         let err = match result {
             Ok(()) => {
                 if nodes.is_empty() {
@@ -935,9 +927,7 @@ impl Inner {
                 tracing::warn!(service = %key, error = %get_err.chain_to_string(), "failed to check if load balancer exists");
             }
         }
-        self.metrics
-            .node_sync_errors
-            .fetch_add(1, Ordering::Relaxed);
+        self.metrics.node_sync_errors.inc();
         let names: Vec<&str> = nodes.iter().map(|n| node_name(n)).collect();
         let err = SyncError::cloud("failed to update load balancer hosts", &err);
         self.recorder
@@ -1010,9 +1000,8 @@ impl Inner {
             self.queue.add(key);
         }
         self.metrics
-            .node_sync_passes
-            .fetch_add(1, Ordering::Relaxed);
-        self.metrics.node_sync_latency.observe(started.elapsed());
+            .node_sync_latency
+            .observe(started.elapsed().as_secs_f64());
     }
 
     /// Publishes the Normal events Go records for Service changes.

@@ -1,0 +1,430 @@
+//! `load_balancer.*`: what the service controller relies on.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ccm_core::provider::{CloudError, LoadBalancer};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+
+use super::notes;
+use crate::context::{
+    Checked, Ctx, Stop, describe_err, fail, node_name, svc_name, unexpected, valid_dns_name,
+};
+
+/// The ingress entries, order-free, for comparing two statuses.
+fn ingress(status: &LoadBalancerStatus) -> BTreeSet<String> {
+    status
+        .ingress
+        .iter()
+        .flatten()
+        .map(|i| {
+            format!(
+                "{}{}",
+                i.ip.as_deref()
+                    .map(|ip| format!("ip {ip}"))
+                    .unwrap_or_default(),
+                i.hostname
+                    .as_deref()
+                    .map(|h| format!(" hostname {h}"))
+                    .unwrap_or_default()
+            )
+            .trim()
+            .to_owned()
+        })
+        .collect()
+}
+
+fn show(status: &LoadBalancerStatus) -> String {
+    let ingress = ingress(status);
+    if ingress.is_empty() {
+        "a status with no ingress".into()
+    } else {
+        format!(
+            "ingress [{}]",
+            ingress.into_iter().collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+fn arcs(nodes: &[&Node]) -> Vec<Arc<Node>> {
+    nodes.iter().map(|n| Arc::new((*n).clone())).collect()
+}
+
+fn names(nodes: &[&Node]) -> Vec<String> {
+    let mut names: Vec<String> = nodes.iter().map(|n| node_name(n).to_owned()).collect();
+    names.sort();
+    names
+}
+
+/// Asks `get_load_balancer` until it says what `want_exists` says, or the settle time is up.
+async fn get_until(
+    ctx: &Ctx,
+    lb: &dyn LoadBalancer,
+    service: &Service,
+    step: String,
+    want_exists: bool,
+) -> Result<Option<LoadBalancerStatus>, Stop> {
+    ctx.eventually(
+        step.clone(),
+        || lb.get_load_balancer(ctx.cluster(), service),
+        |a| matches!(a, Ok(s) if s.is_some() == want_exists),
+    )
+    .await
+    .map_err(|e| unexpected(&step, &e))
+}
+
+/// `ensure_load_balancer_deleted`, which may never answer `ImplementedElsewhere`.
+async fn delete(ctx: &Ctx, lb: &dyn LoadBalancer, service: &Service, when: &str) -> Checked {
+    let step = format!(
+        "ensure_load_balancer_deleted({}), {when}",
+        svc_name(service)
+    );
+    match ctx
+        .raw(
+            step.clone(),
+            lb.ensure_load_balancer_deleted(ctx.cluster(), service),
+        )
+        .await
+    {
+        Ok(()) => Ok(None),
+        Err(CloudError::ImplementedElsewhere) => fail!(
+            "{step} returned ImplementedElsewhere, which it never may: the service controller \
+             would keep the Service's finalizer"
+        ),
+        Err(CloudError::NotImplemented) => Err(Stop::NotImplemented(step)),
+        Err(e) => fail!(
+            "{step} returned {}: it must return Ok, or the Service's deletion is stuck behind its \
+             finalizer",
+            describe_err(&e)
+        ),
+    }
+}
+
+/// The load balancer names the cloud has beyond `before`, once settled on `done`.
+async fn new_load_balancers(
+    ctx: &Ctx,
+    before: &[String],
+    done: impl Fn(usize) -> bool,
+) -> Result<Vec<String>, Stop> {
+    let deadline = tokio::time::Instant::now() + ctx.options().settle_timeout;
+    loop {
+        let now = ctx
+            .test_cloud(
+                "TestCloud::list_load_balancers",
+                ctx.shared.cloud.list_load_balancers(ctx.cluster()),
+            )
+            .await?;
+        let new: Vec<String> = now.into_iter().filter(|n| !before.contains(n)).collect();
+        if done(new.len()) || tokio::time::Instant::now() >= deadline {
+            return Ok(new);
+        }
+        tokio::time::sleep(ctx.options().poll_interval).await;
+    }
+}
+
+pub(super) async fn get_false_before_ensure(ctx: &Ctx) -> Checked {
+    let lb = ctx.load_balancer()?;
+    let service = ctx.service();
+    let step = format!(
+        "get_load_balancer({}) before any ensure_load_balancer",
+        svc_name(&service)
+    );
+    if let Some(status) = ctx
+        .call(step.clone(), lb.get_load_balancer(ctx.cluster(), &service))
+        .await?
+    {
+        fail!(
+            "{step} says it exists, with {}: only a load balancer ensure_load_balancer made may \
+             exist, or the service controller deletes one it never made",
+            show(&status)
+        );
+    }
+    let nodes = ctx.pool(1).await?;
+    ctx.ensure("", &service, &nodes).await?;
+    let step = format!(
+        "get_load_balancer({}) after ensure_load_balancer",
+        svc_name(&service)
+    );
+    if get_until(ctx, lb, &service, step.clone(), true)
+        .await?
+        .is_none()
+    {
+        fail!(
+            "{step} says it does not exist{}: the service controller would not delete it when \
+             the Service goes",
+            ctx.settled()
+        );
+    }
+    delete(ctx, lb, &service, "after ensure_load_balancer").await?;
+    let step = format!(
+        "get_load_balancer({}) after ensure_load_balancer_deleted",
+        svc_name(&service)
+    );
+    if let Some(status) = get_until(ctx, lb, &service, step.clone(), false).await? {
+        fail!(
+            "{step} still says it exists, with {}{}",
+            show(&status),
+            ctx.settled()
+        );
+    }
+    Ok(None)
+}
+
+pub(super) async fn ensure_is_idempotent(ctx: &Ctx) -> Checked {
+    let lb = ctx.load_balancer()?;
+    let nodes = ctx.pool(1).await?;
+    let service = ctx.service();
+    let before = ctx
+        .optional(
+            "TestCloud::list_load_balancers",
+            ctx.shared.cloud.list_load_balancers(ctx.cluster()),
+        )
+        .await?;
+    let first = ctx.ensure("first", &service, &nodes).await?;
+    let second = ctx.ensure("second", &service, &nodes).await?;
+    if ingress(&first) != ingress(&second) {
+        fail!(
+            "the second ensure_load_balancer({}) with the same arguments returned {}, the first \
+             {}: it must not make a new load balancer or change its address",
+            svc_name(&service),
+            show(&second),
+            show(&first)
+        );
+    }
+    let step = format!(
+        "get_load_balancer({}) after two ensure_load_balancer calls",
+        svc_name(&service)
+    );
+    let got = ctx
+        .eventually(
+            step.clone(),
+            || lb.get_load_balancer(ctx.cluster(), &service),
+            |a| matches!(a, Ok(Some(s)) if ingress(s) == ingress(&second)),
+        )
+        .await
+        .map_err(|e| unexpected(&step, &e))?;
+    match got {
+        None => fail!("{step} says it does not exist{}", ctx.settled()),
+        Some(s) if ingress(&s) != ingress(&second) => fail!(
+            "{step} reports {}, but ensure_load_balancer returned {}{}",
+            show(&s),
+            show(&second),
+            ctx.settled()
+        ),
+        Some(_) => {}
+    }
+    let mut note = Vec::new();
+    match before {
+        Ok(before) => {
+            let new = new_load_balancers(ctx, &before, |n| n == 1).await?;
+            if new.len() != 1 {
+                fail!(
+                    "after two ensure_load_balancer calls for one Service, the cloud has {} new \
+                     load balancer(s) [{}]{}; expected exactly one",
+                    new.len(),
+                    new.join(", "),
+                    ctx.settled()
+                );
+            }
+        }
+        Err(why) => note.push(format!("load balancers not counted: {why}")),
+    }
+    delete(ctx, lb, &service, "at the end").await?;
+    Ok(notes(note))
+}
+
+/// Checks the Nodes the cloud says the load balancer targets, when the test cloud can tell.
+async fn check_targets(
+    ctx: &Ctx,
+    service: &Service,
+    want: &[&Node],
+    after: &str,
+) -> Result<Option<String>, Stop> {
+    let want = names(want);
+    let deadline = tokio::time::Instant::now() + ctx.options().settle_timeout;
+    loop {
+        let got = ctx
+            .optional(
+                "TestCloud::load_balancer_nodes",
+                ctx.shared.cloud.load_balancer_nodes(ctx.cluster(), service),
+            )
+            .await?;
+        let got = match got {
+            Err(why) => return Ok(Some(format!("targets not verified: {why}"))),
+            Ok(None) => None,
+            Ok(Some(mut nodes)) => {
+                nodes.sort();
+                nodes.dedup();
+                Some(nodes)
+            }
+        };
+        if got.as_ref() == Some(&want) {
+            return Ok(None);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match got {
+                None => fail!(
+                    "{after}, the cloud has no load balancer for {}{}",
+                    svc_name(service),
+                    ctx.settled()
+                ),
+                Some(got) => fail!(
+                    "{after}, the load balancer sends traffic to [{}], not [{}]{}",
+                    got.join(", "),
+                    want.join(", "),
+                    ctx.settled()
+                ),
+            }
+        }
+        tokio::time::sleep(ctx.options().poll_interval).await;
+    }
+}
+
+pub(super) async fn update_with_new_nodes(ctx: &Ctx) -> Checked {
+    let lb = ctx.load_balancer()?;
+    let pool = ctx.pool(2).await?;
+    let (a, b) = (&pool[0], &pool[1]);
+    let service = ctx.service();
+    ctx.ensure("", &service, std::slice::from_ref(a)).await?;
+    let mut note = Vec::new();
+    note.extend(check_targets(ctx, &service, &[a], "after ensure_load_balancer with [a]").await?);
+
+    for (set, label) in [(vec![a, b], "[a, b]"), (vec![b], "[b]")] {
+        let what = format!(
+            "update_load_balancer({}) with Nodes {label} = [{}]",
+            svc_name(&service),
+            names(&set).join(", ")
+        );
+        ctx.call(
+            what.clone(),
+            lb.update_load_balancer(ctx.cluster(), &service, &arcs(&set)),
+        )
+        .await?;
+        check_targets(ctx, &service, &set, &format!("after {what}")).await?;
+        let step = format!("get_load_balancer({}) after {what}", svc_name(&service));
+        if get_until(ctx, lb, &service, step.clone(), true)
+            .await?
+            .is_none()
+        {
+            fail!("{step} says it does not exist{}", ctx.settled());
+        }
+    }
+    delete(ctx, lb, &service, "at the end").await?;
+    note.dedup();
+    Ok(notes(note))
+}
+
+pub(super) async fn ensure_deleted_is_idempotent(ctx: &Ctx) -> Checked {
+    let lb = ctx.load_balancer()?;
+    let nodes = ctx.pool(1).await?;
+    let service = ctx.service();
+    let before = ctx
+        .optional(
+            "TestCloud::list_load_balancers",
+            ctx.shared.cloud.list_load_balancers(ctx.cluster()),
+        )
+        .await?;
+    ctx.ensure("", &service, &nodes).await?;
+    delete(ctx, lb, &service, "first call").await?;
+    let step = format!(
+        "get_load_balancer({}) after ensure_load_balancer_deleted",
+        svc_name(&service)
+    );
+    if let Some(status) = get_until(ctx, lb, &service, step.clone(), false).await? {
+        fail!(
+            "{step} still says it exists, with {}{}",
+            show(&status),
+            ctx.settled()
+        );
+    }
+    delete(ctx, lb, &service, "second call, nothing left to delete").await?;
+    match before {
+        Ok(before) => {
+            let left = new_load_balancers(ctx, &before, |n| n == 0).await?;
+            if !left.is_empty() {
+                fail!(
+                    "the cloud still has load balancer(s) [{}] after ensure_load_balancer_deleted{}",
+                    left.join(", "),
+                    ctx.settled()
+                );
+            }
+            Ok(None)
+        }
+        Err(why) => Ok(Some(format!("load balancers not counted: {why}"))),
+    }
+}
+
+pub(super) async fn ensure_deleted_when_nothing_exists(ctx: &Ctx) -> Checked {
+    let lb = ctx.load_balancer()?;
+    let service = ctx.service();
+    delete(
+        ctx,
+        lb,
+        &service,
+        "for a Service that never had a load balancer",
+    )
+    .await?;
+    let step = format!(
+        "get_load_balancer({}) for a Service that never had a load balancer",
+        svc_name(&service)
+    );
+    if let Some(status) = ctx
+        .call(step.clone(), lb.get_load_balancer(ctx.cluster(), &service))
+        .await?
+    {
+        fail!("{step} says it exists, with {}", show(&status));
+    }
+    Ok(None)
+}
+
+pub(super) async fn status_has_valid_ingress(ctx: &Ctx) -> Checked {
+    let lb = ctx.load_balancer()?;
+    let nodes = ctx.pool(1).await?;
+    let service = ctx.service();
+    let status = ctx.ensure("", &service, &nodes).await?;
+    let step = format!("ensure_load_balancer({})", svc_name(&service));
+    let entries = status.ingress.clone().unwrap_or_default();
+    if entries.is_empty() {
+        fail!(
+            "{step} returned a status with no ingress: the Service would get no external address \
+             (while the load balancer is provisioning, return CloudError::RetryAfter)"
+        );
+    }
+    let mut problems = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let ip = entry.ip.as_deref().filter(|s| !s.is_empty());
+        let hostname = entry.hostname.as_deref().filter(|s| !s.is_empty());
+        if ip.is_none() && hostname.is_none() {
+            problems.push(format!("ingress[{i}] has neither an ip nor a hostname"));
+        }
+        if let Some(ip) = ip
+            && ip.parse::<IpAddr>().is_err()
+        {
+            problems.push(format!("ingress[{i}].ip {ip:?} is not an IP address"));
+        }
+        if let Some(h) = hostname
+            && !valid_dns_name(h)
+        {
+            problems.push(format!("ingress[{i}].hostname {h:?} is not a DNS name"));
+        }
+        match (entry.ip_mode.as_deref(), ip) {
+            (None, _) | (Some("VIP" | "Proxy"), Some(_)) => {}
+            (Some(mode @ ("VIP" | "Proxy")), None) => {
+                problems.push(format!("ingress[{i}] has ipMode {mode} but no ip"));
+            }
+            (Some(other), _) => problems.push(format!(
+                "ingress[{i}].ipMode {other:?} is neither \"VIP\" nor \"Proxy\""
+            )),
+        }
+    }
+    if !problems.is_empty() {
+        fail!(
+            "{step} returned {}, which the API server rejects or clients cannot use: {}",
+            show(&status),
+            problems.join("; ")
+        );
+    }
+    delete(ctx, lb, &service, "at the end").await?;
+    Ok(None)
+}

@@ -7,4 +7,5 @@ pub mod node;
 pub mod node_lifecycle;
 pub(crate) mod node_util;
 pub(crate) mod patch;
+pub mod route;
 pub mod service;

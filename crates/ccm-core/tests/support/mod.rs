@@ -240,6 +240,54 @@ pub fn addresses(node: &Node) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+// ----- Route controller helpers (appended) -----
+
+/// Polls `check` every 100 ms until it holds, for up to `timeout`; panics with `what`.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The Node's condition of type `type_`, as (status, reason).
+pub fn node_condition(node: &Node, type_: &str) -> Option<(String, String)> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_))
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+impl Harness {
+    /// A Node of this run (as [`Harness::new_node`] makes it) with these pod CIDRs in
+    /// `spec.podCIDRs` and the first in `spec.podCIDR`.
+    pub fn new_node_with_pod_cidrs(&self, prefix: &str, cidrs: &[&str]) -> Node {
+        let mut node = self.new_node(prefix);
+        let spec = node.spec.get_or_insert_with(NodeSpec::default);
+        spec.pod_cidr = cidrs.first().map(|c| (*c).to_owned());
+        spec.pod_cidrs = Some(cidrs.iter().map(|c| (*c).to_owned()).collect());
+        node
+    }
+
+    /// This run's Nodes, as the API server has them now.
+    pub async fn run_nodes(&self) -> Vec<Node> {
+        self.nodes()
+            .list(&ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run)))
+            .await
+            .expect("list nodes")
+            .items
+    }
+}
+
 // ----- Service controller helpers (appended) -----
 
 /// A `type: LoadBalancer` Service named `name` with TCP `ports` as (name, port); the API

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ccm_test::{ControlPlane, unique_name};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, Taint};
 use kube::api::{Api, PostParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
@@ -95,6 +95,7 @@ fn base_args(kubeconfig: &Path, config: &Path) -> Vec<String> {
         "--cloud-provider=fake".into(),
         format!("--cloud-config={}", config.display()),
         format!("--kubeconfig={}", kubeconfig.display()),
+        "--cluster-cidr=10.244.0.0/16".into(),
         "--secure-port=0".into(),
     ]
 }
@@ -202,6 +203,40 @@ async fn runs_under_the_shipped_least_privilege_role() {
             .map(String::as_str),
         Some("zone-a")
     );
+    // A LoadBalancer Service gets its finalizer and ingress.
+    let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
+    let svc_name = unique_name("rbac-lb");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": svc_name},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let svc = services.get(&svc_name).await.unwrap();
+        let ingress = svc
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .unwrap_or_default();
+        if !ingress.is_empty() {
+            let finalizers = svc.metadata.finalizers.unwrap_or_default();
+            assert!(
+                finalizers
+                    .iter()
+                    .any(|f| f == "service.kubernetes.io/load-balancer-cleanup")
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ingress:\n{}",
+            ccm.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     let deadline = tokio::time::Instant::now() + WAIT;
     while nodes.get_opt(&gone).await.unwrap().is_some() {
         assert!(
@@ -387,6 +422,24 @@ fn bad_flags_and_config_fail_fast_with_one_line() {
                 "--controllers=*,-routing".into(),
             ],
             "--controllers",
+        ),
+        (
+            vec!["--cloud-provider=fake".into()],
+            "--cluster-cidr: \"\": must be set when cloud routes are configured",
+        ),
+        (
+            vec![
+                "--cloud-provider=fake".into(),
+                "--cluster-cidr=10.0.0.0/8,10.1.0.0/16".into(),
+            ],
+            "--cluster-cidr",
+        ),
+        (
+            vec![
+                "--cloud-provider=fake".into(),
+                "--cluster-cidr=10.0.0.0/33".into(),
+            ],
+            "--cluster-cidr",
         ),
         (
             vec![

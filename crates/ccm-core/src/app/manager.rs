@@ -27,12 +27,14 @@ use super::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use super::options::{FlagError, LogFormat, Options};
 use super::selection::{
     CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, ControllerSelection,
-    DEFAULT_CONTROLLERS,
+    DEFAULT_CONTROLLERS, NODE_ROUTE_CONTROLLER, SERVICE_LB_CONTROLLER,
 };
 use super::serve::{EndpointServer, Health, ServeOptions, Serving};
 use crate::client::{ApiLayer, build_client};
 use crate::controllers::node::{CloudNodeController, NodeControllerConfig};
 use crate::controllers::node_lifecycle::{NodeLifecycleConfig, NodeLifecycleController};
+use crate::controllers::route::{RouteController, RouteControllerConfig};
+use crate::controllers::service::{ServiceController, ServiceControllerConfig};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use crate::provider::{
@@ -270,6 +272,14 @@ impl CloudControllerManager {
         let metrics = Metrics::new();
         let provider = metrics.instrument(provider);
         let health = Health::new();
+
+        // The route controller's flags are checked now, before the cluster is touched.
+        if selection.is_enabled(NODE_ROUTE_CONTROLLER, true)
+            && options.configure_cloud_routes
+            && provider.routes().is_some()
+        {
+            route_config(&options)?;
+        }
 
         let kube_config = kube_config(&options).await?;
         let api = ApiLayer::new().with_rate_limit(
@@ -602,9 +612,53 @@ fn default_init(name: &str) -> ControllerInit {
             )
             .map(|c| Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture))
         }),
-        // The service and route controllers are wired in as they land.
+        SERVICE_LB_CONTROLLER => Arc::new(|ctx: &ControllerContext| {
+            let o = &ctx.options;
+            let config = ServiceControllerConfig::default()
+                .with_workers(o.concurrent_service_syncs.unsigned_abs() as usize)
+                .with_cluster_name(o.cluster_name.clone());
+            Ok(ServiceController::new(
+                ctx.client.clone(),
+                &ctx.provider,
+                ctx.services.clone(),
+                ctx.nodes.clone(),
+                config,
+            )
+            .map(|c| {
+                ctx.metrics
+                    .register_queue(c.queue().name(), c.queue().shared_metrics());
+                Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture
+            }))
+        }),
+        NODE_ROUTE_CONTROLLER => Arc::new(|ctx: &ControllerContext| {
+            let o = &ctx.options;
+            if !o.configure_cloud_routes || ctx.provider.routes().is_none() {
+                return Ok(None);
+            }
+            let config = route_config(o)?;
+            Ok(
+                RouteController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
+                    .map(|c| {
+                        Box::pin(
+                            c.with_metrics(ctx.metrics.controllers())
+                                .run(ctx.cancel.clone()),
+                        ) as ControllerFuture
+                    }),
+            )
+        }),
         _ => Arc::new(|_: &ControllerContext| Ok(None)),
     }
+}
+
+/// The route controller's settings from the flags; errors name the flag.
+fn route_config(o: &Options) -> Result<RouteControllerConfig, FlagError> {
+    let to_flag = |e: crate::controllers::route::RouteConfigError| FlagError {
+        flag: e.flag(),
+        message: format!("{:?}: {}", e.value(), e.reason()),
+    };
+    RouteControllerConfig::new(o.cluster_name.clone(), &o.cluster_cidr)
+        .and_then(|c| c.with_reconciliation_period(o.route_reconciliation_period))
+        .map_err(to_flag)
 }
 
 /// A random duration in [d, 2d), like Go's `wait.Jitter(d, 1.0)`.

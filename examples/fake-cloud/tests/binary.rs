@@ -589,6 +589,10 @@ async fn endpoints_report_readiness_and_metrics() {
         &format!("leader_election_master_status{{name=\"{lease_name}\"}} 1"),
         "running_managed_controllers{name=\"cloud-node-controller\",manager=\"cloud-controller-manager\"} 1",
         "workqueue_adds_total{name=\"Nodes\"}",
+        "workqueue_adds_total{name=\"service\"}",
+        "node_controller_cloud_provider_taint_removal_delay_seconds_count 1",
+        "node_controller_initial_node_sync_delay_seconds_count 1",
+        "route_controller_route_sync_total",
         "rest_client_requests_total{verb=\"PATCH\",resource=\"nodes\"}",
     ] {
         assert!(

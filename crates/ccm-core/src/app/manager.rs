@@ -598,7 +598,10 @@ fn default_init(name: &str) -> ControllerInit {
             .map(|c| {
                 ctx.metrics
                     .register_queue(c.queue().name(), c.queue().shared_metrics());
-                Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture
+                Box::pin(
+                    c.with_metrics(ctx.metrics.controllers())
+                        .run(ctx.cancel.clone()),
+                ) as ControllerFuture
             }))
         }),
         CLOUD_NODE_LIFECYCLE_CONTROLLER => Arc::new(|ctx: &ControllerContext| {
@@ -627,7 +630,10 @@ fn default_init(name: &str) -> ControllerInit {
             .map(|c| {
                 ctx.metrics
                     .register_queue(c.queue().name(), c.queue().shared_metrics());
-                Box::pin(c.run(ctx.cancel.clone())) as ControllerFuture
+                Box::pin(
+                    c.with_metrics(ctx.metrics.controllers())
+                        .run(ctx.cancel.clone()),
+                ) as ControllerFuture
             }))
         }),
         NODE_ROUTE_CONTROLLER => Arc::new(|ctx: &ControllerContext| {

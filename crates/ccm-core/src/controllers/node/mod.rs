@@ -34,8 +34,10 @@ use self::decision::{
 use super::patch::{PatchFailure, add_labels, replace_list, to_patch};
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
+use crate::metrics::ControllerMetrics;
 use crate::provider::{CloudError, CloudProvider, Instances, resolve_instances};
 use crate::runtime::{Outcome, Queue, RateLimit, run};
+use prometheus_client::metrics::histogram::Histogram;
 
 /// The event source name, as Go's controller reports it.
 pub const COMPONENT: &str = "cloud-node-controller";
@@ -111,6 +113,8 @@ struct Inner {
     /// Nodes (name, UID) this controller initialised whose untainted version the cache has
     /// not shown yet: a sync in that window must not initialise them again.
     initialized: Arc<Mutex<HashSet<(String, String)>>>,
+    /// Go's `node_controller_*_delay_seconds` histograms, when wired.
+    delays: Option<(Histogram, Histogram)>,
 }
 
 impl CloudNodeController {
@@ -150,8 +154,22 @@ impl CloudNodeController {
                 queue,
                 config,
                 initialized,
+                delays: None,
             }),
         })
+    }
+
+    /// Records Go's `node_controller_initial_node_sync_delay_seconds` and
+    /// `node_controller_cloud_provider_taint_removal_delay_seconds` (seconds from a Node's
+    /// creation to its initialisation) in `metrics`. Call before [`run`](Self::run).
+    pub fn with_metrics(mut self, metrics: &ControllerMetrics) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.delays = Some((
+                metrics.initial_node_sync_delay.clone(),
+                metrics.cloud_provider_taint_removal_delay.clone(),
+            ));
+        }
+        self
     }
 
     /// The controller's work queue, for metrics.
@@ -273,6 +291,16 @@ impl Inner {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .insert(node_key(&node));
+                    if let (Some((sync, taint)), Some(created)) =
+                        (&self.delays, &node.metadata.creation_timestamp)
+                    {
+                        let age = k8s_openapi::jiff::Timestamp::now()
+                            .duration_since(created.0)
+                            .as_secs_f64()
+                            .max(0.0);
+                        taint.observe(age);
+                        sync.observe(age);
+                    }
                     tracing::info!(
                         node = name,
                         "successfully initialized node with cloud provider"

@@ -297,8 +297,27 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let b = Ccm::start(&args, &[("HOSTNAME", "replica-b")]);
+    // The standby serves its endpoints, so its cloud-call counters can be read.
+    let b_port = free_port();
+    let mut b_args: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "--secure-port=0")
+        .cloned()
+        .collect();
+    b_args.extend([
+        "--insecure-serving".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={b_port}"),
+    ]);
+    let b = Ccm::start(&b_args, &[("HOSTNAME", "replica-b")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, metrics) = http_get(b_port, "/metrics");
+    assert_eq!(status, 200, "{}", b.log());
+    assert!(
+        !metrics.contains("ccm_cloud_requests_total{"),
+        "the standby made cloud calls before it led:\n{metrics}"
+    );
+    assert_eq!(http_get(b_port, "/readyz").0, 200, "a standby is ready");
     assert!(
         holder().await.starts_with("replica-a_"),
         "the standby does not steal the Lease"
@@ -331,6 +350,11 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         .await
         .unwrap();
     wait_initialized(&nodes, &name, &b).await;
+    let (_, metrics) = http_get(b_port, "/metrics");
+    assert!(
+        metrics.contains("ccm_cloud_requests_total{provider=\"fake\",method=\"instance_metadata\""),
+        "the new leader's cloud calls are counted:\n{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -12,7 +12,11 @@ cd "$(dirname "$0")/.."
 once=false
 [ "${1:-}" = "--once" ] && once=true
 
-say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
+if [ -t 2 ]; then
+  say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
+else
+  say() { printf '\n==> %s\n' "$*" >&2; }
+fi
 
 say "building (control-plane binaries from Go modules on first use, then the Rust binaries)"
 KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
@@ -87,12 +91,13 @@ ok=false
 for _ in $(seq 1 300); do
   initialized=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.spec.providerID}{"\n"}{end}' | grep -c '^fake://' || true)
   ingress=$("$kubectl" get service web -o jsonpath='{.status.loadBalancer.ingress[0].ip}' 2>/dev/null || true)
-  if [ "$initialized" = 3 ] && [ -n "$ingress" ]; then ok=true; break; fi
+  routed=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="NetworkUnavailable")].reason}{"\n"}{end}' | grep -c '^RouteCreated$' || true)
+  if [ "$initialized" = 3 ] && [ "$routed" = 3 ] && [ -n "$ingress" ]; then ok=true; break; fi
   sleep 0.2
 done
 
 say "Nodes"
-"$kubectl" get nodes -o custom-columns='NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,REGION:.metadata.labels.topology\.kubernetes\.io/region,ADDRESSES:.status.addresses[*].address,TAINTS:.spec.taints[*].key'
+"$kubectl" get nodes -o custom-columns='NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,ZONE:.metadata.labels.topology\.kubernetes\.io/zone,REGION:.metadata.labels.topology\.kubernetes\.io/region,ADDRESSES:.status.addresses[*].address,ROUTE:.status.conditions[?(@.type=="NetworkUnavailable")].reason,TAINTS:.spec.taints[*].key'
 say "Services"
 "$kubectl" get services -o wide
 say "Events"

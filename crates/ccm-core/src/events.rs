@@ -4,6 +4,16 @@
 //! event source is (`cloud-node-controller`, `service-controller`, …) so that
 //! `kubectl get events` reads the same after a migration. Publishing never fails a
 //! reconcile: an event that cannot be written is logged and dropped.
+//!
+//! Repeats are aggregated as Go's recorder does: the same reason *and message* about the
+//! same object becomes one event with a growing count, while a new message is a new event.
+//! (kube's `Recorder` alone folds every event of one reason into the first one's message,
+//! which would hide the latest error; each distinct message gets a recorder of its own.)
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -12,10 +22,16 @@ use kube::{Client, Resource, ResourceExt};
 /// The largest event note the API accepts is 1 KiB; longer notes are cut.
 const MAX_NOTE_BYTES: usize = 1024;
 
+/// How many distinct (reason, message) recorders are kept before the set starts afresh.
+const MAX_RECORDERS: usize = 4096;
+
 /// Publishes events for one controller.
 #[derive(Clone)]
 pub struct EventRecorder {
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
+    /// One kube recorder (and so one aggregation series) per (type, reason, message).
+    recorders: Arc<Mutex<HashMap<u64, Recorder>>>,
     component: String,
 }
 
@@ -36,7 +52,9 @@ impl EventRecorder {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            reporter,
+            recorders: Arc::default(),
             component,
         }
     }
@@ -83,7 +101,8 @@ impl EventRecorder {
             action: action.to_owned(),
             secondary: None,
         };
-        if let Err(err) = self.recorder.publish(&event, &reference).await {
+        let recorder = self.recorder_for(type_, reason, event.note.as_deref().unwrap_or_default());
+        if let Err(err) = recorder.publish(&event, &reference).await {
             tracing::warn!(
                 component = %self.component,
                 object = %obj.name_any(),
@@ -92,6 +111,25 @@ impl EventRecorder {
                 "could not publish event"
             );
         }
+    }
+}
+
+impl EventRecorder {
+    fn recorder_for(&self, type_: EventType, reason: &str, note: &str) -> Recorder {
+        let mut hasher = DefaultHasher::new();
+        (matches!(type_, EventType::Warning), reason, note).hash(&mut hasher);
+        let key = hasher.finish();
+        let mut recorders = self
+            .recorders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if recorders.len() >= MAX_RECORDERS && !recorders.contains_key(&key) {
+            recorders.clear();
+        }
+        recorders
+            .entry(key)
+            .or_insert_with(|| Recorder::new(self.client.clone(), self.reporter.clone()))
+            .clone()
     }
 }
 

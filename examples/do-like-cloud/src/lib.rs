@@ -1,0 +1,118 @@
+//! A DigitalOcean-like HTTP cloud for `ccm-core`: an API [`simulator`], a typed [`client`],
+//! and [`DoLikeCloud`], a provider that talks to the API over HTTP.
+//!
+//! This is the example of how a real provider is written. See `docs/do-like-cloud.md` for
+//! the cloud-config, the annotations and the design choices (the droplet-list cache, the
+//! load balancer's ID annotation, cluster tags).
+//!
+//! ```no_run
+//! use ccm_core::provider::ProviderRegistry;
+//! let mut registry = ProviderRegistry::new();
+//! ccm_do_like_cloud::register(&mut registry).unwrap();
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod client;
+mod config;
+mod instances;
+mod load_balancer;
+mod routes;
+pub mod simulator;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ccm_core::provider::{
+    BoxError, CloudConfig, CloudError, CloudProvider, Instances, LoadBalancer, ProviderRegistry,
+    RegistryError, Routes,
+};
+
+pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
+pub use self::config::DoLikeConfig;
+pub use self::load_balancer::{
+    ANNOTATION_ALGORITHM, ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_LOAD_BALANCER_ID,
+    ANNOTATION_PROTOCOL, ANNOTATION_SIZE, cluster_tag,
+};
+
+/// The provider's name: the `--cloud-provider` value and the scheme of provider IDs
+/// (`digitalocean://<droplet id>`).
+pub const PROVIDER_NAME: &str = "digitalocean";
+
+/// The DigitalOcean-like provider.
+#[derive(Debug)]
+pub struct DoLikeCloud {
+    client: Client,
+    region: String,
+}
+
+impl DoLikeCloud {
+    /// A provider over `client`; `region` is the default region of new load balancers.
+    pub fn new(client: Client, region: impl Into<String>) -> Self {
+        Self {
+            client,
+            region: region.into(),
+        }
+    }
+
+    /// Builds the provider from a parsed cloud-config (reads the token).
+    pub fn from_config(config: &DoLikeConfig) -> Result<Self, BoxError> {
+        let token = config.token()?;
+        let client = Client::new(config.client_options(token))?;
+        Ok(Self::new(client, config.region.clone()))
+    }
+
+    /// The API client (for its cache counters).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Registers the provider under [`PROVIDER_NAME`]; it needs a cloud-config.
+    pub fn register(registry: &mut ProviderRegistry) -> Result<(), RegistryError> {
+        registry.register(PROVIDER_NAME, |config: Option<&CloudConfig>| {
+            let Some(config) = config else {
+                return Err("the digitalocean provider needs --cloud-config".into());
+            };
+            let parsed = DoLikeConfig::parse(config)?;
+            Ok(Arc::new(Self::from_config(&parsed)?) as Arc<dyn CloudProvider>)
+        })?;
+        Ok(())
+    }
+}
+
+/// Registers [`DoLikeCloud`] (see [`DoLikeCloud::register`]).
+pub fn register(registry: &mut ProviderRegistry) -> Result<(), RegistryError> {
+    DoLikeCloud::register(registry)
+}
+
+#[async_trait]
+impl CloudProvider for DoLikeCloud {
+    fn provider_name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
+    fn instances(&self) -> Option<&dyn Instances> {
+        Some(self)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        Some(self)
+    }
+}
+
+/// Maps an API error to a [`CloudError`]: a rate limit keeps its delay.
+pub(crate) fn cloud_error(context: &str, err: ApiError) -> CloudError {
+    match err {
+        ApiError::RateLimited(after) => {
+            CloudError::retry_after(format!("{context}: rate limited by the API"), after)
+        }
+        other => CloudError::provider(context.to_owned(), other),
+    }
+}

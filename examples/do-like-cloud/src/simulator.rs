@@ -1,0 +1,947 @@
+//! A simulator of a DigitalOcean-v2-shaped API, for tests, demos and the quickstart.
+//!
+//! It serves, under `/v2`, with Bearer-token auth:
+//!
+//! | Route | What |
+//! |---|---|
+//! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets |
+//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IP is assigned on activation) |
+//! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension**: DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive |
+//!
+//! Lists are paged with `page` / `per_page` (default 20, at most 200) and answer
+//! `links.pages.next` and `meta.total`. Every `/v2` answer carries `ratelimit-limit`,
+//! `ratelimit-remaining` and `ratelimit-reset`; past the limit it answers 429 with
+//! `Retry-After`. Errors have DigitalOcean's shape: `{"id": "not_found", "message": "..."}`.
+//!
+//! Under `/admin` (no auth: the simulator only binds loopback addresses) it creates, deletes,
+//! powers off and on droplets, injects faults ([`Faults`]: an error rate, latency, bursts of
+//! 429 and of malformed JSON) and reports request counts (`GET /admin/stats`).
+//!
+//! State is kept in a JSON file, written atomically (a temporary file, then a rename), when
+//! [`SimulatorConfig::state_file`] is set.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// How a simulator runs.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SimulatorConfig {
+    /// The address to bind; must be a loopback address. Port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// The Bearer token clients must present.
+    pub token: String,
+    /// Where state is kept across restarts; `None` keeps it in memory only.
+    pub state_file: Option<PathBuf>,
+    /// How long a new load balancer stays `new` before it is `active` with an IP.
+    pub lb_activation_delay: Duration,
+    /// Requests allowed per [`rate_limit_window`](Self::rate_limit_window).
+    pub rate_limit: u32,
+    /// The rate-limit window.
+    pub rate_limit_window: Duration,
+}
+
+impl SimulatorConfig {
+    /// Loopback, a free port, in-memory state, 1 s LB activation, 5000 requests a second.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: token.into(),
+            state_file: None,
+            lb_activation_delay: Duration::from_secs(1),
+            rate_limit: 5000,
+            rate_limit_window: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Faults to inject into `/v2` requests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Faults {
+    /// The fraction (0..=1) of requests answered 500.
+    pub error_rate: f64,
+    /// Added to every request, in milliseconds.
+    pub latency_ms: u64,
+    /// The next this-many requests are answered 429.
+    pub burst_429: u32,
+    /// The `Retry-After` (seconds) of injected 429s.
+    pub retry_after_secs: u64,
+    /// The next this-many requests are answered 200 with a body that is not JSON.
+    pub malformed: u32,
+}
+
+/// A network of a droplet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Network {
+    /// The address.
+    pub ip_address: String,
+    /// `public` or `private`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// A droplet's networks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Networks {
+    /// IPv4 networks.
+    #[serde(default)]
+    pub v4: Vec<Network>,
+    /// IPv6 networks.
+    #[serde(default)]
+    pub v6: Vec<Network>,
+}
+
+/// A region reference.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Region {
+    /// The region's slug, e.g. `nyc1`.
+    pub slug: String,
+}
+
+/// A droplet as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Droplet {
+    /// The droplet's ID.
+    pub id: u64,
+    /// Its name (the node name).
+    pub name: String,
+    /// Its size, e.g. `s-2vcpu-4gb`.
+    pub size_slug: String,
+    /// Its region.
+    pub region: Region,
+    /// Its addresses.
+    pub networks: Networks,
+    /// `active` or `off`.
+    pub status: String,
+    /// Its tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// A forwarding rule of a load balancer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ForwardingRule {
+    /// `tcp`, `udp`, `http`, ...
+    pub entry_protocol: String,
+    /// The port clients connect to.
+    pub entry_port: u16,
+    /// The protocol towards droplets.
+    pub target_protocol: String,
+    /// The port on droplets (the node port).
+    pub target_port: u16,
+}
+
+/// A load balancer's health check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct HealthCheck {
+    /// `tcp` or `http`.
+    pub protocol: String,
+    /// The port checked on droplets.
+    pub port: u16,
+    /// The path, for `http`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// The writable part of a load balancer: the body of `POST` and `PUT`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LoadBalancerRequest {
+    /// Its name.
+    pub name: String,
+    /// Its region slug.
+    #[serde(default)]
+    pub region: String,
+    /// `lb-small`, `lb-medium` or `lb-large`.
+    #[serde(default)]
+    pub size: Option<String>,
+    /// `round_robin` or `least_connections`.
+    #[serde(default)]
+    pub algorithm: Option<String>,
+    /// Its forwarding rules; at least one.
+    pub forwarding_rules: Vec<ForwardingRule>,
+    /// Its health check.
+    #[serde(default)]
+    pub health_check: Option<HealthCheck>,
+    /// The droplets behind it (or use `tag`).
+    #[serde(default)]
+    pub droplet_ids: Vec<u64>,
+    /// Droplets with this tag are behind it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Its own tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// A load balancer as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LoadBalancerObject {
+    /// Its ID.
+    pub id: String,
+    /// Its public IP; empty until it is active.
+    #[serde(default)]
+    pub ip: String,
+    /// `new` or `active`.
+    pub status: String,
+    /// Everything it was created or updated with.
+    #[serde(flatten)]
+    pub spec: LoadBalancerRequest,
+}
+
+/// A route of the `/v2/x-routes` extension.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct XRoute {
+    /// Its ID (ignored on create).
+    #[serde(default)]
+    pub id: u64,
+    /// The destination CIDR.
+    pub destination: String,
+    /// The node name the traffic goes to.
+    pub target: String,
+    /// Its tags (the cluster tag).
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Data {
+    next_id: u64,
+    droplets: BTreeMap<u64, Droplet>,
+    load_balancers: BTreeMap<String, LoadBalancerObject>,
+    /// Unix milliseconds at which a `new` load balancer becomes active.
+    lb_activate_at: BTreeMap<String, u64>,
+    routes: BTreeMap<u64, XRoute>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    data: Data,
+    faults: Faults,
+    requests: BTreeMap<String, u64>,
+    window_start_ms: u64,
+    window_count: u32,
+    rng: u64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: SimulatorConfig,
+    inner: Mutex<Inner>,
+}
+
+/// A handle on a simulator's state, for in-process tests (the admin interface's operations).
+#[derive(Clone, Debug)]
+pub struct SimulatorHandle {
+    shared: Arc<Shared>,
+}
+
+/// A running simulator; dropping it does not stop it, [`shutdown`](Self::shutdown) does.
+#[derive(Debug)]
+pub struct RunningSimulator {
+    addr: SocketAddr,
+    handle: SimulatorHandle,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Why the simulator cannot start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimulatorError {
+    /// Only loopback addresses may be bound.
+    #[error("refusing to bind {0}: the simulator binds loopback addresses only")]
+    NotLoopback(SocketAddr),
+    /// Binding or reading state failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The state file is not valid JSON.
+    #[error("state file {path}: {source}")]
+    State {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: serde_json::Error,
+    },
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl RunningSimulator {
+    /// Loads state, binds and serves in a background task.
+    pub async fn start(config: SimulatorConfig) -> Result<Self, SimulatorError> {
+        if !config.listen.ip().is_loopback() {
+            return Err(SimulatorError::NotLoopback(config.listen));
+        }
+        let mut data = Data::default();
+        if let Some(path) = &config.state_file
+            && path.exists()
+        {
+            let bytes = std::fs::read(path).map_err(|source| SimulatorError::Io {
+                context: format!("reading state file {}", path.display()),
+                source,
+            })?;
+            data = serde_json::from_slice(&bytes).map_err(|source| SimulatorError::State {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| SimulatorError::Io {
+                    context: format!("binding {}", config.listen),
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| SimulatorError::Io {
+            context: "reading the bound address".into(),
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            config,
+            inner: Mutex::new(Inner {
+                data,
+                faults: Faults::default(),
+                requests: BTreeMap::new(),
+                window_start_ms: now_ms(),
+                window_count: 0,
+                rng: 0x9E37_79B9_7F4A_7C15,
+            }),
+        });
+        let handle = SimulatorHandle { shared };
+        let app = router(handle.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(Self {
+            addr,
+            handle,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`, the `apiUrl` of the provider's cloud-config.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The state handle.
+    pub fn handle(&self) -> &SimulatorHandle {
+        &self.handle
+    }
+
+    /// Stops serving and waits for the server task.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl SimulatorHandle {
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        lock(&self.shared.inner)
+    }
+
+    fn persist(&self, inner: &Inner) {
+        let Some(path) = &self.shared.config.state_file else {
+            return;
+        };
+        let Ok(bytes) = serde_json::to_vec_pretty(&inner.data) else {
+            return;
+        };
+        let tmp = path.with_extension("tmp");
+        if let Err(err) = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)) {
+            tracing::warn!(error = %err, path = %path.display(), "cannot write the state file");
+        }
+    }
+
+    /// Creates a running droplet with a private and a public IPv4 address and an IPv6 one.
+    pub fn create_droplet(&self, name: &str, size_slug: &str, region: &str) -> Droplet {
+        let mut inner = self.inner();
+        inner.data.next_id += 1;
+        let n = inner.data.next_id;
+        let id = 100_000 + n;
+        let droplet = Droplet {
+            id,
+            name: name.to_owned(),
+            size_slug: size_slug.to_owned(),
+            region: Region {
+                slug: region.to_owned(),
+            },
+            networks: Networks {
+                v4: vec![
+                    Network {
+                        ip_address: format!("10.130.{}.{}", n / 250, n % 250 + 2),
+                        kind: "private".into(),
+                    },
+                    Network {
+                        ip_address: format!("198.51.{}.{}", n / 250, n % 250 + 2),
+                        kind: "public".into(),
+                    },
+                ],
+                v6: vec![Network {
+                    ip_address: format!("2001:db8::{n:x}"),
+                    kind: "public".into(),
+                }],
+            },
+            status: "active".into(),
+            tags: Vec::new(),
+        };
+        inner.data.droplets.insert(id, droplet.clone());
+        self.persist(&inner);
+        droplet
+    }
+
+    /// Deletes a droplet; whether it existed.
+    pub fn delete_droplet(&self, id: u64) -> bool {
+        let mut inner = self.inner();
+        let found = inner.data.droplets.remove(&id).is_some();
+        self.persist(&inner);
+        found
+    }
+
+    /// Sets a droplet's status (`active` or `off`); whether it exists.
+    pub fn set_droplet_status(&self, id: u64, status: &str) -> bool {
+        let mut inner = self.inner();
+        let found = match inner.data.droplets.get_mut(&id) {
+            Some(d) => {
+                d.status = status.to_owned();
+                true
+            }
+            None => false,
+        };
+        self.persist(&inner);
+        found
+    }
+
+    /// All droplets.
+    pub fn droplets(&self) -> Vec<Droplet> {
+        self.inner().data.droplets.values().cloned().collect()
+    }
+
+    /// All load balancers (activating those due).
+    pub fn load_balancers(&self) -> Vec<LoadBalancerObject> {
+        let mut inner = self.inner();
+        activate_due(&mut inner.data);
+        inner.data.load_balancers.values().cloned().collect()
+    }
+
+    /// All extension routes.
+    pub fn routes(&self) -> Vec<XRoute> {
+        self.inner().data.routes.values().cloned().collect()
+    }
+
+    /// Replaces the injected faults.
+    pub fn set_faults(&self, faults: Faults) {
+        self.inner().faults = faults;
+    }
+
+    /// How many `/v2` requests matched `key`, e.g. `"GET /v2/droplets"` or `"429"`.
+    pub fn request_count(&self, key: &str) -> u64 {
+        self.inner().requests.get(key).copied().unwrap_or_default()
+    }
+
+    /// All request counters.
+    pub fn request_counts(&self) -> BTreeMap<String, u64> {
+        self.inner().requests.clone()
+    }
+
+    /// Zeroes the request counters.
+    pub fn reset_request_counts(&self) {
+        self.inner().requests.clear();
+    }
+}
+
+fn activate_due(data: &mut Data) {
+    let now = now_ms();
+    let due: Vec<String> = data
+        .lb_activate_at
+        .iter()
+        .filter(|(_, at)| **at <= now)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in due {
+        data.lb_activate_at.remove(&id);
+        let n = data.load_balancers.len() as u64 + data.next_id;
+        if let Some(lb) = data.load_balancers.get_mut(&id) {
+            lb.status = "active".into();
+            lb.ip = format!("203.0.113.{}", n % 250 + 2);
+        }
+    }
+}
+
+fn error(status: StatusCode, id: &str, message: impl Into<String>) -> Response {
+    (status, Json(json!({"id": id, "message": message.into()}))).into_response()
+}
+
+fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "The resource you were accessing could not be found.",
+    )
+}
+
+fn router(handle: SimulatorHandle) -> Router {
+    let v2 = Router::new()
+        .route("/v2/droplets", get(list_droplets).post(create_droplet))
+        .route("/v2/droplets/{id}", get(get_droplet).delete(delete_droplet))
+        .route("/v2/load_balancers", get(list_lbs).post(create_lb))
+        .route(
+            "/v2/load_balancers/{id}",
+            get(get_lb).put(update_lb).delete(delete_lb),
+        )
+        .route("/v2/x-routes", get(list_routes).post(create_route))
+        .route("/v2/x-routes/{id}", axum::routing::delete(delete_route))
+        .layer(middleware::from_fn_with_state(handle.clone(), gate));
+    let admin = Router::new()
+        .route("/admin/droplets", post(admin_create_droplet))
+        .route(
+            "/admin/droplets/{id}",
+            axum::routing::delete(admin_delete_droplet),
+        )
+        .route("/admin/droplets/{id}/power_off", post(admin_power_off))
+        .route("/admin/droplets/{id}/power_on", post(admin_power_on))
+        .route("/admin/faults", put(admin_faults))
+        .route("/admin/stats", get(admin_stats));
+    v2.merge(admin).with_state(handle)
+}
+
+/// Auth, rate limit, faults and counters for `/v2`.
+async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Response {
+    let key = format!("{} {}", req.method(), route_key(req.uri().path()));
+    let cfg = &h.shared.config;
+    let authorized = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t == cfg.token);
+    let (latency, verdict, remaining, reset) = {
+        let mut inner = h.inner();
+        *inner.requests.entry(key).or_default() += 1;
+        let now = now_ms();
+        let window = cfg.rate_limit_window.as_millis().max(1) as u64;
+        if now >= inner.window_start_ms + window {
+            inner.window_start_ms = now;
+            inner.window_count = 0;
+        }
+        inner.window_count += 1;
+        let reset = (inner.window_start_ms + window).div_ceil(1000);
+        let remaining = cfg.rate_limit.saturating_sub(inner.window_count);
+        inner.rng ^= inner.rng << 13;
+        inner.rng ^= inner.rng >> 7;
+        inner.rng ^= inner.rng << 17;
+        let roll = (inner.rng % 10_000) as f64 / 10_000.0;
+        let verdict = if !authorized {
+            Verdict::Unauthorized
+        } else if inner.faults.burst_429 > 0 {
+            inner.faults.burst_429 -= 1;
+            Verdict::TooMany(inner.faults.retry_after_secs)
+        } else if inner.window_count > cfg.rate_limit {
+            Verdict::TooMany(
+                (inner.window_start_ms + window)
+                    .saturating_sub(now)
+                    .div_ceil(1000),
+            )
+        } else if roll < inner.faults.error_rate {
+            Verdict::ServerError
+        } else if inner.faults.malformed > 0 {
+            inner.faults.malformed -= 1;
+            Verdict::Malformed
+        } else {
+            Verdict::Pass
+        };
+        match verdict {
+            Verdict::Unauthorized => *inner.requests.entry("401".into()).or_default() += 1,
+            Verdict::TooMany(_) => *inner.requests.entry("429".into()).or_default() += 1,
+            Verdict::ServerError => *inner.requests.entry("500".into()).or_default() += 1,
+            _ => {}
+        }
+        (inner.faults.latency_ms, verdict, remaining, reset)
+    };
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    let mut resp = match verdict {
+        Verdict::Unauthorized => error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Unable to authenticate you.",
+        ),
+        Verdict::TooMany(after) => {
+            let mut r = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                "API Rate limit exceeded.",
+            );
+            if let Ok(v) = HeaderValue::from_str(&after.to_string()) {
+                r.headers_mut().insert("retry-after", v);
+            }
+            r
+        }
+        Verdict::ServerError => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "Unexpected server-side error (injected).",
+        ),
+        Verdict::Malformed => (StatusCode::OK, Body::from("{\"droplets\": [tru")).into_response(),
+        Verdict::Pass => next.run(req).await,
+    };
+    let headers: &mut HeaderMap = resp.headers_mut();
+    for (name, value) in [
+        ("ratelimit-limit", cfg.rate_limit.to_string()),
+        ("ratelimit-remaining", remaining.to_string()),
+        ("ratelimit-reset", reset.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    }
+    resp
+}
+
+enum Verdict {
+    Pass,
+    Unauthorized,
+    TooMany(u64),
+    ServerError,
+    Malformed,
+}
+
+/// `/v2/droplets/123` → `/v2/droplets/{id}`.
+fn route_key(path: &str) -> String {
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    if parts.len() > 3 {
+        format!("{}/{{id}}", parts[..3].join("/"))
+    } else {
+        parts.join("/")
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct PageQuery {
+    page: Option<usize>,
+    per_page: Option<usize>,
+    tag_name: Option<String>,
+}
+
+fn page<T: Serialize>(key: &str, path: &str, items: Vec<T>, q: &PageQuery) -> Response {
+    let per_page = q.per_page.unwrap_or(20).clamp(1, 200);
+    let page = q.page.unwrap_or(1).max(1);
+    let total = items.len();
+    let pages = total.div_ceil(per_page).max(1);
+    let slice: Vec<T> = items
+        .into_iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .collect();
+    let mut links = serde_json::Map::new();
+    if page < pages {
+        links.insert(
+            "next".into(),
+            json!(format!("{path}?page={}&per_page={per_page}", page + 1)),
+        );
+        links.insert(
+            "last".into(),
+            json!(format!("{path}?page={pages}&per_page={per_page}")),
+        );
+    }
+    Json(json!({key: slice, "links": {"pages": links}, "meta": {"total": total}})).into_response()
+}
+
+async fn list_droplets(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) -> Response {
+    let items: Vec<Droplet> = h
+        .droplets()
+        .into_iter()
+        .filter(|d| q.tag_name.as_ref().is_none_or(|t| d.tags.contains(t)))
+        .collect();
+    page("droplets", "/v2/droplets", items, &q)
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateDroplet {
+    name: String,
+    #[serde(default)]
+    size: Option<String>,
+    #[serde(default)]
+    region: Option<String>,
+}
+
+fn make_droplet(h: &SimulatorHandle, body: CreateDroplet) -> Response {
+    if body.name.is_empty() {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unprocessable_entity",
+            "name is required",
+        );
+    }
+    let d = h.create_droplet(
+        &body.name,
+        body.size.as_deref().unwrap_or("s-2vcpu-4gb"),
+        body.region.as_deref().unwrap_or("nyc1"),
+    );
+    (StatusCode::ACCEPTED, Json(json!({"droplet": d}))).into_response()
+}
+
+async fn create_droplet(
+    State(h): State<SimulatorHandle>,
+    Json(b): Json<CreateDroplet>,
+) -> Response {
+    make_droplet(&h, b)
+}
+
+async fn admin_create_droplet(
+    State(h): State<SimulatorHandle>,
+    Json(b): Json<CreateDroplet>,
+) -> Response {
+    make_droplet(&h, b)
+}
+
+async fn get_droplet(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
+    let Ok(id) = id.parse::<u64>() else {
+        return not_found();
+    };
+    match h.inner().data.droplets.get(&id) {
+        Some(d) => Json(json!({"droplet": d})).into_response(),
+        None => not_found(),
+    }
+}
+
+async fn delete_droplet(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
+    match id.parse::<u64>() {
+        Ok(id) if h.delete_droplet(id) => StatusCode::NO_CONTENT.into_response(),
+        _ => not_found(),
+    }
+}
+
+async fn admin_delete_droplet(State(h): State<SimulatorHandle>, p: Path<String>) -> Response {
+    delete_droplet(State(h), p).await
+}
+
+async fn admin_power_off(State(h): State<SimulatorHandle>, Path(id): Path<u64>) -> Response {
+    if h.set_droplet_status(id, "off") {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        not_found()
+    }
+}
+
+async fn admin_power_on(State(h): State<SimulatorHandle>, Path(id): Path<u64>) -> Response {
+    if h.set_droplet_status(id, "active") {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        not_found()
+    }
+}
+
+async fn admin_faults(State(h): State<SimulatorHandle>, Json(f): Json<Faults>) -> Response {
+    h.set_faults(f);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn admin_stats(State(h): State<SimulatorHandle>) -> Response {
+    Json(json!({"requests": h.request_counts()})).into_response()
+}
+
+fn validate_lb(b: &LoadBalancerRequest) -> Option<Response> {
+    let bad = |m: &str| {
+        Some(error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unprocessable_entity",
+            m,
+        ))
+    };
+    if b.name.is_empty() {
+        return bad("name is required");
+    }
+    if b.forwarding_rules.is_empty() {
+        return bad("at least one forwarding rule is required");
+    }
+    if let Some(a) = &b.algorithm
+        && a != "round_robin"
+        && a != "least_connections"
+    {
+        return bad("algorithm must be round_robin or least_connections");
+    }
+    None
+}
+
+async fn list_lbs(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) -> Response {
+    page(
+        "load_balancers",
+        "/v2/load_balancers",
+        h.load_balancers(),
+        &q,
+    )
+}
+
+async fn create_lb(
+    State(h): State<SimulatorHandle>,
+    Json(b): Json<LoadBalancerRequest>,
+) -> Response {
+    if let Some(r) = validate_lb(&b) {
+        return r;
+    }
+    let mut inner = h.inner();
+    inner.data.next_id += 1;
+    let id = format!("4de7ac8b-495b-4884-9a69-{:012x}", inner.data.next_id);
+    let lb = LoadBalancerObject {
+        id: id.clone(),
+        ip: String::new(),
+        status: "new".into(),
+        spec: b,
+    };
+    inner.data.load_balancers.insert(id.clone(), lb.clone());
+    let at = now_ms() + h.shared.config.lb_activation_delay.as_millis() as u64;
+    inner.data.lb_activate_at.insert(id, at);
+    activate_due(&mut inner.data);
+    h.persist(&inner);
+    let lb = inner.data.load_balancers.get(&lb.id).cloned().unwrap_or(lb);
+    (StatusCode::ACCEPTED, Json(json!({"load_balancer": lb}))).into_response()
+}
+
+async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
+    let mut inner = h.inner();
+    activate_due(&mut inner.data);
+    match inner.data.load_balancers.get(&id) {
+        Some(lb) => Json(json!({"load_balancer": lb})).into_response(),
+        None => not_found(),
+    }
+}
+
+async fn update_lb(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<String>,
+    Json(b): Json<LoadBalancerRequest>,
+) -> Response {
+    if let Some(r) = validate_lb(&b) {
+        return r;
+    }
+    let mut inner = h.inner();
+    activate_due(&mut inner.data);
+    let Some(lb) = inner.data.load_balancers.get_mut(&id) else {
+        return not_found();
+    };
+    lb.spec = b;
+    let lb = lb.clone();
+    h.persist(&inner);
+    Json(json!({"load_balancer": lb})).into_response()
+}
+
+async fn delete_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
+    let mut inner = h.inner();
+    inner.data.lb_activate_at.remove(&id);
+    if inner.data.load_balancers.remove(&id).is_none() {
+        return not_found();
+    }
+    h.persist(&inner);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn list_routes(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) -> Response {
+    page("routes", "/v2/x-routes", h.routes(), &q)
+}
+
+async fn create_route(State(h): State<SimulatorHandle>, Json(mut r): Json<XRoute>) -> Response {
+    let mut inner = h.inner();
+    if let Some(existing) = inner
+        .data
+        .routes
+        .values()
+        .find(|e| e.destination == r.destination)
+    {
+        return error(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "a route to {} exists (id {})",
+                existing.destination, existing.id
+            ),
+        );
+    }
+    inner.data.next_id += 1;
+    r.id = inner.data.next_id;
+    inner.data.routes.insert(r.id, r.clone());
+    h.persist(&inner);
+    (StatusCode::CREATED, Json(json!({"route": r}))).into_response()
+}
+
+async fn delete_route(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
+    let mut inner = h.inner();
+    let Ok(id) = id.parse::<u64>() else {
+        return not_found();
+    };
+    if inner.data.routes.remove(&id).is_none() {
+        return not_found();
+    }
+    h.persist(&inner);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_key;
+
+    #[test]
+    fn route_keys() {
+        assert_eq!(route_key("/v2/droplets"), "/v2/droplets");
+        assert_eq!(route_key("/v2/droplets/12"), "/v2/droplets/{id}");
+    }
+}

@@ -1,0 +1,624 @@
+//! The provider against the simulator, started in-process on 127.0.0.1:0.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ccm_core::provider::{CloudProvider, Route, resolve_instances};
+use ccm_do_like_cloud::simulator::{Faults, RunningSimulator, SimulatorConfig};
+use ccm_do_like_cloud::{
+    ANNOTATION_ALGORITHM, ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_LOAD_BALANCER_ID,
+    ANNOTATION_PROTOCOL, ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag,
+};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec};
+
+const TOKEN: &str = "dop_v1_s3cr3t-token-do-not-log";
+const CLUSTER: &str = "test-cluster";
+
+async fn sim_with(tweak: impl FnOnce(&mut SimulatorConfig)) -> RunningSimulator {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.lb_activation_delay = Duration::ZERO;
+    tweak(&mut cfg);
+    RunningSimulator::start(cfg).await.unwrap()
+}
+
+async fn sim() -> RunningSimulator {
+    sim_with(|_| {}).await
+}
+
+fn provider_with(
+    sim: &RunningSimulator,
+    token: &str,
+    tweak: impl FnOnce(&mut ClientOptions),
+) -> Arc<DoLikeCloud> {
+    let mut opts = ClientOptions::new(sim.url(), ApiToken::new(token));
+    opts.requests_per_second = 1000.0;
+    opts.timeout = Duration::from_secs(5);
+    tweak(&mut opts);
+    Arc::new(DoLikeCloud::new(Client::new(opts).unwrap(), "nyc1"))
+}
+
+fn provider(sim: &RunningSimulator) -> Arc<DoLikeCloud> {
+    provider_with(sim, TOKEN, |_| {})
+}
+
+fn node(name: &str, provider_id: Option<String>) -> Node {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec {
+        provider_id,
+        ..NodeSpec::default()
+    });
+    n
+}
+
+fn service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Service {
+    let mut s = Service::default();
+    s.metadata.namespace = Some("default".into());
+    s.metadata.name = Some(name.into());
+    s.metadata.uid = Some(uid.into());
+    if !annotations.is_empty() {
+        s.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+    }
+    s.spec = Some(ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ports: Some(vec![ServicePort {
+            port: 80,
+            node_port: Some(30080),
+            protocol: Some("TCP".into()),
+            ..ServicePort::default()
+        }]),
+        ..ServiceSpec::default()
+    });
+    s
+}
+
+fn raw_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+#[tokio::test]
+async fn instance_metadata_by_name_and_provider_id() {
+    let sim = sim().await;
+    let d = sim
+        .handle()
+        .create_droplet("worker-1", "s-4vcpu-8gb", "fra1");
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let inst = resolve_instances(&p).unwrap();
+
+    let meta = inst
+        .instance_metadata(&node("worker-1", None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(meta.provider_id, format!("digitalocean://{}", d.id));
+    assert_eq!(meta.instance_type, "s-4vcpu-8gb");
+    assert_eq!((meta.zone.as_str(), meta.region.as_str()), ("fra1", "fra1"));
+    let kinds: Vec<&str> = meta
+        .node_addresses
+        .iter()
+        .map(|a| a.type_.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Hostname", "InternalIP", "ExternalIP", "ExternalIP"]
+    );
+
+    let by_id = node("renamed", Some(meta.provider_id.clone()));
+    assert!(inst.instance_exists(&by_id).await.unwrap());
+    assert!(!inst.instance_shutdown(&by_id).await.unwrap());
+
+    sim.handle().set_droplet_status(d.id, "off");
+    cloud.client().invalidate();
+    assert!(inst.instance_shutdown(&by_id).await.unwrap());
+
+    sim.handle().delete_droplet(d.id);
+    cloud.client().invalidate();
+    assert!(!inst.instance_exists(&by_id).await.unwrap());
+    assert!(!inst.instance_exists(&node("worker-1", None)).await.unwrap());
+    let err = inst
+        .instance_metadata(&node("nope", None))
+        .await
+        .unwrap_err();
+    assert!(err.is_instance_not_found(), "{err}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn lists_follow_pages() {
+    let sim = sim().await;
+    for i in 0..45 {
+        sim.handle()
+            .create_droplet(&format!("n-{i}"), "s-1vcpu-1gb", "nyc1");
+    }
+    let cloud = provider_with(&sim, TOKEN, |o| o.per_page = 20);
+    let all = cloud.client().list_droplets().await.unwrap();
+    assert_eq!(all.len(), 45);
+    assert_eq!(sim.handle().request_count("GET /v2/droplets"), 3);
+
+    let page: serde_json::Value = raw_client()
+        .get(format!("{}/v2/droplets?page=2&per_page=20", sim.url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["meta"]["total"], 45);
+    assert_eq!(page["droplets"].as_array().unwrap().len(), 20);
+    assert_eq!(
+        page["links"]["pages"]["next"],
+        "/v2/droplets?page=3&per_page=20"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_list_answers_many_lookups() {
+    let sim = sim().await;
+    for i in 0..10 {
+        sim.handle()
+            .create_droplet(&format!("n-{i}"), "s-1vcpu-1gb", "nyc1");
+    }
+    let cloud = provider_with(&sim, TOKEN, |o| o.cache_ttl = Duration::from_secs(60));
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let inst = resolve_instances(&p).unwrap();
+    for i in 0..10 {
+        let meta = inst
+            .instance_metadata(&node(&format!("n-{i}"), None))
+            .await
+            .unwrap();
+        assert!(meta.is_some());
+    }
+    assert_eq!(sim.handle().request_count("GET /v2/droplets"), 1);
+    assert_eq!(sim.handle().request_count("GET /v2/droplets/{id}"), 0);
+    let stats = cloud.client().cache_stats();
+    assert_eq!((stats.hits, stats.misses), (9, 1));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_and_capped() {
+    let sim = sim().await;
+    sim.handle().create_droplet("w", "s", "nyc1");
+    let cloud = provider(&sim);
+
+    // Two 429s with Retry-After: 1 → waited in place, then success.
+    let mut f = Faults::default();
+    f.burst_429 = 2;
+    f.retry_after_secs = 1;
+    sim.handle().set_faults(f);
+    let start = Instant::now();
+    assert_eq!(cloud.client().list_droplets().await.unwrap().len(), 1);
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(sim.handle().request_count("429"), 2);
+
+    // A Retry-After past the cap goes back to the caller as a retry-after error.
+    let mut f = Faults::default();
+    f.burst_429 = 1;
+    f.retry_after_secs = 120;
+    sim.handle().set_faults(f);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let err = p
+        .load_balancer()
+        .unwrap()
+        .get_load_balancer(CLUSTER, &service("s", "u-1", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.retry_after_delay(),
+        Some(Duration::from_secs(120)),
+        "{err}"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn simulator_rate_limits_with_headers() {
+    let sim = sim_with(|c| {
+        c.rate_limit = 3;
+        c.rate_limit_window = Duration::from_secs(60);
+    })
+    .await;
+    let http = raw_client();
+    let mut last = None;
+    for _ in 0..4 {
+        last = Some(
+            http.get(format!("{}/v2/droplets", sim.url()))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap(),
+        );
+    }
+    let last = last.unwrap();
+    assert_eq!(last.status(), 429);
+    assert_eq!(last.headers()["ratelimit-limit"], "3");
+    assert_eq!(last.headers()["ratelimit-remaining"], "0");
+    assert!(last.headers().contains_key("ratelimit-reset"));
+    let after: u64 = last.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&after), "{after}");
+    let body: serde_json::Value = last.json().await.unwrap();
+    assert_eq!(body["id"], "too_many_requests");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_token_is_401_and_an_error() {
+    let sim = sim().await;
+    sim.handle().create_droplet("w", "s", "nyc1");
+    let resp = raw_client()
+        .get(format!("{}/v2/droplets", sim.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["id"], "unauthorized");
+    assert!(body["message"].is_string());
+
+    let cloud = provider_with(&sim, "wrong-token", |_| {});
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let err = resolve_instances(&p)
+        .unwrap()
+        .instance_metadata(&node("w", None))
+        .await
+        .unwrap_err();
+    let text = err.chain_to_string();
+    assert!(text.contains("unauthorized"), "{text}");
+    assert!(!text.contains("wrong-token"), "{text}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_an_error_not_a_panic() {
+    let sim = sim().await;
+    sim.handle().create_droplet("w", "s", "nyc1");
+    let cloud = provider(&sim);
+    let mut f = Faults::default();
+    f.malformed = 1;
+    sim.handle().set_faults(f);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let inst = resolve_instances(&p).unwrap();
+    let err = inst.instance_metadata(&node("w", None)).await.unwrap_err();
+    assert!(
+        err.chain_to_string().contains("malformed"),
+        "{}",
+        err.chain_to_string()
+    );
+    // The next call works.
+    assert!(
+        inst.instance_metadata(&node("w", None))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
+    let sim = sim().await;
+    let d1 = sim.handle().create_droplet("n1", "s", "nyc1");
+    let d2 = sim.handle().create_droplet("n2", "s", "nyc1");
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let lb = p.load_balancer().unwrap();
+    let nodes = vec![
+        Arc::new(node("n1", Some(format!("digitalocean://{}", d1.id)))),
+        Arc::new(node("n2", None)),
+    ];
+    let svc = service(
+        "web",
+        "11111111-2222-3333-4444-555555555555",
+        &[
+            (ANNOTATION_PROTOCOL, "http"),
+            (ANNOTATION_HEALTH_CHECK_PATH, "/healthz"),
+            (ANNOTATION_ALGORITHM, "least_connections"),
+        ],
+    );
+    assert!(lb.get_load_balancer(CLUSTER, &svc).await.unwrap().is_none());
+    let status = lb
+        .ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    let ip = status.ingress.unwrap()[0].ip.clone().unwrap();
+    let lbs = sim.handle().load_balancers();
+    assert_eq!(lbs.len(), 1);
+    let created = &lbs[0];
+    assert_eq!(created.ip, ip);
+    assert_eq!(created.spec.name, "a11111111222233334444555555555555"[..32]);
+    assert_eq!(created.spec.tags, [cluster_tag(CLUSTER)]);
+    assert_eq!(created.spec.droplet_ids, [d1.id, d2.id]);
+    assert_eq!(created.spec.algorithm.as_deref(), Some("least_connections"));
+    assert_eq!(created.spec.forwarding_rules[0].entry_protocol, "http");
+    assert_eq!(
+        created.spec.health_check.as_ref().unwrap().path.as_deref(),
+        Some("/healthz")
+    );
+
+    // Ensured again, renamed, or looked up by the ID annotation: the same LB, no PUT.
+    lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    let mut renamed = svc.clone();
+    renamed.metadata.name = Some("web-renamed".into());
+    lb.ensure_load_balancer(CLUSTER, &renamed, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(sim.handle().load_balancers().len(), 1);
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 0);
+    let mut by_id = svc.clone();
+    by_id
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_LOAD_BALANCER_ID.into(), created.id.clone());
+    assert!(
+        lb.get_load_balancer(CLUSTER, &by_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // Fewer nodes: one PUT.
+    lb.update_load_balancer(CLUSTER, &svc, &nodes[..1])
+        .await
+        .unwrap();
+    assert_eq!(sim.handle().load_balancers()[0].spec.droplet_ids, [d1.id]);
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 1);
+
+    // Another cluster neither sees nor touches it.
+    assert!(lb.get_load_balancer("other", &svc).await.unwrap().is_none());
+    lb.ensure_load_balancer_deleted("other", &svc)
+        .await
+        .unwrap();
+    assert_eq!(sim.handle().load_balancers().len(), 1);
+    let err = lb.get_load_balancer("other", &by_id).await.unwrap_err();
+    assert!(
+        err.to_string().contains(ANNOTATION_LOAD_BALANCER_ID),
+        "{err}"
+    );
+
+    lb.ensure_load_balancer_deleted(CLUSTER, &svc)
+        .await
+        .unwrap();
+    assert!(sim.handle().load_balancers().is_empty());
+    lb.ensure_load_balancer_deleted(CLUSTER, &svc)
+        .await
+        .unwrap();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_annotations_name_the_annotation() {
+    let sim = sim().await;
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let lb = p.load_balancer().unwrap();
+    for (key, value) in [
+        (ANNOTATION_PROTOCOL, "smtp"),
+        (ANNOTATION_ALGORITHM, "random"),
+        (ccm_do_like_cloud::ANNOTATION_SIZE, "huge"),
+        (ANNOTATION_HEALTH_CHECK_PATH, "healthz"),
+    ] {
+        let err = lb
+            .ensure_load_balancer(CLUSTER, &service("s", "u-2", &[(key, value)]), &[])
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(key) && text.contains(value), "{text}");
+    }
+    assert!(sim.handle().load_balancers().is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_load_balancer_is_retried_not_duplicated() {
+    let sim = sim_with(|c| c.lb_activation_delay = Duration::from_millis(600)).await;
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let lb = p.load_balancer().unwrap();
+    let svc = service("s", "u-3", &[]);
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &svc, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.retry_after_delay(),
+        Some(Duration::from_secs(2)),
+        "{err}"
+    );
+    assert!(lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.is_err());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.unwrap();
+    assert_eq!(sim.handle().load_balancers().len(), 1);
+    assert_eq!(sim.handle().request_count("POST /v2/load_balancers"), 1);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn faults_still_converge_without_duplicates_or_orphans() {
+    let sim = sim().await;
+    let d = sim.handle().create_droplet("n1", "s", "nyc1");
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let lb = p.load_balancer().unwrap();
+    let nodes = vec![Arc::new(node(
+        "n1",
+        Some(format!("digitalocean://{}", d.id)),
+    ))];
+    let mut f = Faults::default();
+    f.error_rate = 0.3;
+    f.burst_429 = 5;
+    f.retry_after_secs = 0;
+    sim.handle().set_faults(f);
+
+    for i in 0..10 {
+        let svc = service(&format!("s{i}"), &format!("uid-{i}"), &[]);
+        let mut ok = false;
+        for _ in 0..50 {
+            if lb.ensure_load_balancer(CLUSTER, &svc, &nodes).await.is_ok() {
+                ok = true;
+                break;
+            }
+        }
+        assert!(ok, "service s{i} never converged");
+    }
+    assert_eq!(sim.handle().load_balancers().len(), 10);
+    assert!(sim.handle().request_count("500") > 0);
+    assert!(sim.handle().request_count("429") >= 5);
+
+    for i in 0..10 {
+        let svc = service(&format!("s{i}"), &format!("uid-{i}"), &[]);
+        let mut ok = false;
+        for _ in 0..50 {
+            if lb.ensure_load_balancer_deleted(CLUSTER, &svc).await.is_ok() {
+                ok = true;
+                break;
+            }
+        }
+        assert!(ok, "service s{i} was never deleted");
+    }
+    assert!(sim.handle().load_balancers().is_empty(), "orphans left");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn routes_through_the_extension() {
+    let sim = sim().await;
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let routes = p.routes().unwrap();
+    let r = Route::new("n1", "10.244.1.0/24");
+    routes.create_route(CLUSTER, "hint", &r).await.unwrap();
+    routes.create_route(CLUSTER, "hint", &r).await.unwrap();
+    routes
+        .create_route("other", "hint", &Route::new("m1", "10.99.0.0/24"))
+        .await
+        .unwrap();
+    let listed = routes.list_routes(CLUSTER).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].target_node.as_str(),
+            listed[0].destination_cidr.as_str()
+        ),
+        ("n1", "10.244.1.0/24")
+    );
+    routes.delete_route(CLUSTER, &listed[0]).await.unwrap();
+    assert!(routes.list_routes(CLUSTER).await.unwrap().is_empty());
+    assert_eq!(
+        sim.handle().routes().len(),
+        1,
+        "the other cluster's route stays"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn state_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.json");
+    let f2 = file.clone();
+    let sim = sim_with(|c| c.state_file = Some(f2)).await;
+    let d = sim.handle().create_droplet("keep", "s", "nyc1");
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    p.load_balancer()
+        .unwrap()
+        .ensure_load_balancer(CLUSTER, &service("s", "u-9", &[]), &[])
+        .await
+        .unwrap();
+    sim.shutdown().await;
+
+    let f3 = file.clone();
+    let sim = sim_with(|c| c.state_file = Some(f3)).await;
+    assert_eq!(sim.handle().droplets(), vec![d]);
+    assert_eq!(sim.handle().load_balancers().len(), 1);
+    // New IDs do not collide with the old ones.
+    let d2 = sim.handle().create_droplet("new", "s", "nyc1");
+    assert_eq!(sim.handle().droplets().len(), 2);
+    assert_ne!(d2.id, sim.handle().droplets()[0].id);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_simulator_binds_loopback_only() {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.listen = "0.0.0.0:0".parse().unwrap();
+    let err = RunningSimulator::start(cfg).await.unwrap_err();
+    assert!(err.to_string().contains("loopback"), "{err}");
+}
+
+#[tokio::test]
+async fn admin_interface_powers_off_and_injects_faults() {
+    let sim = sim().await;
+    let http = raw_client();
+    let created: serde_json::Value = http
+        .post(format!("{}/admin/droplets", sim.url()))
+        .json(&serde_json::json!({"name": "a1", "size": "s-1vcpu-1gb", "region": "sfo3"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["droplet"]["id"].as_u64().unwrap();
+    let resp = http
+        .post(format!("{}/admin/droplets/{id}/power_off", sim.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(sim.handle().droplets()[0].status, "off");
+    let resp = http
+        .put(format!("{}/admin/faults", sim.url()))
+        .json(&serde_json::json!({"burst_429": 1, "retry_after_secs": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let resp = http
+        .get(format!("{}/v2/droplets/{id}", sim.url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "3");
+    let stats: serde_json::Value = http
+        .get(format!("{}/admin/stats", sim.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["requests"]["429"], 1);
+    let resp = http
+        .delete(format!("{}/admin/droplets/{id}", sim.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert!(sim.handle().droplets().is_empty());
+    sim.shutdown().await;
+}

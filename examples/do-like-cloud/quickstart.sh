@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The DigitalOcean-like quickstart, on one machine: a local kube-apiserver + etcd, the API
+# simulator with three droplets, do-like-cloud-controller-manager against both, three Nodes
+# registered as kubelets with --cloud-provider=external register them (tainted), and a
+# LoadBalancer Service. Prints what the CCM did, leaves the kubeconfig for kubectl, and stops
+# everything on Ctrl-C.
+#
+#   examples/do-like-cloud/quickstart.sh          # runs until Ctrl-C
+#   examples/do-like-cloud/quickstart.sh --once   # shows the result and stops
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+once=false
+[ "${1:-}" = "--once" ] && once=true
+
+if [ -t 2 ]; then
+  say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
+else
+  say() { printf '\n==> %s\n' "$*" >&2; }
+fi
+
+say "building (control-plane binaries from Go modules on first use, then the Rust binaries)"
+KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
+export KUBEBUILDER_ASSETS
+cargo build --quiet -p ccm-local-control-plane -p ccm-do-like-cloud --bins
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+kubectl="$KUBEBUILDER_ASSETS/kubectl"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/ccm-do-like.XXXXXX")"
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  say "stopping"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "starting a local control plane"
+"$target_dir/debug/ccm-local-control-plane" --kubeconfig "$work/kubeconfig" >"$work/control-plane.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do
+  [ -s "$work/kubeconfig" ] && grep -q "Press Ctrl-C" "$work/control-plane.log" && break
+  kill -0 "${pids[0]}" 2>/dev/null || { cat "$work/control-plane.log" >&2; exit 1; }
+  sleep 0.1
+done
+export KUBECONFIG="$work/kubeconfig"
+
+say "starting do-like-api-simulator (three droplets: node-1, node-2, node-3)"
+# A random token, in a file only the simulator and the CCM read; it is never printed.
+python3 -c 'import secrets; print(secrets.token_hex(16))' >"$work/token"
+chmod 600 "$work/token"
+"$target_dir/debug/do-like-api-simulator" --listen 127.0.0.1:0 --token-file "$work/token" \
+  --state-file "$work/simulator-state.json" --droplets 3 --lb-activation-ms 1500 \
+  >"$work/simulator.out" 2>"$work/simulator.log" &
+pids+=($!)
+api_url=""
+for _ in $(seq 1 100); do
+  api_url="$(sed -n 's/^listening on //p' "$work/simulator.out")"
+  [ -n "$api_url" ] && break
+  kill -0 "${pids[1]}" 2>/dev/null || { cat "$work/simulator.log" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$api_url" ] || { echo "the simulator did not start" >&2; exit 1; }
+
+say "starting do-like-cloud-controller-manager against $api_url"
+cat >"$work/cloud.yaml" <<EOF
+apiUrl: $api_url
+tokenFile: $work/token
+region: nyc1
+requestsPerSecond: 20
+cacheTtlSeconds: 5
+EOF
+"$target_dir/debug/do-like-cloud-controller-manager" \
+  --cloud-provider=digitalocean --cloud-config="$work/cloud.yaml" --kubeconfig="$KUBECONFIG" \
+  --cluster-name=quickstart --cluster-cidr=10.244.0.0/16 --route-reconciliation-period=2s \
+  --bind-address=127.0.0.1 --secure-port=10258 --insecure-serving \
+  >"$work/ccm.log" 2>&1 &
+pids+=($!)
+
+say "registering three Nodes as kubelets would (tainted) and a LoadBalancer Service"
+for i in 1 2 3; do
+  cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-$i
+  labels: {kubernetes.io/hostname: node-$i}
+spec:
+  podCIDR: 10.244.$i.0/24
+  podCIDRs: [10.244.$i.0/24]
+  taints:
+  - {key: node.cloudprovider.kubernetes.io/uninitialized, value: "true", effect: NoSchedule}
+---
+EOF
+done | "$kubectl" apply -f - >&2
+"$kubectl" apply -f - >&2 <<'EOF'
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+  annotations:
+    do-like.example.com/load-balancer-algorithm: least_connections
+    do-like.example.com/load-balancer-healthcheck-path: /healthz
+    do-like.example.com/load-balancer-protocol: http
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+EOF
+
+say "waiting for the cloud-controller-manager"
+ok=false
+for _ in $(seq 1 300); do
+  initialized=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.spec.providerID}{"\n"}{end}' | grep -c '^digitalocean://' || true)
+  ingress=$("$kubectl" get service web -o jsonpath='{.status.loadBalancer.ingress[0].ip}' 2>/dev/null || true)
+  routed=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="NetworkUnavailable")].reason}{"\n"}{end}' | grep -c '^RouteCreated$' || true)
+  if [ "$initialized" = 3 ] && [ "$routed" = 3 ] && [ -n "$ingress" ]; then ok=true; break; fi
+  sleep 0.2
+done
+
+say "Nodes"
+"$kubectl" get nodes -o custom-columns='NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,REGION:.metadata.labels.topology\.kubernetes\.io/region,ADDRESSES:.status.addresses[*].address,ROUTE:.status.conditions[?(@.type=="NetworkUnavailable")].reason,TAINTS:.spec.taints[*].key'
+say "Services"
+"$kubectl" get services -o wide
+say "the simulator's load balancers and routes"
+python3 - "$api_url" "$work/token" <<'EOF'
+import json, sys, urllib.request
+url, token = sys.argv[1], open(sys.argv[2]).read().strip()
+for path, key in (("/v2/load_balancers", "load_balancers"), ("/v2/x-routes", "routes")):
+    req = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + token})
+    for item in json.load(urllib.request.urlopen(req))[key]:
+        if key == "load_balancers":
+            print(f"LB {item['id']} name={item['name']} status={item['status']} ip={item['ip']} "
+                  f"droplets={item['droplet_ids']} algorithm={item['algorithm']} tags={item['tags']}")
+        else:
+            print(f"route {item['destination']} -> {item['target']} tags={item['tags']}")
+EOF
+
+if [ "$ok" != true ]; then
+  say "the CCM did not finish in time; its log:"
+  tail -40 "$work/ccm.log" >&2
+  exit 1
+fi
+
+if $once; then
+  say "done"
+  exit 0
+fi
+say "everything runs: export KUBECONFIG=$KUBECONFIG and use $kubectl; Ctrl-C stops it all"
+wait "${pids[2]}"

@@ -318,12 +318,23 @@ impl Client {
     /// The droplet list, from the cache when it is younger than the TTL. Concurrent callers
     /// share one refresh.
     pub async fn cached_droplets(&self) -> Result<Arc<Vec<Droplet>>, ApiError> {
-        if let Some(list) = self.fresh() {
+        self.droplets_younger_than(self.opts.cache_ttl).await
+    }
+
+    /// The droplet list, from the cache when it is younger than `max_age` (and the TTL).
+    /// A lookup that missed in the cached list asks again with a small `max_age`, so that a
+    /// droplet created since is found without a list per miss.
+    pub async fn droplets_younger_than(
+        &self,
+        max_age: Duration,
+    ) -> Result<Arc<Vec<Droplet>>, ApiError> {
+        let max_age = max_age.min(self.opts.cache_ttl);
+        if let Some(list) = self.fresh(max_age) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(list);
         }
         let _guard = self.refresh.lock().await;
-        if let Some(list) = self.fresh() {
+        if let Some(list) = self.fresh(max_age) {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(list);
         }
@@ -334,11 +345,11 @@ impl Client {
         Ok(list)
     }
 
-    fn fresh(&self) -> Option<Arc<Vec<Droplet>>> {
+    fn fresh(&self, max_age: Duration) -> Option<Arc<Vec<Droplet>>> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache
             .as_ref()
-            .filter(|(at, _)| at.elapsed() < self.opts.cache_ttl)
+            .filter(|(at, _)| at.elapsed() < max_age)
             .map(|(_, list)| list.clone())
     }
 

@@ -1,6 +1,8 @@
 //! Instances: droplets found by provider ID (`digitalocean://<id>`) or, for Nodes without
 //! one yet, by name in the cached droplet list.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use ccm_core::provider::{
     CloudError, CloudResult, InstanceMetadata, Instances, ProviderId, node_address,
@@ -9,6 +11,9 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::simulator::Droplet;
 use crate::{DoLikeCloud, PROVIDER_NAME, cloud_error};
+
+/// A name missing from a cached list older than this lists again.
+const MISS_REFRESH_AGE: Duration = Duration::from_secs(1);
 
 impl DoLikeCloud {
     /// The droplet behind `node`: by provider ID when set (the cached list first, then one
@@ -47,6 +52,16 @@ impl DoLikeCloud {
         let list = self
             .client
             .cached_droplets()
+            .await
+            .map_err(|e| cloud_error("listing droplets", e))?;
+        if let Some(d) = list.iter().find(|d| d.name == name) {
+            return Ok(Some(d.clone()));
+        }
+        // A miss may be a droplet created since the list was taken: ask again unless the
+        // list is very recent (so that lookups of names that do not exist stay cheap).
+        let list = self
+            .client
+            .droplets_younger_than(MISS_REFRESH_AGE)
             .await
             .map_err(|e| cloud_error("listing droplets", e))?;
         Ok(list.iter().find(|d| d.name == name).cloned())

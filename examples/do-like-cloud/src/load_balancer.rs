@@ -192,6 +192,7 @@ impl DoLikeCloud {
             path,
         };
         let mut droplet_ids = BTreeSet::new();
+        let mut by_name = Vec::new();
         for node in nodes {
             let pid = node
                 .spec
@@ -203,11 +204,31 @@ impl DoLikeCloud {
                 Some(id) => {
                     droplet_ids.insert(id);
                 }
-                None => {
-                    let name = node.metadata.name.as_deref().unwrap_or_default();
-                    if let Some(d) = self.droplet_by_name(name).await? {
+                None => by_name.push(node.metadata.name.as_deref().unwrap_or_default()),
+            }
+        }
+        if !by_name.is_empty() {
+            // Nodes without a provider ID yet: by name, in the cached list first; a name
+            // missing from it may be a droplet created since, so one fresh list settles it
+            // (an update must not silently drop a new Node).
+            let mut list = self
+                .client
+                .cached_droplets()
+                .await
+                .map_err(|e| cloud_error("listing droplets", e))?;
+            if by_name.iter().any(|n| !list.iter().any(|d| d.name == *n)) {
+                list = self
+                    .client
+                    .droplets_younger_than(Duration::ZERO)
+                    .await
+                    .map_err(|e| cloud_error("listing droplets", e))?;
+            }
+            for name in by_name {
+                match list.iter().find(|d| d.name == name) {
+                    Some(d) => {
                         droplet_ids.insert(d.id);
                     }
+                    None => tracing::debug!(node = name, "no droplet for this Node; not a target"),
                 }
             }
         }

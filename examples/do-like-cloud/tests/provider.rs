@@ -182,6 +182,18 @@ async fn one_list_answers_many_lookups() {
     assert_eq!(sim.handle().request_count("GET /v2/droplets/{id}"), 0);
     let stats = cloud.client().cache_stats();
     assert_eq!((stats.hits, stats.misses), (9, 1));
+
+    // A name missing from a list older than a second lists again: new droplets are found
+    // well before the TTL.
+    sim.handle().create_droplet("late", "s-1vcpu-1gb", "nyc1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(
+        inst.instance_metadata(&node("late", None))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(sim.handle().request_count("GET /v2/droplets"), 2);
     sim.shutdown().await;
 }
 

@@ -1,0 +1,51 @@
+//! CI smoke test: the benchmark driver runs end to end at a small N. A benchmark, not a
+//! timed test: nothing here checks a duration.
+//!
+//! Our CCM is the debug `fake-cloud-controller-manager` that `cargo test --workspace`
+//! builds for the fake cloud's own tests; with `CCM_BENCH_GO=1` the Go reference CCM runs
+//! too (built by `bench/build-go-reference.sh`, which needs Go).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_ccm-bench");
+
+#[test]
+fn the_driver_runs_at_a_small_n() {
+    let rust_ccm = PathBuf::from(BENCH).with_file_name("fake-cloud-controller-manager");
+    if !rust_ccm.exists() {
+        eprintln!(
+            "skipped: {} is not built; run `cargo build -p ccm-fake-cloud` or `cargo test --workspace`",
+            rust_ccm.display()
+        );
+        return;
+    }
+    let go = std::env::var_os("CCM_BENCH_GO").is_some_and(|v| v == "1");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results.json");
+    let output = Command::new(BENCH)
+        .args(["--nodes", "10", "--services", "5", "--timeout-secs", "120"])
+        .args(["--ccm", if go { "rust,go" } else { "rust" }])
+        .arg("--rust-ccm")
+        .arg(&rust_ccm)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "ccm-bench failed:\n{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("node_init: seconds"), "{stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), if go { 2 } else { 1 }, "{report:#}");
+    for r in results {
+        let nodes = &r["scenarios"]["node_init"];
+        assert_eq!(nodes["objects"], 10, "{report:#}");
+        assert!(nodes["api_requests"].as_f64().unwrap() > 0.0, "{report:#}");
+        assert_eq!(r["scenarios"]["load_balancers"]["objects"], 5, "{report:#}");
+        assert!(r["peak_rss_mib"].as_f64().unwrap() > 0.0, "{report:#}");
+    }
+}

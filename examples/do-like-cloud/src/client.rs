@@ -1,5 +1,6 @@
 //! A typed client of the DigitalOcean-like API: timeouts, `Retry-After` honoured (with a cap),
-//! a client-side rate limit, retries of 5xx, and a short-TTL cache of the droplet list.
+//! a client-side rate limit, retries of 5xx (not of a POST, which may have been applied), and
+//! a short-TTL cache of the droplet list.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -191,6 +192,10 @@ impl Client {
         body: Option<&(dyn erased::Body + Sync)>,
     ) -> Result<Option<T>, ApiError> {
         let url = format!("{}{}", self.opts.api_url, path);
+        // A POST that failed with a 5xx or a timeout may have been applied: retrying it
+        // could create a second resource. Callers look up before they create, so their next
+        // attempt finds it. A 429 or a refused connection was not applied: always retried.
+        let idempotent = method != Method::POST;
         let mut attempt = 0;
         loop {
             self.pace().await;
@@ -209,7 +214,7 @@ impl Client {
                 Ok(r) => r,
                 Err(err)
                     if attempt < self.opts.max_retries
-                        && (err.is_timeout() || err.is_connect()) =>
+                        && (err.is_connect() || (idempotent && err.is_timeout())) =>
                 {
                     attempt += 1;
                     tokio::time::sleep(backoff(attempt)).await;
@@ -234,7 +239,7 @@ impl Client {
                 }
                 return Err(ApiError::RateLimited(after));
             }
-            if status.is_server_error() && attempt < self.opts.max_retries {
+            if status.is_server_error() && idempotent && attempt < self.opts.max_retries {
                 attempt += 1;
                 tokio::time::sleep(backoff(attempt)).await;
                 continue;

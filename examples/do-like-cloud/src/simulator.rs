@@ -518,10 +518,12 @@ fn activate_due(data: &mut Data) {
         .collect();
     for id in due {
         data.lb_activate_at.remove(&id);
-        let n = data.load_balancers.len() as u64 + data.next_id;
+        data.next_id += 1;
+        let n = data.next_id;
         if let Some(lb) = data.load_balancers.get_mut(&id) {
             lb.status = "active".into();
-            lb.ip = format!("203.0.113.{}", n % 250 + 2);
+            // Unique while fewer than 64000 IDs were handed out.
+            lb.ip = format!("198.18.{}.{}", (n / 250) % 256, n % 250 + 2);
         }
     }
 }

@@ -149,4 +149,29 @@ mod tests {
         let c = parse("apiUrl: http://x\ntokenEnv: T\n").unwrap();
         assert_eq!(c.region, "nyc1");
     }
+
+    #[test]
+    fn token_sources() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "s3cr3t\n").unwrap();
+        let c = parse(&format!(
+            "apiUrl: http://x\ntokenFile: {}\n",
+            file.display()
+        ))
+        .unwrap();
+        assert_eq!(c.token().unwrap(), ApiToken::new("s3cr3t"));
+        assert_eq!(format!("{:?}", c.token().unwrap()), "ApiToken(<redacted>)");
+
+        std::fs::write(&file, "  \n").unwrap();
+        let e = c.token().unwrap_err().to_string();
+        assert!(e.contains("empty"), "{e}");
+
+        let c = parse("apiUrl: http://x\ntokenEnv: CCM_DO_LIKE_SURELY_UNSET\n").unwrap();
+        let e = c.token().unwrap_err().to_string();
+        assert!(e.contains("CCM_DO_LIKE_SURELY_UNSET"), "{e}");
+        // PATH is always set: the value is read (and trimmed).
+        let c = parse("apiUrl: http://x\ntokenEnv: PATH\n").unwrap();
+        assert!(c.token().is_ok());
+    }
 }

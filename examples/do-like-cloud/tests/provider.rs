@@ -633,3 +633,21 @@ async fn admin_interface_powers_off_and_injects_faults() {
     assert!(sim.handle().droplets().is_empty());
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_client_paces_itself() {
+    let sim = sim().await;
+    let cloud = provider_with(&sim, TOKEN, |o| o.requests_per_second = 20.0);
+    let start = Instant::now();
+    for _ in 0..6 {
+        cloud.client().list_droplets().await.unwrap();
+    }
+    // Six requests at 20 per second: the last starts 250 ms after the first.
+    assert!(
+        start.elapsed() >= Duration::from_millis(240),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(sim.handle().request_count("GET /v2/droplets"), 6);
+    sim.shutdown().await;
+}

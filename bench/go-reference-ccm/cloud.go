@@ -359,9 +359,9 @@ func (c *cloud) ListRoutes(ctx context.Context, clusterName string) ([]*cloudpro
 			continue
 		}
 		rc := r.r
-		if _, ok := c.instances[string(rc.TargetNode)]; !ok {
-			rc.Blackhole = true
-		}
+		// A route to a removed instance is a blackhole; every other Node name is an
+		// instance (created on first sight), as in examples/fake-cloud.
+		rc.Blackhole = c.gone[string(rc.TargetNode)]
 		out = append(out, &rc)
 	}
 	return out, nil

@@ -32,7 +32,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec, Taint};
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
 
@@ -78,10 +78,17 @@ struct Options {
     /// Where the JSON results go.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
+    /// Run nothing: read results JSON written before, print its table and draw its picture.
+    #[arg(long)]
+    replot: Option<PathBuf>,
+    /// Where the picture goes: objects done over time, per scenario and CCM (SVG).
+    #[arg(long, default_value = "target/bench/progress.svg")]
+    svg: PathBuf,
 }
 
 /// What one CCM did in one scenario.
-#[derive(Serialize, Debug, Clone, Default)]
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+#[serde(default)]
 struct ScenarioResult {
     /// Objects the scenario waited for.
     objects: usize,
@@ -103,7 +110,7 @@ struct ScenarioResult {
 }
 
 /// What one CCM did in the whole run.
-#[derive(Serialize, Debug, Clone, Default)]
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
 struct CcmResult {
     /// `rust` or `go`.
     name: String,
@@ -118,14 +125,14 @@ struct CcmResult {
 }
 
 /// The JSON written to `--out`.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 struct Report {
     settings: Settings,
     machine: Machine,
     results: Vec<CcmResult>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 struct Settings {
     nodes: usize,
     services: usize,
@@ -135,7 +142,7 @@ struct Settings {
     latency_ms: u64,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 struct Machine {
     cpus: usize,
     kernel: String,
@@ -167,6 +174,11 @@ fn progress(msg: impl std::fmt::Display) {
 }
 
 async fn run(opts: Options) -> Result<()> {
+    if let Some(path) = &opts.replot {
+        let report: Report = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        print!("{}", table(&report));
+        return write_svg(&opts, &report);
+    }
     if opts.nodes == 0 {
         return Err("--nodes must be at least 1".into());
     }
@@ -204,7 +216,93 @@ async fn run(opts: Options) -> Result<()> {
     }
     std::fs::write(&opts.out, serde_json::to_string_pretty(&report)?)?;
     progress(format_args!("wrote {}", opts.out.display()));
+    write_svg(&opts, &report)
+}
+
+fn write_svg(opts: &Options, report: &Report) -> Result<()> {
+    if let Some(dir) = opts.svg.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&opts.svg, svg(report))?;
+    progress(format_args!("wrote {}", opts.svg.display()));
     Ok(())
+}
+
+/// A line chart (hand-written SVG, no dependency): the fraction of objects done over
+/// time, one panel per scenario, one line per CCM (Rust orange, Go blue).
+fn svg(report: &Report) -> String {
+    const W: f64 = 640.0;
+    const H: f64 = 260.0;
+    const M: f64 = 50.0;
+    let mut scenarios: Vec<&String> = report
+        .results
+        .iter()
+        .flat_map(|r| r.scenarios.keys())
+        .collect();
+    scenarios.sort();
+    scenarios.dedup();
+    let height = H * scenarios.len().max(1) as f64;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    for (i, name) in scenarios.iter().enumerate() {
+        let top = H * i as f64;
+        let (x0, x1, y0, y1) = (M, W - 20.0, top + H - 40.0, top + 30.0);
+        let runs: Vec<(&str, &ScenarioResult)> = report
+            .results
+            .iter()
+            .filter_map(|r| r.scenarios.get(*name).map(|s| (r.name.as_str(), s)))
+            .collect();
+        let t_max = runs
+            .iter()
+            .map(|(_, s)| s.seconds)
+            .fold(0.0_f64, f64::max)
+            .max(0.001);
+        let objects = runs.first().map_or(0, |(_, s)| s.objects);
+        out += &format!(
+            "<text x=\"{M}\" y=\"{}\" font-size=\"14\">{name}: {objects} objects done over time \
+             ({} nodes, QPS {}, {} worker(s), latency {} ms)</text>\n",
+            top + 18.0,
+            report.settings.nodes,
+            report.settings.qps,
+            report.settings.workers,
+            report.settings.latency_ms
+        );
+        out += &format!(
+            "<polyline fill=\"none\" stroke=\"black\" points=\"{x0},{y1} {x0},{y0} {x1},{y0}\"/>\n\
+             <text x=\"{x0}\" y=\"{}\">0</text><text x=\"{x1}\" y=\"{}\" text-anchor=\"end\">{t_max:.1} s</text>\n\
+             <text x=\"{}\" y=\"{y0}\" text-anchor=\"end\">0</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{objects}</text>\n",
+            y0 + 15.0,
+            y0 + 15.0,
+            x0 - 4.0,
+            x0 - 4.0,
+            y1 + 4.0
+        );
+        for (j, (ccm, s)) in runs.iter().enumerate() {
+            let colour = if *ccm == "rust" { "#d9531e" } else { "#1f77b4" };
+            let points: Vec<String> = s
+                .progress
+                .iter()
+                .map(|(t, n)| {
+                    let x = x0 + (x1 - x0) * t / t_max;
+                    let y = y0 - (y0 - y1) * (*n as f64) / (s.objects.max(1) as f64);
+                    format!("{x:.1},{y:.1}")
+                })
+                .collect();
+            out += &format!(
+                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n\
+                 <text x=\"{}\" y=\"{}\" fill=\"{colour}\">{ccm}: {:.2} s</text>\n",
+                points.join(" "),
+                x0 + 10.0,
+                y1 + 15.0 * (j as f64 + 1.0),
+                s.seconds
+            );
+        }
+    }
+    out += "</svg>\n";
+    out
 }
 
 /// The workspace root: `CARGO_MANIFEST_DIR/../..`.
@@ -557,7 +655,7 @@ where
     let requests_before = ccm.api_request_series()?;
     let cpu_before = ccm.cpu_seconds()?;
     let start = Instant::now();
-    let creator = tokio::spawn(async move {
+    let mut creator = tokio::spawn(async move {
         create.await?;
         Ok::<_, kube::Error>(start.elapsed().as_secs_f64())
     });
@@ -566,7 +664,12 @@ where
     let mut last_print = Instant::now();
     let deadline = start + Duration::from_secs(opts.timeout_secs);
     let mut seen = 0;
+    let mut create_seconds = None;
     while seen < count {
+        // A failed create ends the scenario now rather than at the timeout.
+        if create_seconds.is_none() && creator.is_finished() {
+            create_seconds = Some((&mut creator).await??);
+        }
         let next = tokio::time::timeout(Duration::from_secs(1), done.next()).await;
         ccm.check_running()?;
         match next {
@@ -596,7 +699,10 @@ where
         }
     }
     let seconds = start.elapsed().as_secs_f64();
-    let create_seconds = creator.await??;
+    let create_seconds = match create_seconds {
+        Some(s) => s,
+        None => creator.await??,
+    };
     // Let the last writes land in the counters, Go's asynchronous events included: wait
     // until the total has not moved for 1 s (at most 10 s).
     let settle_deadline = Instant::now() + Duration::from_secs(10);

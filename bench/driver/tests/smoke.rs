@@ -30,12 +30,16 @@ fn the_driver_runs_at_a_small_n() {
         .arg(&rust_ccm)
         .arg("--out")
         .arg(&out)
+        .arg("--svg")
+        .arg(dir.path().join("progress.svg"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "ccm-bench failed:\n{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("node_init: seconds"), "{stdout}");
+
+    assert!(dir.path().join("progress.svg").exists());
 
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();

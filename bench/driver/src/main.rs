@@ -3,7 +3,7 @@
 //! (`ccm-test`), with the same flags and the same fake-cloud latency, and compares them.
 //!
 //! ```sh
-//! cargo run -p ccm-bench --release -- --nodes 100 --services 200
+//! cargo run -p ccm-bench --release -- --nodes 100 --services 200 --routes 1000
 //! ```
 //!
 //! Scenarios (see `docs/benchmarks.md`):
@@ -15,6 +15,9 @@
 //!    the count before the Nodes were created subtracted);
 //! 2. load balancers (`--services` > 0): that many `LoadBalancer` Services are created;
 //!    measured: the time until every one has an ingress IP, and the API requests.
+//! 3. routes (`--routes` > 0): that many untainted Nodes with a podCIDR are created;
+//!    measured: the time until the route controller has marked each one's network
+//!    available (`NetworkUnavailable=False`, set once its route exists).
 //!
 //! For each CCM: CPU seconds (`utime + stime` from `/proc/<pid>/stat`) spent in each
 //! scenario and peak RSS (`VmHWM` from `/proc/<pid>/status`). Progress goes to stderr; a
@@ -51,6 +54,9 @@ struct Options {
     /// LoadBalancer Services created in scenario 2; 0 skips it.
     #[arg(long, default_value_t = 0)]
     services: usize,
+    /// Nodes with a podCIDR created in scenario 3 (routes); 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    routes: usize,
     /// Which CCMs to run, in order: `rust`, `go`, or both (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "rust,go")]
     ccm: Vec<String>,
@@ -136,6 +142,8 @@ struct Report {
 struct Settings {
     nodes: usize,
     services: usize,
+    #[serde(default)]
+    routes: usize,
     qps: f64,
     burst: u32,
     workers: u32,
@@ -196,6 +204,7 @@ async fn run(opts: Options) -> Result<()> {
         settings: Settings {
             nodes: opts.nodes,
             services: opts.services,
+            routes: opts.routes,
             qps: opts.qps,
             burst: opts.burst,
             workers: opts.workers,
@@ -389,7 +398,8 @@ impl Process {
             "--cloud-provider=fake".to_owned(),
             format!("--cloud-config={}", config.display()),
             format!("--kubeconfig={}", cp.kubeconfig_path().display()),
-            "--cluster-cidr=10.244.0.0/16".to_owned(),
+            // Room for 32768 /24 pod CIDRs (scenario 3).
+            "--cluster-cidr=10.128.0.0/9".to_owned(),
             // Go runs the route controller only with both; ours ignores the first.
             "--allocate-node-cidrs=true".to_owned(),
             "--configure-cloud-routes=true".to_owned(),
@@ -631,6 +641,35 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
         result.scenarios.insert("load_balancers".into(), s2);
     }
 
+    // Scenario 3: routes.
+    if opts.routes > 0 {
+        let n = opts.routes;
+        let s3 = measure(
+            opts,
+            name,
+            &mut ccm,
+            "Nodes with a route",
+            n,
+            {
+                let nodes = nodes.clone();
+                async move {
+                    stream::iter(0..n)
+                        .map(|i| {
+                            let nodes = nodes.clone();
+                            async move { nodes.create(&PostParams::default(), &route_node(i)).await }
+                        })
+                        .buffer_unordered(16)
+                        .try_collect::<Vec<_>>()
+                        .await
+                        .map(|_| ())
+                }
+            },
+            watch_done(nodes.clone(), node_has_route),
+        )
+        .await?;
+        result.scenarios.insert("routes".into(), s3);
+    }
+
     result.peak_rss_mib = ccm.peak_rss_mib()?;
     result.total_cpu_seconds = ccm.cpu_seconds()?;
     drop(ccm);
@@ -801,6 +840,37 @@ fn tainted_node(i: usize) -> Node {
         ..NodeSpec::default()
     });
     node
+}
+
+/// A Node with a podCIDR (from the cluster CIDR 10.128.0.0/9) and no taint, as a
+/// kubelet registers it once initialised; its route is the route controller's work.
+fn route_node(i: usize) -> Node {
+    let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
+    let mut node = Node::default();
+    node.metadata.name = Some(format!("bench-route-node-{i:05}"));
+    node.spec = Some(NodeSpec {
+        pod_cidr: Some(cidr.clone()),
+        pod_cidrs: Some(vec![cidr]),
+        ..NodeSpec::default()
+    });
+    node
+}
+
+/// The route controller marks a Node's network available once its route exists.
+/// Counts only the scenario's Nodes: the other Nodes have no podCIDR, so no route.
+fn node_has_route(node: &Node) -> bool {
+    node.metadata
+        .name
+        .as_deref()
+        .is_some_and(|n| n.starts_with("bench-route-node-"))
+        && node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
+            })
 }
 
 fn lb_service(i: usize) -> Service {

@@ -24,7 +24,8 @@ fn the_driver_runs_at_a_small_n() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results.json");
     let output = Command::new(BENCH)
-        .args(["--nodes", "10", "--services", "5", "--timeout-secs", "120"])
+        .args(["--nodes", "10", "--services", "5", "--routes", "5"])
+        .args(["--timeout-secs", "120"])
         .args(["--ccm", if go { "rust,go" } else { "rust" }])
         .arg("--rust-ccm")
         .arg(&rust_ccm)
@@ -50,6 +51,7 @@ fn the_driver_runs_at_a_small_n() {
         assert_eq!(nodes["objects"], 10, "{report:#}");
         assert!(nodes["api_requests"].as_f64().unwrap() > 0.0, "{report:#}");
         assert_eq!(r["scenarios"]["load_balancers"]["objects"], 5, "{report:#}");
+        assert_eq!(r["scenarios"]["routes"]["objects"], 5, "{report:#}");
         assert!(r["peak_rss_mib"].as_f64().unwrap() > 0.0, "{report:#}");
     }
 }

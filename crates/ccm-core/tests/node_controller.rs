@@ -498,3 +498,33 @@ async fn a_concurrent_taint_change_is_not_overwritten() {
         "the retry reused the answer"
     );
 }
+
+#[tokio::test]
+async fn a_node_without_labels_is_initialized_in_three_requests() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let mut node = h.new_node("bare");
+    let name = node.metadata.name.clone().unwrap();
+    node.metadata.labels = None;
+    h.create_node(&node).await;
+    // No labels to select on: watch this one Node by name.
+    let informer = ccm_core::informer::Informer::new(
+        kube::Api::all(h.client.clone()),
+        kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}")),
+        ccm_core::informer::trim_node,
+    );
+    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
+    let controller =
+        CloudNodeController::new(h.client.clone(), &provider, informer.clone(), fast())
+            .expect("instances supported");
+    h.start_informer(&informer);
+    tokio::spawn(controller.run(h.cancel.clone()));
+
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
+    h.wait_event(&name, REASON_SYNCED, WAIT).await;
+    // The labels are added as a whole map guarded by the resourceVersion the status patch
+    // returned: no conflict, no re-read.
+    assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
+    assert_eq!(h.api.counters().count("PATCH", "nodes"), 1);
+    assert_eq!(h.api.counters().count("GET", "nodes"), 0);
+}

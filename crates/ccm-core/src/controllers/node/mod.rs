@@ -372,28 +372,36 @@ impl Inner {
     /// Writes an initialisation plan: addresses first, then provider ID, labels and taints.
     async fn initialize(&self, node: &Node, plan: &InitPlan) -> Result<(), PatchFailure> {
         let name = node_name(node);
-        let rv = node.metadata.resource_version.as_deref();
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
+        // What the labels patch is built on: the cached Node, or the fresher one the status
+        // patch returns (our own status write moves the resourceVersion a labels guard tests).
+        let mut labels = node.metadata.labels.clone();
+        let mut rv = node.metadata.resource_version.clone();
         if let Some(addresses) = &plan.addresses {
             let old = node.status.as_ref().and_then(|s| s.addresses.as_deref());
-            let ops = replace_list("/status/addresses", old, addresses, rv);
-            self.nodes_api
+            let ops = replace_list("/status/addresses", old, addresses, rv.as_deref());
+            let updated = self
+                .nodes_api
                 .patch_status(name, &params, &Patch::Json::<()>(to_patch(ops)))
                 .await?;
+            labels = updated.metadata.labels;
+            rv = updated.metadata.resource_version;
         }
         let mut ops = Vec::new();
         if let Some(id) = &plan.provider_id {
             ops.push(serde_json::json!({"op": "add", "path": "/spec/providerID", "value": id}));
         }
-        ops.extend(add_labels(node.metadata.labels.as_ref(), &plan.labels, rv));
+        ops.extend(add_labels(labels.as_ref(), &plan.labels, rv.as_deref()));
+        // The taints are tested against the list the plan was made from, so a taint added
+        // by anyone since is never lost.
         ops.extend(replace_list(
             "/spec/taints",
             Some(taints(node)),
             &plan.taints,
-            rv,
+            rv.as_deref(),
         ));
         self.nodes_api
             .patch(name, &params, &Patch::Json::<()>(to_patch(ops)))

@@ -62,6 +62,9 @@ pub const CONDITION_REASON_ROUTE_CREATED: &str = decision::REASON_ROUTE_CREATED;
 /// `NetworkUnavailable` reason when a route of the Node is missing (status `True`).
 pub const CONDITION_REASON_NO_ROUTE_CREATED: &str = decision::REASON_NO_ROUTE_CREATED;
 
+/// How long a written condition is trusted to be on its way to the cache.
+const WRITTEN_TTL: Duration = Duration::from_secs(30);
+
 /// The field manager of the condition patches.
 const FIELD_MANAGER: &str = "route-controller";
 /// How many condition patches a reconcile sends at once (the client's rate limit applies
@@ -106,6 +109,10 @@ struct Inner {
     /// Caps cloud creates and deletes in flight, across reconciles.
     calls: Semaphore,
     in_flight: InFlight,
+    /// Conditions written, by (Node name, UID), until the cache shows them: a reconcile
+    /// in that window must not write the same condition again.
+    /// Entries older than [`WRITTEN_TTL`] are ignored, should the cache never show one.
+    written: Mutex<HashMap<(String, String), ((String, Option<String>), tokio::time::Instant)>>,
     /// `route_controller_route_sync_total`.
     syncs: Counter,
 }
@@ -142,6 +149,7 @@ impl RouteController {
                 calls: Semaphore::new(config.max_concurrent_operations()),
                 config,
                 in_flight: InFlight::default(),
+                written: Mutex::default(),
                 syncs: Counter::default(),
             },
             changes,
@@ -407,12 +415,37 @@ impl Inner {
     /// so the others are left as they are.
     async fn set_condition(&self, name: &str, routes_created: bool) {
         let Some(node) = self.nodes.store().get(&ObjectRef::new(name)) else {
-            return; // deleted meanwhile
-        };
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let Some(condition) = network_condition(&node, routes_created, &now) else {
+            // Deleted meanwhile.
+            self.written
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|(n, _), _| n != name);
             return;
         };
+        let key = (
+            name.to_owned(),
+            node.metadata.uid.clone().unwrap_or_default(),
+        );
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let Some(condition) = network_condition(&node, routes_created, &now) else {
+            // The cache shows the condition as wanted: anything we wrote has arrived.
+            self.written
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
+            return;
+        };
+        let wanted = (condition.status.clone(), condition.reason.clone());
+        let already = self
+            .written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .is_some_and(|(w, at)| *w == wanted && at.elapsed() < WRITTEN_TTL);
+        if already {
+            // Written already; the cache has not caught up yet.
+            return;
+        }
         tracing::info!(node = name, status = condition.status, reason = ?condition.reason, "setting NetworkUnavailable condition");
         let patch = serde_json::json!({ "status": { "conditions": [condition] } });
         let params = PatchParams {
@@ -424,7 +457,12 @@ impl Inner {
             .patch_status(name, &params, &Patch::Strategic(patch))
             .await
         {
-            Ok(_) => {}
+            Ok(_) => {
+                self.written
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key, (wanted, tokio::time::Instant::now()));
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(err) => {
                 // The next reconcile writes it again.

@@ -62,6 +62,11 @@ pub const CONDITION_REASON_ROUTE_CREATED: &str = decision::REASON_ROUTE_CREATED;
 /// `NetworkUnavailable` reason when a route of the Node is missing (status `True`).
 pub const CONDITION_REASON_NO_ROUTE_CREATED: &str = decision::REASON_NO_ROUTE_CREATED;
 
+/// A Node by name and UID.
+type NodeKey = (String, String);
+/// A condition's status and reason.
+type ConditionState = (String, Option<String>);
+
 /// How long a written condition is trusted to be on its way to the cache.
 const WRITTEN_TTL: Duration = Duration::from_secs(30);
 
@@ -112,7 +117,7 @@ struct Inner {
     /// Conditions written, by (Node name, UID), until the cache shows them: a reconcile
     /// in that window must not write the same condition again.
     /// Entries older than [`WRITTEN_TTL`] are ignored, should the cache never show one.
-    written: Mutex<HashMap<(String, String), ((String, Option<String>), tokio::time::Instant)>>,
+    written: Mutex<HashMap<NodeKey, (ConditionState, tokio::time::Instant)>>,
     /// `route_controller_route_sync_total`.
     syncs: Counter,
 }

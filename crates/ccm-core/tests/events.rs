@@ -6,21 +6,7 @@ use std::time::Duration;
 
 use ccm_core::events::EventRecorder;
 use ccm_fake_cloud::FakeCloud;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
 use support::Harness;
-
-async fn events_about(h: &Harness, name: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::all(h.admin.clone());
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect()
-}
 
 #[tokio::test]
 async fn repeats_aggregate_and_new_messages_stay_separate() {
@@ -41,7 +27,7 @@ async fn repeats_aggregate_and_new_messages_stay_separate() {
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let events = events_about(&h, &name).await;
+        let events = h.events_about(&name).await;
         let count = |note: &str| {
             events
                 .iter()

@@ -146,8 +146,8 @@ impl Harness {
         }
     }
 
-    /// Events about the object named `name`, as (type, reason, note).
-    pub async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
+    /// Events about the object named `name`, in any namespace.
+    pub async fn events_about(&self, name: &str) -> Vec<Event> {
         let events: Api<Event> = Api::all(self.admin.clone());
         events
             .list(&ListParams::default())
@@ -156,6 +156,14 @@ impl Harness {
             .items
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect()
+    }
+
+    /// Events about the object named `name`, as (type, reason, note).
+    pub async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
+        self.events_about(name)
+            .await
+            .into_iter()
             .map(|e| {
                 (
                     e.type_.unwrap_or_default(),
@@ -427,14 +435,10 @@ impl Harness {
         namespace: &str,
         name: &str,
     ) -> Vec<(String, String, String, i32)> {
-        let events: Api<Event> = Api::namespaced(self.admin.clone(), namespace);
-        events
-            .list(&ListParams::default())
+        self.events_about(name)
             .await
-            .expect("list events")
-            .items
             .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| e.metadata.namespace.as_deref() == Some(namespace))
             .map(|e| {
                 (
                     e.type_.unwrap_or_default(),

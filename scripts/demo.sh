@@ -12,40 +12,9 @@ cd "$(dirname "$0")/.."
 once=false
 [ "${1:-}" = "--once" ] && once=true
 
-if [ -t 2 ]; then
-  say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
-else
-  say() { printf '\n==> %s\n' "$*" >&2; }
-fi
-
-say "building (control-plane binaries from Go modules on first use, then the Rust binaries)"
-KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
-export KUBEBUILDER_ASSETS
-cargo build --quiet -p ccm-local-control-plane -p ccm-fake-cloud
-target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-kubectl="$KUBEBUILDER_ASSETS/kubectl"
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/ccm-demo.XXXXXX")"
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  say "stopping"
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-say "starting a local control plane"
-"$target_dir/debug/ccm-local-control-plane" --kubeconfig "$work/kubeconfig" >"$work/control-plane.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 300); do
-  [ -s "$work/kubeconfig" ] && grep -q "Press Ctrl-C" "$work/control-plane.log" && break
-  kill -0 "${pids[0]}" 2>/dev/null || { cat "$work/control-plane.log" >&2; exit 1; }
-  sleep 0.1
-done
-export KUBECONFIG="$work/kubeconfig"
+# shellcheck source=scripts/lib/local-cluster.sh
+source scripts/lib/local-cluster.sh
+build_and_start_cluster ccm-demo -p ccm-fake-cloud
 
 say "starting fake-cloud-controller-manager"
 cat >"$work/cloud.yaml" <<'EOF'

@@ -1084,3 +1084,56 @@ async fn stopping_returns_while_cloud_calls_hang() {
         .unwrap();
     assert!(ctl.queue.is_shut_down());
 }
+
+#[tokio::test]
+async fn the_service_annotator_writes_one_key_and_respects_the_uid() {
+    use ccm_core::provider::ServiceAnnotator;
+    const KEY: &str = "example.com/load-balancer-id";
+
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-annotator").await.unwrap();
+    let mut svc = lb_service("web", &[("http", 80)]);
+    svc.metadata.annotations = Some([("user.example.com/keep".to_owned(), "x".to_owned())].into());
+    let stale = create_service(&h, &ns, &svc).await;
+    // Someone adds an annotation our snapshot does not know about.
+    patch_service(
+        &h,
+        &ns,
+        "web",
+        json!({"metadata": {"annotations": {"other.example.com/late": "y"}}}),
+    )
+    .await;
+    let annotator = ServiceAnnotator::new(h.client.clone());
+    let before = h.api.counters().total();
+    annotator.set(&stale, KEY, "lb-1").await.unwrap();
+    let live = h.services(&ns).get("web").await.unwrap();
+    let annotations = live.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[KEY], "lb-1");
+    assert_eq!(annotations["user.example.com/keep"], "x");
+    assert_eq!(annotations["other.example.com/late"], "y");
+    // Already there: no request.
+    annotator.set(&live, KEY, "lb-1").await.unwrap();
+    assert_eq!(h.api.counters().total() - before, 1, "one patch, then none");
+
+    annotator.remove(&live, KEY).await.unwrap();
+    let live = h.services(&ns).get("web").await.unwrap();
+    let annotations = live.metadata.annotations.clone().unwrap();
+    assert!(!annotations.contains_key(KEY));
+    assert_eq!(annotations["user.example.com/keep"], "x");
+
+    // The Service was deleted and created again under the same name: the old snapshot's
+    // write is refused, the new object is untouched.
+    patch_service(&h, &ns, "web", json!({"metadata": {"finalizers": null}})).await;
+    h.services(&ns)
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_service_gone(&ns, "web", WAIT).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let err = annotator.set(&live, KEY, "lb-old").await.unwrap_err();
+    let chain = ccm_core::provider::display_chain(&err);
+    assert!(chain.contains("metadata.uid"), "{chain}");
+    let new = h.services(&ns).get("web").await.unwrap();
+    let annotations = new.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key(KEY), "{annotations:?}");
+}

@@ -19,12 +19,12 @@ mod load_balancer;
 mod routes;
 pub mod simulator;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    BoxError, CloudConfig, CloudError, CloudProvider, Instances, LoadBalancer, ProviderRegistry,
-    RegistryError, Routes,
+    BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, InitContext, Instances,
+    LoadBalancer, ProviderRegistry, RegistryError, Routes, ServiceAnnotator,
 };
 
 pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
@@ -43,6 +43,9 @@ pub const PROVIDER_NAME: &str = "digitalocean";
 pub struct DoLikeCloud {
     client: Client,
     region: String,
+    /// Writes the LB ID annotation; set by `initialize` (absent when the provider is used
+    /// without a cluster, as in its own tests).
+    annotator: OnceLock<ServiceAnnotator>,
 }
 
 impl DoLikeCloud {
@@ -51,7 +54,15 @@ impl DoLikeCloud {
         Self {
             client,
             region: region.into(),
+            annotator: OnceLock::new(),
         }
+    }
+
+    /// Remembers load balancer IDs on Services with `annotator` (what `initialize` does with
+    /// the controller manager's client); for using the provider outside a controller manager.
+    pub fn with_service_annotator(self, annotator: ServiceAnnotator) -> Self {
+        let _ = self.annotator.set(annotator);
+        self
     }
 
     /// Builds the provider from a parsed cloud-config (reads the token).
@@ -92,6 +103,12 @@ impl CloudProvider for DoLikeCloud {
 
     fn has_cluster_id(&self) -> bool {
         true
+    }
+
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        // A second initialize (a new leadership term) keeps the first annotator: same cluster.
+        let _ = self.annotator.set(ctx.service_annotator());
+        Ok(())
     }
 
     fn instances(&self) -> Option<&dyn Instances> {

@@ -1,15 +1,20 @@
 //! Load balancers.
 //!
-//! **Finding a Service's load balancer.** The provider gets the Service read-only, so it
-//! cannot write the LB's ID into an annotation itself. It looks the LB up, in order:
-//! 1. by the ID in [`ANNOTATION_LOAD_BALANCER_ID`], when a user or a tool set it (e.g. to
-//!    adopt an existing LB); a missing LB falls through to 2;
+//! **Finding a Service's load balancer.** Once the provider has found or created a Service's
+//! LB, it writes the LB's ID into [`ANNOTATION_LOAD_BALANCER_ID`] on the Service (through
+//! ccm-core's [`ServiceAnnotator`](ccm_core::provider::ServiceAnnotator); before the LB is
+//! active, so the ID is remembered even while the cloud provisions it). It looks the LB up,
+//! in order:
+//! 1. by the ID in [`ANNOTATION_LOAD_BALANCER_ID`]: one `GET`, whether it wrote the ID itself
+//!    or a user set it to adopt an existing LB; a missing LB falls through to 2;
 //! 2. by its deterministic name ([`default_load_balancer_name`]: `a` + the Service's UID, so
-//!    renaming the Service changes nothing) among the LBs tagged with the cluster's tag.
+//!    nothing the user renames changes it) among the LBs tagged with the cluster's tag — a
+//!    paged list, needed only before the annotation is written.
 //!
 //! So a retried create after a lost answer finds the first LB instead of making a second, and
 //! a rename neither leaks nor duplicates. Only LBs carrying [`cluster_tag`] are ever updated
-//! or deleted.
+//! or deleted. A failed annotation write is logged and retried on the next sync; it never
+//! fails the sync, since the name lookup still finds the LB.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -120,6 +125,46 @@ impl DoLikeCloud {
         Ok(all
             .into_iter()
             .find(|lb| lb.spec.name == name && lb.spec.tags.contains(&tag)))
+    }
+
+    /// Writes `lb`'s ID onto the Service, if the provider was given an annotator and the
+    /// Service does not already say so.
+    async fn remember_id(&self, service: &Service, lb: &LoadBalancerObject) {
+        let Some(annotator) = self.annotator.get() else {
+            return;
+        };
+        if service.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        if let Err(e) = annotator
+            .set(service, ANNOTATION_LOAD_BALANCER_ID, &lb.id)
+            .await
+        {
+            tracing::warn!(
+                service = %service_key(service),
+                id = %lb.id,
+                error = %ccm_core::provider::display_chain(&e),
+                "could not remember the load balancer's ID on the Service; retried on the next sync"
+            );
+        }
+    }
+
+    /// Removes the ID annotation from a Service that stays (its type changed away from
+    /// `LoadBalancer`), so it does not name a deleted LB.
+    async fn forget_id(&self, service: &Service) {
+        let Some(annotator) = self.annotator.get() else {
+            return;
+        };
+        if service.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        if let Err(e) = annotator.remove(service, ANNOTATION_LOAD_BALANCER_ID).await {
+            tracing::warn!(
+                service = %service_key(service),
+                error = %ccm_core::provider::display_chain(&e),
+                "could not remove the load balancer ID annotation"
+            );
+        }
     }
 
     async fn desired(
@@ -284,6 +329,7 @@ impl LoadBalancer for DoLikeCloud {
                 lb
             }
         };
+        self.remember_id(service, &lb).await;
         if lb.ip.is_empty() {
             return Err(CloudError::retry_after(
                 format!("load balancer {} is {}, not active yet", lb.id, lb.status),
@@ -306,6 +352,7 @@ impl LoadBalancer for DoLikeCloud {
                 service_key(service)
             )));
         };
+        self.remember_id(service, &lb).await;
         if lb.spec != desired {
             self.client
                 .update_load_balancer(&lb.id, &desired)
@@ -327,6 +374,7 @@ impl LoadBalancer for DoLikeCloud {
                 .map_err(|e| cloud_error(&format!("deleting load balancer {}", lb.id), e))?;
             tracing::info!(service = %service_key(service), id = %lb.id, "load balancer deleted");
         }
+        self.forget_id(service).await;
         Ok(())
     }
 }

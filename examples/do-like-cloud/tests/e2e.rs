@@ -5,11 +5,12 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ccm_do_like_cloud::cluster_tag;
 use ccm_do_like_cloud::simulator::{Faults, RunningSimulator, SimulatorConfig};
+use ccm_do_like_cloud::{ANNOTATION_LOAD_BALANCER_ID, ANNOTATION_PROTOCOL, cluster_tag};
 use ccm_test::{ControlPlane, unique_name};
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_do-like-cloud-controller-manager");
 const WAIT: Duration = Duration::from_secs(60);
@@ -33,6 +34,14 @@ impl Drop for Ccm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn has_ingress(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
 }
 
 async fn until<F, Fut>(what: &str, ccm: &Ccm, mut check: F)
@@ -144,6 +153,72 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
             .all(|r| r.tags == [cluster_tag(CLUSTER)])
     );
 
+    let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
+    let events: Api<Event> = Api::namespaced(cp.client().unwrap(), "default");
+
+    // A bad annotation: a Warning event naming it, no load balancer; fixed, it converges.
+    let bad_name = unique_name("do-bad");
+    let bad: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": bad_name, "annotations": {ANNOTATION_PROTOCOL: "udp"}},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &bad).await.unwrap();
+    let warning_about = |events: Api<Event>, name: String| async move {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("SyncLoadBalancerFailed")
+            })
+            .and_then(|e| e.note)
+    };
+    until("a Warning about the bad annotation", &ccm, || {
+        let (events, bad_name) = (events.clone(), bad_name.clone());
+        async move { warning_about(events, bad_name).await.is_some() }
+    })
+    .await;
+    let warning = warning_about(events.clone(), bad_name.clone())
+        .await
+        .unwrap();
+    assert!(
+        warning.contains(ANNOTATION_PROTOCOL) && warning.contains("udp"),
+        "{warning}"
+    );
+    assert!(sim.handle().load_balancers().is_empty());
+    services
+        .patch(
+            &bad_name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {ANNOTATION_PROTOCOL: "http"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    until("the fixed Service's ingress", &ccm, || {
+        let services = services.clone();
+        let bad_name = bad_name.clone();
+        async move { has_ingress(&services.get(&bad_name).await.unwrap()) }
+    })
+    .await;
+    let lbs = sim.handle().load_balancers();
+    assert_eq!(lbs.len(), 1, "{lbs:?}");
+    assert_eq!(lbs[0].spec.forwarding_rules[0].entry_protocol, "http");
+    services
+        .delete(&bad_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the fixed Service's LB deleted", &ccm, || async {
+        sim.handle().load_balancers().is_empty()
+    })
+    .await;
+
     // Faults from here on: the LB still converges, once, and goes away with the Service.
     let mut faults = Faults::default();
     faults.error_rate = 0.3;
@@ -151,7 +226,6 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     faults.retry_after_secs = 1;
     sim.handle().set_faults(faults);
 
-    let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
     let svc_name = unique_name("do-web");
     let svc: Service = serde_json::from_value(serde_json::json!({
         "metadata": {"name": svc_name, "annotations": {
@@ -166,13 +240,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
         let services = services.clone();
         let svc_name = svc_name.clone();
         max_lbs = max_lbs.max(sim.handle().load_balancers().len());
-        async move {
-            let s = services.get(&svc_name).await.unwrap();
-            s.status
-                .and_then(|s| s.load_balancer)
-                .and_then(|lb| lb.ingress)
-                .is_some_and(|i| !i.is_empty())
-        }
+        async move { has_ingress(&services.get(&svc_name).await.unwrap()) }
     })
     .await;
     let lbs = sim.handle().load_balancers();
@@ -180,7 +248,14 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     assert!(max_lbs <= 1, "a duplicate load balancer was created");
     assert_eq!(lbs[0].spec.tags, [cluster_tag(CLUSTER)]);
     assert_eq!(lbs[0].spec.algorithm.as_deref(), Some("least_connections"));
-    let ingress = services.get(&svc_name).await.unwrap().status.unwrap();
+    // The LB's ID is remembered on the Service, and later lookups use it: GETs by ID, not
+    // only lists.
+    let live = services.get(&svc_name).await.unwrap();
+    assert_eq!(
+        live.metadata.annotations.as_ref().unwrap()[ANNOTATION_LOAD_BALANCER_ID],
+        lbs[0].id
+    );
+    let ingress = live.status.unwrap();
     assert_eq!(
         ingress.load_balancer.unwrap().ingress.unwrap()[0]
             .ip
@@ -202,6 +277,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
         async move { services.get_opt(&svc_name).await.unwrap().is_none() }
     })
     .await;
+    assert!(sim.handle().request_count("GET /v2/load_balancers/{id}") > 0);
     assert!(sim.handle().request_count("500") > 0);
     assert!(sim.handle().request_count("429") >= 5);
     let log = ccm.log();

@@ -443,6 +443,60 @@ async fn bad_annotations_name_the_annotation() {
 }
 
 #[tokio::test]
+async fn latency_slows_calls_and_beyond_the_timeout_fails_them_without_a_duplicate() {
+    let sim = sim().await;
+    sim.handle().create_droplet("slow-1", "s-1vcpu-1gb", "nyc1");
+    let cloud = provider_with(&sim, TOKEN, |o| {
+        o.timeout = Duration::from_millis(400);
+        o.max_retries = 1;
+        o.cache_ttl = Duration::ZERO;
+    });
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let instances = resolve_instances(&p).unwrap();
+    let lb = p.load_balancer().unwrap();
+    let set_latency = |ms| {
+        let mut faults = Faults::default();
+        faults.latency_ms = ms;
+        sim.handle().set_faults(faults);
+    };
+
+    // Slower than usual but inside the timeout: answered, just later.
+    set_latency(150);
+    let started = Instant::now();
+    let meta = instances
+        .instance_metadata(&node("slow-1", None))
+        .await
+        .unwrap();
+    assert!(meta.is_some());
+    assert!(started.elapsed() >= Duration::from_millis(150));
+
+    // Beyond the timeout: an error after the bounded retries, not a hang.
+    set_latency(2_000);
+    let svc = service("slow", "u-slow", &[]);
+    let started = Instant::now();
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &svc, &[])
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        ccm_core::provider::display_chain(&err).contains("timed out"),
+        "{}",
+        ccm_core::provider::display_chain(&err)
+    );
+
+    // The cloud recovers: one LB, however many attempts timed out on the way.
+    set_latency(0);
+    lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.unwrap();
+    assert_eq!(sim.handle().load_balancers().len(), 1);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_new_load_balancer_is_retried_not_duplicated() {
     let sim = sim_with(|c| c.lb_activation_delay = Duration::from_millis(1000)).await;
     let cloud = provider(&sim);

@@ -34,6 +34,7 @@
 //! }
 //! ```
 
+mod annotator;
 mod config;
 mod error;
 mod instances;
@@ -47,6 +48,7 @@ mod zones;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+pub use self::annotator::ServiceAnnotator;
 pub use self::config::{CloudConfig, ConfigError};
 pub use self::error::{BoxError, CloudError, CloudResult, ResultExt, display_chain};
 pub use self::instances::{
@@ -83,6 +85,12 @@ impl InitContext {
     /// A context with this client and shutdown token.
     pub fn new(client: kube::Client, shutdown: CancellationToken) -> Self {
         Self { client, shutdown }
+    }
+
+    /// A [`ServiceAnnotator`] with this client, for a load balancer that remembers its cloud
+    /// ID on the Service.
+    pub fn service_annotator(&self) -> ServiceAnnotator {
+        ServiceAnnotator::new(self.client.clone())
     }
 }
 

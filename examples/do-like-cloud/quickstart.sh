@@ -94,7 +94,7 @@ done
 say "Nodes"
 "$kubectl" get nodes -o custom-columns='NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,REGION:.metadata.labels.topology\.kubernetes\.io/region,ADDRESSES:.status.addresses[*].address,ROUTE:.status.conditions[?(@.type=="NetworkUnavailable")].reason,TAINTS:.spec.taints[*].key'
 say "Services"
-"$kubectl" get services -o wide
+"$kubectl" get services -o custom-columns='NAME:.metadata.name,TYPE:.spec.type,INGRESS-IP:.status.loadBalancer.ingress[*].ip,LB-ID:.metadata.annotations.do-like\.example\.com/load-balancer-id,FINALIZERS:.metadata.finalizers[*]'
 say "the simulator's load balancers and routes"
 python3 - "$api_url" "$work/token" <<'EOF'
 import json, sys, urllib.request

@@ -12,6 +12,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 )
@@ -54,6 +56,78 @@ var methodNames = [mCount]string{
 	"InstanceExists", "InstanceShutdown", "InstanceMetadata",
 	"GetLoadBalancer", "EnsureLoadBalancer", "UpdateLoadBalancer", "EnsureLoadBalancerDeleted",
 	"ListRoutes", "CreateRoute", "DeleteRoute",
+}
+
+// metricMethods are the method labels of ccm_cloud_requests_total: the Rust trait's
+// method names, so the benchmark reads both CCMs' cloud calls the same way.
+var metricMethods = [mCount]string{
+	"instance_exists", "instance_shutdown", "instance_metadata",
+	"get_load_balancer", "ensure_load_balancer", "update_load_balancer", "ensure_load_balancer_deleted",
+	"list_routes", "create_route", "delete_route",
+}
+
+// The metrics our CCM exports for the same things (ccm-core's ccm_cloud_requests_total
+// and examples/fake-cloud's fake_cloud_*), so the benchmark driver reads both alike.
+var (
+	cloudRequests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "ccm_cloud_requests_total",
+		Help:           "Cloud provider calls, by provider, method and result.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"provider", "method", "result"})
+	duplicateRouteCreates = metrics.NewCounter(&metrics.CounterOpts{
+		Name:           "fake_cloud_duplicate_route_creates_total",
+		Help:           "Route creates the fake cloud refused because the route existed.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+var registerOnce sync.Once
+
+// registerMetrics registers the cloud's metrics in the registry /metrics serves (once).
+func (c *cloud) registerMetrics() {
+	registerOnce.Do(func() { c.registerMetricsNow() })
+}
+
+func (c *cloud) registerMetricsNow() {
+	legacyregistry.MustRegister(cloudRequests, duplicateRouteCreates)
+	legacyregistry.RawMustRegister(
+		metrics.NewGaugeFunc(&metrics.GaugeOpts{
+			Name:           "fake_cloud_load_balancers",
+			Help:           "Load balancers in the fake cloud.",
+			StabilityLevel: metrics.ALPHA,
+		}, func() float64 {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return float64(len(c.loadBalancers))
+		}),
+		metrics.NewGaugeFunc(&metrics.GaugeOpts{
+			Name:           "fake_cloud_load_balancer_hosts_min",
+			Help:           "The fewest Nodes any load balancer of the fake cloud points at (0 without any).",
+			StabilityLevel: metrics.ALPHA,
+		}, func() float64 {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			min := -1
+			for _, lb := range c.loadBalancers {
+				if min < 0 || len(lb.nodes) < min {
+					min = len(lb.nodes)
+				}
+			}
+			if min < 0 {
+				return 0
+			}
+			return float64(min)
+		}),
+	)
+}
+
+// done records a finished call's result in ccm_cloud_requests_total.
+func done(m int, err error) {
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	cloudRequests.WithLabelValues(providerName, metricMethods[m], result).Inc()
 }
 
 type instance struct {
@@ -137,6 +211,7 @@ func (c *cloud) call(ctx context.Context, m int) error {
 }
 
 func (c *cloud) Initialize(_ cloudprovider.ControllerClientBuilder, stop <-chan struct{}) {
+	c.registerMetrics()
 	// Logs the call counts every 30 s (a bounded summary, no growing log).
 	go func() {
 		t := time.NewTicker(30 * time.Second)
@@ -208,7 +283,8 @@ func addIP(base netip.Addr, n uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-func (c *cloud) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
+func (c *cloud) InstanceExists(ctx context.Context, node *v1.Node) (r0 bool, err error) {
+	defer func() { done(mInstanceExists, err) }()
 	if err := c.call(ctx, mInstanceExists); err != nil {
 		return false, err
 	}
@@ -218,7 +294,8 @@ func (c *cloud) InstanceExists(ctx context.Context, node *v1.Node) (bool, error)
 	return inst != nil, err
 }
 
-func (c *cloud) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
+func (c *cloud) InstanceShutdown(ctx context.Context, node *v1.Node) (r0 bool, err error) {
+	defer func() { done(mInstanceShutdown, err) }()
 	if err := c.call(ctx, mInstanceShutdown); err != nil {
 		return false, err
 	}
@@ -234,7 +311,8 @@ func (c *cloud) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, erro
 	return false, nil
 }
 
-func (c *cloud) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
+func (c *cloud) InstanceMetadata(ctx context.Context, node *v1.Node) (r0 *cloudprovider.InstanceMetadata, err error) {
+	defer func() { done(mInstanceMetadata, err) }()
 	if err := c.call(ctx, mInstanceMetadata); err != nil {
 		return nil, err
 	}
@@ -272,7 +350,8 @@ func (c *cloud) GetLoadBalancerName(_ context.Context, _ string, service *v1.Ser
 	return cloudprovider.DefaultLoadBalancerName(service)
 }
 
-func (c *cloud) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+func (c *cloud) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (r0 *v1.LoadBalancerStatus, r1 bool, err error) {
+	defer func() { done(mGetLoadBalancer, err) }()
 	if err := c.call(ctx, mGetLoadBalancer); err != nil {
 		return nil, false, err
 	}
@@ -290,7 +369,8 @@ func (lb *loadBalancer) status() *v1.LoadBalancerStatus {
 	return &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: lb.ingressIP}}}
 }
 
-func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (r0 *v1.LoadBalancerStatus, err error) {
+	defer func() { done(mEnsureLoadBalancer, err) }()
 	if err := c.call(ctx, mEnsureLoadBalancer); err != nil {
 		return nil, err
 	}
@@ -317,7 +397,8 @@ func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, serv
 	return lb.status(), nil
 }
 
-func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
+func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (err error) {
+	defer func() { done(mUpdateLoadBalancer, err) }()
 	if err := c.call(ctx, mUpdateLoadBalancer); err != nil {
 		return err
 	}
@@ -332,7 +413,8 @@ func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, serv
 	return nil
 }
 
-func (c *cloud) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
+func (c *cloud) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) (err error) {
+	defer func() { done(mEnsureLoadBalancerDeleted, err) }()
 	if err := c.call(ctx, mEnsureLoadBalancerDeleted); err != nil {
 		return err
 	}
@@ -347,7 +429,8 @@ func (c *cloud) EnsureLoadBalancerDeleted(ctx context.Context, clusterName strin
 
 // ----- routes -----
 
-func (c *cloud) ListRoutes(ctx context.Context, clusterName string) ([]*cloudprovider.Route, error) {
+func (c *cloud) ListRoutes(ctx context.Context, clusterName string) (r0 []*cloudprovider.Route, err error) {
+	defer func() { done(mListRoutes, err) }()
 	if err := c.call(ctx, mListRoutes); err != nil {
 		return nil, err
 	}
@@ -367,7 +450,8 @@ func (c *cloud) ListRoutes(ctx context.Context, clusterName string) ([]*cloudpro
 	return out, nil
 }
 
-func (c *cloud) CreateRoute(ctx context.Context, clusterName string, nameHint string, r *cloudprovider.Route) error {
+func (c *cloud) CreateRoute(ctx context.Context, clusterName string, nameHint string, r *cloudprovider.Route) (err error) {
+	defer func() { done(mCreateRoute, err) }()
 	if err := c.call(ctx, mCreateRoute); err != nil {
 		return err
 	}
@@ -380,6 +464,7 @@ func (c *cloud) CreateRoute(ctx context.Context, clusterName string, nameHint st
 	for _, old := range c.routes {
 		if old.clusterName == clusterName && (old.r.Name == name || old.r.DestinationCIDR == r.DestinationCIDR) {
 			c.duplicateRouteCreate++
+			duplicateRouteCreates.Inc()
 			return fmt.Errorf("route %s for %s already exists", name, r.DestinationCIDR)
 		}
 	}
@@ -393,7 +478,8 @@ func (c *cloud) CreateRoute(ctx context.Context, clusterName string, nameHint st
 	return nil
 }
 
-func (c *cloud) DeleteRoute(ctx context.Context, clusterName string, r *cloudprovider.Route) error {
+func (c *cloud) DeleteRoute(ctx context.Context, clusterName string, r *cloudprovider.Route) (err error) {
+	defer func() { done(mDeleteRoute, err) }()
 	if err := c.call(ctx, mDeleteRoute); err != nil {
 		return err
 	}

@@ -24,6 +24,8 @@ fn the_driver_runs_at_a_small_n() {
     let out = dir.path().join("results.json");
     let output = Command::new(BENCH)
         .args(["--nodes", "10", "--services", "5", "--routes", "5"])
+        .args(["--new-nodes", "3"])
+        .args(["--idle-secs", "2"])
         .args(["--timeout-secs", "120"])
         .args(["--ccm", if go { "rust,go" } else { "rust" }])
         .arg("--rust-ccm")
@@ -50,7 +52,23 @@ fn the_driver_runs_at_a_small_n() {
         assert_eq!(nodes["objects"], 10, "{report:#}");
         assert!(nodes["api_requests"].as_f64().unwrap() > 0.0, "{report:#}");
         assert_eq!(r["scenarios"]["load_balancers"]["objects"], 5, "{report:#}");
+        assert_eq!(r["scenarios"]["lb_new_nodes"]["objects"], 3, "{report:#}");
+        // Every LB was updated for the new Nodes: the cloud saw the calls.
+        assert!(
+            r["scenarios"]["lb_new_nodes"]["cloud_calls"]["update_load_balancer"]
+                .as_f64()
+                .unwrap()
+                >= 5.0,
+            "{report:#}"
+        );
         assert_eq!(r["scenarios"]["routes"]["objects"], 5, "{report:#}");
+        assert_eq!(
+            r["scenarios"]["routes"]["cloud_calls"]["create_route"], 5.0,
+            "{report:#}"
+        );
+        assert_eq!(r["duplicate_route_creates"], 0.0, "{report:#}");
         assert!(r["peak_rss_mib"].as_f64().unwrap() > 0.0, "{report:#}");
+        assert!(!r["rss"].as_array().unwrap().is_empty(), "{report:#}");
+        assert!(r["idle"]["seconds"].as_f64().unwrap() >= 2.0, "{report:#}");
     }
 }

@@ -33,17 +33,19 @@ mod config;
 mod control;
 mod instances;
 mod load_balancer;
+mod metrics;
 mod routes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, InstanceMetadata,
-    Instances, LegacyInstances, LoadBalancer, ProviderRegistry, Route, Routes, Zones, node_address,
+    BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, InitContext,
+    InstanceMetadata, Instances, LegacyInstances, LoadBalancer, ProviderRegistry, Route, Routes,
+    Zones, node_address,
 };
 use k8s_openapi::api::core::v1::NodeAddress;
 
@@ -200,6 +202,8 @@ pub struct FakeCloud {
     settings: Mutex<Settings>,
     state: Mutex<State>,
     control: Mutex<Control>,
+    /// Registered by `initialize`, so only inside a controller manager.
+    metrics: OnceLock<metrics::CloudMetrics>,
 }
 
 impl Default for FakeCloud {
@@ -215,6 +219,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl FakeCloud {
+    /// Publishes the load balancers to the metrics, when registered.
+    fn load_balancers_changed(&self, state: &State) {
+        if let Some(m) = self.metrics.get() {
+            m.load_balancers_changed(&state.load_balancers);
+        }
+    }
+
     /// An empty cloud offering every capability, with `Instances` (v2).
     pub fn new() -> Self {
         Self {
@@ -227,6 +238,7 @@ impl FakeCloud {
             }),
             state: Mutex::new(State::default()),
             control: Mutex::new(Control::new(DEFAULT_CALL_LOG_CAPACITY)),
+            metrics: OnceLock::new(),
         }
     }
 
@@ -549,9 +561,20 @@ impl State {
 }
 
 #[async_trait]
+#[async_trait]
 impl CloudProvider for FakeCloud {
     fn provider_name(&self) -> &str {
         PROVIDER_NAME
+    }
+
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        // Every leadership term initialises again with the same registry: register once.
+        if self.metrics.get().is_none() {
+            let metrics = metrics::CloudMetrics::register(&ctx.metrics);
+            metrics.load_balancers_changed(&lock(&self.state).load_balancers);
+            let _ = self.metrics.set(metrics);
+        }
+        Ok(())
     }
 
     fn instances(&self) -> Option<&dyn Instances> {

@@ -131,6 +131,7 @@ impl LoadBalancer for FakeCloud {
         };
         let mut status = lb.status();
         state.load_balancers.insert(name, lb);
+        self.load_balancers_changed(&state);
         if let Some(ip) = ingress_override {
             status.ingress = Some(vec![LoadBalancerIngress {
                 ip: Some(ip),
@@ -157,6 +158,7 @@ impl LoadBalancer for FakeCloud {
         {
             Some(lb) => {
                 lb.nodes = node_names(nodes);
+                self.load_balancers_changed(&state);
                 Ok(())
             }
             None => Err(CloudError::msg(format!("load balancer {name} not found"))),
@@ -178,6 +180,7 @@ impl LoadBalancer for FakeCloud {
             .is_some_and(|lb| lb.cluster_name == cluster_name)
         {
             state.load_balancers.remove(&name);
+            self.load_balancers_changed(&state);
         }
         Ok(())
     }

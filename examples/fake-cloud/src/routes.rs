@@ -33,6 +33,9 @@ impl Routes for FakeCloud {
         });
         if duplicate {
             state.duplicate_route_creates += 1;
+            if let Some(m) = self.metrics.get() {
+                m.duplicate_route_create();
+            }
             return Err(CloudError::msg(format!(
                 "route {name} for {} already exists",
                 route.destination_cidr

@@ -625,4 +625,33 @@ async fn endpoints_report_readiness_and_metrics() {
         );
     }
     assert_eq!(http_get(port, "/nope").0, 404);
+
+    // The fake cloud's own metrics, registered by its `initialize`: one LB on our one Node.
+    assert!(metrics.contains("fake_cloud_load_balancers 0"), "{metrics}");
+    let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": unique_name("metrics-lb")},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, metrics) = http_get(port, "/metrics");
+        if metrics.contains("fake_cloud_load_balancers 1")
+            && metrics.contains("fake_cloud_load_balancer_hosts_min 1")
+        {
+            assert!(
+                metrics.contains("fake_cloud_duplicate_route_creates_total 0"),
+                "{metrics}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fake cloud's LB metrics did not show one LB on one Node:\n{metrics}\n{}",
+            ccm.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -493,7 +493,9 @@ async fn lead(
     cancel: CancellationToken,
 ) -> Result<(), AppError> {
     provider
-        .initialize(InitContext::new(client.clone(), cancel.clone()))
+        .initialize(
+            InitContext::new(client.clone(), cancel.clone()).with_metrics(shared.metrics.clone()),
+        )
         .await
         .map_err(|e| AppError::Kube {
             context: "initializing the cloud provider".into(),

@@ -79,12 +79,27 @@ pub struct InitContext {
     /// Cancelled when the controller manager shuts down or loses leadership. Everything the
     /// provider spawns in `initialize` must stop when it fires.
     pub shutdown: CancellationToken,
+    /// The controller manager's metrics registry, served on `/metrics`: register the
+    /// provider's own metrics here (a cache's hits, API rate-limit waits). `initialize` runs
+    /// again on every leadership term, against the same registry: register once.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl InitContext {
-    /// A context with this client and shutdown token.
+    /// A context with this client and shutdown token, and a registry of its own (see
+    /// [`with_metrics`](Self::with_metrics)).
     pub fn new(client: kube::Client, shutdown: CancellationToken) -> Self {
-        Self { client, shutdown }
+        Self {
+            client,
+            shutdown,
+            metrics: crate::metrics::Metrics::new(),
+        }
+    }
+
+    /// Uses `metrics` as the registry the provider registers its metrics in.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// A [`ServiceAnnotator`] with this client, for a load balancer that remembers its cloud

@@ -1,0 +1,149 @@
+//! The objects the scenarios create, and how the driver tells that one is done: from a
+//! watch of the API (Nodes, Services) or, for what only the cloud knows, from the CCM's
+//! `/metrics`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec, Taint};
+use kube::api::Api;
+use kube::runtime::watcher;
+
+use crate::process::{Endpoint, LOAD_BALANCER_HOSTS_MIN, LOAD_BALANCERS};
+
+const TAINT_UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// A Node as a kubelet with `--cloud-provider=external` registers it: tainted.
+pub(crate) fn tainted_node(prefix: &str, i: usize) -> Node {
+    let mut node = Node::default();
+    node.metadata.name = Some(format!("{prefix}-{i:05}"));
+    node.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: TAINT_UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }]),
+        ..NodeSpec::default()
+    });
+    node
+}
+
+/// A Node with a podCIDR (from the cluster CIDR 10.128.0.0/9) and no taint, as a
+/// kubelet registers it once initialised; its route is the route controller's work.
+pub(crate) fn route_node(i: usize) -> Node {
+    let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
+    let mut node = Node::default();
+    node.metadata.name = Some(format!("bench-route-node-{i:05}"));
+    node.spec = Some(NodeSpec {
+        pod_cidr: Some(cidr.clone()),
+        pod_cidrs: Some(vec![cidr]),
+        ..NodeSpec::default()
+    });
+    node
+}
+
+/// A `LoadBalancer` Service with one TCP port.
+pub(crate) fn lb_service(i: usize) -> Service {
+    let mut svc = Service::default();
+    svc.metadata.name = Some(format!("bench-lb-{i:05}"));
+    svc.spec = Some(ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ports: Some(vec![ServicePort {
+            port: 80,
+            protocol: Some("TCP".into()),
+            ..ServicePort::default()
+        }]),
+        ..ServiceSpec::default()
+    });
+    svc
+}
+
+/// Initialised: the taint gone and a provider ID set.
+pub(crate) fn node_initialised(node: &Node) -> bool {
+    let spec = node.spec.as_ref();
+    spec.and_then(|s| s.provider_id.as_deref())
+        .is_some_and(|id| !id.is_empty())
+        && !spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == TAINT_UNINITIALIZED))
+}
+
+/// An ingress IP or hostname in the status.
+pub(crate) fn service_has_ingress(service: &Service) -> bool {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
+}
+
+/// The route controller marks a Node's network available once its route exists.
+/// Counts only the scenario's Nodes: the other Nodes have no podCIDR, so no route.
+pub(crate) fn node_has_route(node: &Node) -> bool {
+    node.metadata
+        .name
+        .as_deref()
+        .is_some_and(|n| n.starts_with("bench-route-node-"))
+        && node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
+            })
+}
+
+/// A stream of "how many objects are done", from a watch of `api`.
+pub(crate) fn watch_done<K>(
+    api: Api<K>,
+    is_done: fn(&K) -> bool,
+) -> impl futures::Stream<Item = usize> + Send
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut done: HashSet<String> = HashSet::new();
+    watcher(api, watcher::Config::default()).filter_map(move |event| {
+        let changed = match event {
+            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                let name = obj.meta().name.clone().unwrap_or_default();
+                if is_done(&obj) {
+                    done.insert(name);
+                } else {
+                    done.remove(&name);
+                }
+                true
+            }
+            Ok(watcher::Event::Delete(obj)) => {
+                done.remove(obj.meta().name.as_deref().unwrap_or_default());
+                true
+            }
+            Ok(_) | Err(_) => false,
+        };
+        futures::future::ready(changed.then_some(done.len()))
+    })
+}
+
+/// A stream of "how many of the new Nodes every load balancer points at", polled from the
+/// fake cloud's metrics every 250 ms: the fewest hosts of any LB minus `base`, once all
+/// `load_balancers` exist (0 before). A scrape that fails counts as no progress.
+pub(crate) fn poll_lb_hosts(
+    endpoint: Endpoint,
+    load_balancers: usize,
+    base: usize,
+) -> impl futures::Stream<Item = usize> + Send {
+    futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let scrape = tokio::task::spawn_blocking(move || endpoint.scrape()).await;
+        let done = match scrape {
+            Ok(Ok(s)) if s.sum(LOAD_BALANCERS) as usize == load_balancers => {
+                (s.sum(LOAD_BALANCER_HOSTS_MIN) as usize).saturating_sub(base)
+            }
+            _ => 0,
+        };
+        Some((done, ()))
+    })
+}

@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec, Taint};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec, Taint,
+};
 use kube::api::Api;
 use kube::runtime::watcher;
 
@@ -14,9 +16,12 @@ use crate::process::{Endpoint, LOAD_BALANCER_HOSTS_MIN, LOAD_BALANCERS};
 
 const TAINT_UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
-/// A Node as a kubelet with `--cloud-provider=external` registers it: tainted.
+/// A Node as a kubelet with `--cloud-provider=external` registers it: tainted, and Ready
+/// (a kubelet reports Ready within seconds; a Node that is not Ready would have both CCMs'
+/// lifecycle controllers ask the cloud about it every period, which no real cluster at
+/// rest does). The API server takes a Node's status on create.
 pub(crate) fn tainted_node(prefix: &str, i: usize) -> Node {
-    let mut node = Node::default();
+    let mut node = ready_node();
     node.metadata.name = Some(format!("{prefix}-{i:05}"));
     node.spec = Some(NodeSpec {
         taints: Some(vec![Taint {
@@ -34,7 +39,7 @@ pub(crate) fn tainted_node(prefix: &str, i: usize) -> Node {
 /// kubelet registers it once initialised; its route is the route controller's work.
 pub(crate) fn route_node(i: usize) -> Node {
     let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
-    let mut node = Node::default();
+    let mut node = ready_node();
     node.metadata.name = Some(format!("bench-route-node-{i:05}"));
     node.spec = Some(NodeSpec {
         pod_cidr: Some(cidr.clone()),
@@ -42,6 +47,23 @@ pub(crate) fn route_node(i: usize) -> Node {
         ..NodeSpec::default()
     });
     node
+}
+
+/// A Node whose kubelet reports Ready.
+fn ready_node() -> Node {
+    Node {
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: Some("KubeletReady".into()),
+                message: Some("kubelet is posting ready status".into()),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        }),
+        ..Node::default()
+    }
 }
 
 /// A `LoadBalancer` Service with one TCP port.

@@ -2,8 +2,13 @@
 //!
 //! Events go through one [`EventRecorder`] per controller, named as the Go controller's
 //! event source is (`cloud-node-controller`, `service-controller`, …) so that
-//! `kubectl get events` reads the same after a migration. Publishing never fails a
-//! reconcile: an event that cannot be written is logged and dropped.
+//! `kubectl get events` reads the same after a migration. Publishing never fails nor
+//! blocks a reconcile: [`EventRecorder::normal`] and [`EventRecorder::warning`] put the event
+//! on a queue of [`MAX_QUEUED_EVENTS`] that a task of the recorder's own writes to the API
+//! server, in order, as Go's event broadcaster does. So a controller whose reconciles each
+//! end with an event is not held to the client's rate limit by its events (the benchmark
+//! measured load balancer updates six times slower when they waited for theirs). An event
+//! that cannot be written is logged and dropped; so is one that finds the queue full.
 //!
 //! Repeats are aggregated as Go's recorder does: the same reason *and message* about the
 //! same object becomes one event with a growing count, while a new message is a new event.
@@ -18,12 +23,24 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
+use tokio::sync::mpsc;
 
 /// The largest event note the API accepts is 1 KiB; longer notes are cut.
 const MAX_NOTE_BYTES: usize = 1024;
 
 /// How many distinct (reason, message) recorders are kept before the set starts afresh.
 const MAX_RECORDERS: usize = 4096;
+
+/// Events waiting to be written, per recorder, before new ones are dropped (Go's
+/// broadcaster queues 1000 too).
+pub const MAX_QUEUED_EVENTS: usize = 1000;
+
+/// One event on its way to the API server.
+struct Queued {
+    recorder: Recorder,
+    event: Event,
+    reference: ObjectReference,
+}
 
 /// Publishes events for one controller.
 #[derive(Clone)]
@@ -33,6 +50,8 @@ pub struct EventRecorder {
     /// One kube recorder (and so one aggregation series) per (type, reason, message).
     recorders: Arc<Mutex<HashMap<u64, Recorder>>>,
     component: String,
+    /// The writer task's queue, started on first use (and again if its runtime went away).
+    queue: Arc<Mutex<Option<mpsc::Sender<Queued>>>>,
 }
 
 impl std::fmt::Debug for EventRecorder {
@@ -56,6 +75,7 @@ impl EventRecorder {
             reporter,
             recorders: Arc::default(),
             component,
+            queue: Arc::default(),
         }
     }
 
@@ -64,32 +84,24 @@ impl EventRecorder {
         &self.component
     }
 
-    /// A `Normal` event about `obj`.
-    pub async fn normal<K>(&self, obj: &K, reason: &str, action: &str, note: impl Into<String>)
+    /// Queues a `Normal` event about `obj`. Call it from within a Tokio runtime.
+    pub fn normal<K>(&self, obj: &K, reason: &str, action: &str, note: impl Into<String>)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.publish(obj, EventType::Normal, reason, action, note.into())
-            .await;
+        self.publish(obj, EventType::Normal, reason, action, note.into());
     }
 
-    /// A `Warning` event about `obj`.
-    pub async fn warning<K>(&self, obj: &K, reason: &str, action: &str, note: impl Into<String>)
+    /// Queues a `Warning` event about `obj`. Call it from within a Tokio runtime.
+    pub fn warning<K>(&self, obj: &K, reason: &str, action: &str, note: impl Into<String>)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.publish(obj, EventType::Warning, reason, action, note.into())
-            .await;
+        self.publish(obj, EventType::Warning, reason, action, note.into());
     }
 
-    async fn publish<K>(
-        &self,
-        obj: &K,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        mut note: String,
-    ) where
+    fn publish<K>(&self, obj: &K, type_: EventType, reason: &str, action: &str, mut note: String)
+    where
         K: Resource<DynamicType = ()>,
     {
         truncate(&mut note, MAX_NOTE_BYTES);
@@ -102,15 +114,50 @@ impl EventRecorder {
             secondary: None,
         };
         let recorder = self.recorder_for(type_, reason, event.note.as_deref().unwrap_or_default());
-        if let Err(err) = recorder.publish(&event, &reference).await {
-            tracing::warn!(
-                component = %self.component,
-                object = %obj.name_any(),
-                reason,
-                error = %err,
-                "could not publish event"
-            );
-        }
+        let queued = Queued {
+            recorder,
+            event,
+            reference,
+        };
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let sender = queue.get_or_insert_with(|| self.start_writer());
+        let queued = match sender.try_send(queued) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    component = %self.component,
+                    object = %obj.name_any(),
+                    reason,
+                    "event queue full; event dropped"
+                );
+                return;
+            }
+            // The writer's runtime went away (a test's runtime, say): start another.
+            Err(mpsc::error::TrySendError::Closed(queued)) => queued,
+        };
+        let sender = queue.insert(self.start_writer());
+        let _ = sender.try_send(queued);
+    }
+
+    /// Starts the task that writes queued events in order; it ends when every clone of
+    /// this recorder is gone and the queue is empty.
+    fn start_writer(&self) -> mpsc::Sender<Queued> {
+        let (tx, mut rx) = mpsc::channel::<Queued>(MAX_QUEUED_EVENTS);
+        let component = self.component.clone();
+        tokio::spawn(async move {
+            while let Some(q) = rx.recv().await {
+                if let Err(err) = q.recorder.publish(&q.event, &q.reference).await {
+                    tracing::warn!(
+                        component = %component,
+                        object = q.reference.name.as_deref().unwrap_or_default(),
+                        reason = %q.event.reason,
+                        error = %err,
+                        "could not publish event"
+                    );
+                }
+            }
+        });
+        tx
     }
 }
 

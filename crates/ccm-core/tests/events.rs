@@ -15,15 +15,9 @@ async fn repeats_aggregate_and_new_messages_stay_separate() {
     let name = node.metadata.name.clone().unwrap();
     let recorder = EventRecorder::new(h.client.clone(), "test-controller");
 
-    recorder
-        .warning(&node, "SyncFailed", "Sync", "cloud API unavailable")
-        .await;
-    recorder
-        .warning(&node, "SyncFailed", "Sync", "cloud API unavailable")
-        .await;
-    recorder
-        .warning(&node, "SyncFailed", "Sync", "quota exceeded")
-        .await;
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    recorder.warning(&node, "SyncFailed", "Sync", "quota exceeded");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -45,6 +39,57 @@ async fn repeats_aggregate_and_new_messages_stay_separate() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "events: {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn publishing_does_not_wait_for_the_rate_limited_api() {
+    use ccm_core::client::{ApiLayer, build_client};
+
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("events-async")).await;
+    let name = node.metadata.name.clone().unwrap();
+    // Two requests a second: five events take two seconds to write.
+    let api = ApiLayer::new().with_rate_limit(2.0, 1);
+    let slow = build_client(h.cp.admin_config().unwrap(), &api).unwrap();
+    let recorder = EventRecorder::new(slow, "test-controller");
+
+    let started = tokio::time::Instant::now();
+    for i in 0..5 {
+        recorder.normal(&node, "Step", "Step", format!("step {i}"));
+    }
+    let queued_in = started.elapsed();
+    assert!(
+        queued_in < Duration::from_millis(200),
+        "queueing five events took {queued_in:?}: publishing waited for the API"
+    );
+
+    // They are all written, in order, at the client's pace.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut notes: Vec<String> = h
+            .events_about(&name)
+            .await
+            .into_iter()
+            .filter_map(|e| e.note)
+            .collect();
+        if notes.len() == 5 {
+            notes.sort();
+            assert_eq!(
+                notes,
+                (0..5).map(|i| format!("step {i}")).collect::<Vec<_>>()
+            );
+            assert!(
+                started.elapsed() >= Duration::from_secs(1),
+                "the rate limit held"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {notes:?} written"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -262,8 +262,7 @@ impl Inner {
                 );
                 tracing::warn!(node = name, error = %msg, "node initialization failed");
                 self.recorder
-                    .warning(&*node, REASON_INITIALIZATION_FAILED, "InitializeNode", msg)
-                    .await;
+                    .warning(&*node, REASON_INITIALIZATION_FAILED, "InitializeNode", msg);
                 return outcome;
             }
         };
@@ -274,14 +273,12 @@ impl Inner {
                 Ok(plan) => plan,
                 Err(err) => {
                     tracing::warn!(node = name, error = %err, "node initialization failed");
-                    self.recorder
-                        .warning(
-                            &*node,
-                            REASON_INITIALIZATION_FAILED,
-                            "InitializeNode",
-                            err.to_string(),
-                        )
-                        .await;
+                    self.recorder.warning(
+                        &*node,
+                        REASON_INITIALIZATION_FAILED,
+                        "InitializeNode",
+                        err.to_string(),
+                    );
                     return Outcome::Retry;
                 }
             };
@@ -305,14 +302,12 @@ impl Inner {
                         node = name,
                         "successfully initialized node with cloud provider"
                     );
-                    self.recorder
-                        .normal(
-                            &*node,
-                            REASON_SYNCED,
-                            "InitializeNode",
-                            "Node synced successfully",
-                        )
-                        .await;
+                    self.recorder.normal(
+                        &*node,
+                        REASON_SYNCED,
+                        "InitializeNode",
+                        "Node synced successfully",
+                    );
                     return Outcome::Done;
                 }
                 Err(PatchFailure::Gone) => return Outcome::Done,
@@ -358,14 +353,12 @@ impl Inner {
     async fn write_failed(&self, node: &Node, why: &str) -> Outcome {
         let name = node_name(node);
         tracing::warn!(node = name, error = why, "writing the node failed");
-        self.recorder
-            .warning(
-                node,
-                REASON_INITIALIZATION_FAILED,
-                "InitializeNode",
-                format!("failed to write node {name}: {why}"),
-            )
-            .await;
+        self.recorder.warning(
+            node,
+            REASON_INITIALIZATION_FAILED,
+            "InitializeNode",
+            format!("failed to write node {name}: {why}"),
+        );
         Outcome::Retry
     }
 

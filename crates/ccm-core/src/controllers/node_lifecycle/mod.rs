@@ -164,14 +164,12 @@ impl NodeLifecycleController {
             node = name,
             "deleting node since it is no longer present in cloud provider"
         );
-        self.recorder
-            .normal(
-                node,
-                REASON_DELETING_NODE,
-                "DeleteNode",
-                format!("Deleting node {name} because it does not exist in the cloud provider"),
-            )
-            .await;
+        self.recorder.normal(
+            node,
+            REASON_DELETING_NODE,
+            "DeleteNode",
+            format!("Deleting node {name} because it does not exist in the cloud provider"),
+        );
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: node.metadata.uid.clone(),
@@ -184,14 +182,12 @@ impl NodeLifecycleController {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(err) => {
                 tracing::warn!(node = name, error = %err, "unable to delete node");
-                self.recorder
-                    .warning(
-                        node,
-                        REASON_DELETING_NODE_FAILED,
-                        "DeleteNode",
-                        format!("Failed deleting node {name}: {err}"),
-                    )
-                    .await;
+                self.recorder.warning(
+                    node,
+                    REASON_DELETING_NODE_FAILED,
+                    "DeleteNode",
+                    format!("Failed deleting node {name}: {err}"),
+                );
             }
         }
     }

@@ -411,8 +411,7 @@ impl Inner {
         about.metadata.name = Some(node.to_owned());
         about.metadata.uid = Some(uid.to_owned()).filter(|u| !u.is_empty());
         self.recorder
-            .warning(&about, REASON_FAILED_TO_CREATE_ROUTE, "CreateRoute", msg)
-            .await;
+            .warning(&about, REASON_FAILED_TO_CREATE_ROUTE, "CreateRoute", msg);
     }
 
     /// Sets the Node's `NetworkUnavailable` condition, unless its status and reason are

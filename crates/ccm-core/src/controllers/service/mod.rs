@@ -598,14 +598,12 @@ impl Inner {
     /// Go's `processLoadBalancerDelete`: deletes the load balancer of a Service version
     /// that is gone or replaced, with events.
     async fn delete_load_balancer_of(&self, service: &Service) -> Result<(), SyncError> {
-        self.recorder
-            .normal(
-                service,
-                REASON_DELETING,
-                "DeleteLoadBalancer",
-                "Deleting load balancer",
-            )
-            .await;
+        self.recorder.normal(
+            service,
+            REASON_DELETING,
+            "DeleteLoadBalancer",
+            "Deleting load balancer",
+        );
         let result = match self.load_balancer() {
             Ok(lb) => {
                 lb.ensure_load_balancer_deleted(self.cluster(), service)
@@ -618,25 +616,21 @@ impl Inner {
             Err(err) if err.is_implemented_elsewhere() => {}
             Err(err) => {
                 let err = SyncError::cloud("failed to delete load balancer", &err);
-                self.recorder
-                    .warning(
-                        service,
-                        REASON_DELETE_FAILED,
-                        "DeleteLoadBalancer",
-                        format!("Error deleting load balancer: {}", err.message),
-                    )
-                    .await;
+                self.recorder.warning(
+                    service,
+                    REASON_DELETE_FAILED,
+                    "DeleteLoadBalancer",
+                    format!("Error deleting load balancer: {}", err.message),
+                );
                 return Err(err);
             }
         }
-        self.recorder
-            .normal(
-                service,
-                REASON_DELETED,
-                "DeleteLoadBalancer",
-                "Deleted load balancer",
-            )
-            .await;
+        self.recorder.normal(
+            service,
+            REASON_DELETED,
+            "DeleteLoadBalancer",
+            "Deleted load balancer",
+        );
         Ok(())
     }
 
@@ -704,14 +698,12 @@ impl Inner {
         result: Result<(), SyncError>,
     ) -> Result<(), SyncError> {
         if let Err(err) = &result {
-            self.recorder
-                .warning(
-                    service,
-                    REASON_SYNC_FAILED,
-                    "SyncLoadBalancer",
-                    format!("Error syncing load balancer: {}", err.message),
-                )
-                .await;
+            self.recorder.warning(
+                service,
+                REASON_SYNC_FAILED,
+                "SyncLoadBalancer",
+                format!("Error syncing load balancer: {}", err.message),
+            );
         }
         result
     }
@@ -735,14 +727,12 @@ impl Inner {
             .is_some();
         if exists {
             tracing::info!(service = %key, "deleting existing load balancer");
-            self.recorder
-                .normal(
-                    &*service,
-                    REASON_DELETING,
-                    "DeleteLoadBalancer",
-                    "Deleting load balancer",
-                )
-                .await;
+            self.recorder.normal(
+                &*service,
+                REASON_DELETING,
+                "DeleteLoadBalancer",
+                "Deleting load balancer",
+            );
             self.metrics.load_balancer_syncs.inc();
             match lb
                 .ensure_load_balancer_deleted(self.cluster(), &service)
@@ -759,14 +749,12 @@ impl Inner {
         let written = writes::remove_finalizer(&api, service.clone())
             .await
             .map_err(|e| SyncError::api("failed to remove load balancer cleanup finalizer", &e))?;
-        self.recorder
-            .normal(
-                &*service,
-                REASON_DELETED,
-                "DeleteLoadBalancer",
-                "Deleted load balancer",
-            )
-            .await;
+        self.recorder.normal(
+            &*service,
+            REASON_DELETED,
+            "DeleteLoadBalancer",
+            "Deleted load balancer",
+        );
         if let Some(current) = written.filter(|s| !writes::is_going_away(s)) {
             writes::set_ingress(&api, current, &[])
                 .await
@@ -785,14 +773,12 @@ impl Inner {
         service: Arc<Service>,
     ) -> Result<(), SyncError> {
         tracing::info!(service = %key, "ensuring load balancer");
-        self.recorder
-            .normal(
-                &*service,
-                REASON_ENSURING,
-                "EnsureLoadBalancer",
-                "Ensuring load balancer",
-            )
-            .await;
+        self.recorder.normal(
+            &*service,
+            REASON_ENSURING,
+            "EnsureLoadBalancer",
+            "Ensuring load balancer",
+        );
         let api = self.api(&key.namespace);
         let Some(service) = writes::add_finalizer(&api, service)
             .await
@@ -807,14 +793,12 @@ impl Inner {
         let nodes = eligible_nodes(self.nodes.store().state());
         let hosts = node_set(&nodes);
         if nodes.is_empty() {
-            self.recorder
-                .warning(
-                    &*service,
-                    REASON_UNAVAILABLE,
-                    "EnsureLoadBalancer",
-                    "There are no available nodes for LoadBalancer",
-                )
-                .await;
+            self.recorder.warning(
+                &*service,
+                REASON_UNAVAILABLE,
+                "EnsureLoadBalancer",
+                "There are no available nodes for LoadBalancer",
+            );
         }
         self.metrics.load_balancer_syncs.inc();
         let status = match lb
@@ -836,14 +820,12 @@ impl Inner {
             ),
             retry_after: None,
         })?;
-        self.recorder
-            .normal(
-                &*service,
-                REASON_ENSURED,
-                "EnsureLoadBalancer",
-                "Ensured load balancer",
-            )
-            .await;
+        self.recorder.normal(
+            &*service,
+            REASON_ENSURED,
+            "EnsureLoadBalancer",
+            "Ensured load balancer",
+        );
         writes::set_ingress(&api, service.clone(), &ingress)
             .await
             .map_err(|e| SyncError::api("failed to update load balancer status", &e))?;
@@ -888,23 +870,19 @@ impl Inner {
         let err = match result {
             Ok(()) => {
                 if nodes.is_empty() {
-                    self.recorder
-                        .warning(
-                            &**service,
-                            REASON_UNAVAILABLE,
-                            "UpdateLoadBalancer",
-                            "There are no available nodes for LoadBalancer",
-                        )
-                        .await;
+                    self.recorder.warning(
+                        &**service,
+                        REASON_UNAVAILABLE,
+                        "UpdateLoadBalancer",
+                        "There are no available nodes for LoadBalancer",
+                    );
                 } else {
-                    self.recorder
-                        .normal(
-                            &**service,
-                            REASON_UPDATED,
-                            "UpdateLoadBalancer",
-                            "Updated load balancer with new hosts",
-                        )
-                        .await;
+                    self.recorder.normal(
+                        &**service,
+                        REASON_UPDATED,
+                        "UpdateLoadBalancer",
+                        "Updated load balancer with new hosts",
+                    );
                 }
                 self.applied(key, service, hosts);
                 return Ok(());
@@ -930,18 +908,16 @@ impl Inner {
         self.metrics.node_sync_errors.inc();
         let names: Vec<&str> = nodes.iter().map(|n| node_name(n)).collect();
         let err = SyncError::cloud("failed to update load balancer hosts", &err);
-        self.recorder
-            .warning(
-                &**service,
-                REASON_UPDATE_FAILED,
-                "UpdateLoadBalancer",
-                format!(
-                    "Error updating load balancer with new hosts {}: {}",
-                    decision::go_list(&names),
-                    err.message
-                ),
-            )
-            .await;
+        self.recorder.warning(
+            &**service,
+            REASON_UPDATE_FAILED,
+            "UpdateLoadBalancer",
+            format!(
+                "Error updating load balancer with new hosts {}: {}",
+                decision::go_list(&names),
+                err.message
+            ),
+        );
         Err(err)
     }
 
@@ -1018,14 +994,12 @@ impl Inner {
                 },
                 () = cancel.cancelled() => return,
             };
-            self.recorder
-                .normal(
-                    &*change.service,
-                    change.reason,
-                    "UpdateService",
-                    change.note,
-                )
-                .await;
+            self.recorder.normal(
+                &*change.service,
+                change.reason,
+                "UpdateService",
+                change.note,
+            );
         }
     }
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,6 +165,9 @@ type cloud struct {
 	nextIngressIP        uint32
 	routes               map[string]*route // by cluster + "/" + name
 	duplicateRouteCreate uint64
+	// lastNodes is the node list last given to a load balancer; those given the same
+	// list share it (as examples/fake-cloud does).
+	lastNodes []string
 }
 
 func newCloud(r io.Reader) (cloudprovider.Interface, error) {
@@ -338,11 +343,18 @@ func (c *cloud) InstanceMetadata(ctx context.Context, node *v1.Node) (r0 *cloudp
 
 func serviceKey(s *v1.Service) string { return s.Namespace + "/" + s.Name }
 
-func nodeNames(nodes []*v1.Node) []string {
+// nodeNames returns the sorted names of nodes, as c.lastNodes when it is the same list.
+// Call with c.mu held.
+func (c *cloud) nodeNames(nodes []*v1.Node) []string {
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		names = append(names, n.Name)
 	}
+	sort.Strings(names)
+	if slices.Equal(names, c.lastNodes) {
+		return c.lastNodes
+	}
+	c.lastNodes = names
 	return names
 }
 
@@ -393,7 +405,7 @@ func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, serv
 		c.loadBalancers[name] = lb
 	}
 	lb.service = serviceKey(service)
-	lb.nodes = nodeNames(nodes)
+	lb.nodes = c.nodeNames(nodes)
 	return lb.status(), nil
 }
 
@@ -409,7 +421,7 @@ func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, serv
 	if !ok || lb.clusterName != clusterName {
 		return fmt.Errorf("load balancer %s not found", name)
 	}
-	lb.nodes = nodeNames(nodes)
+	lb.nodes = c.nodeNames(nodes)
 	return nil
 }
 

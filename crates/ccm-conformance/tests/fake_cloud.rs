@@ -87,7 +87,7 @@ impl TestCloud for FakeTestCloud {
             .cloud
             .load_balancer(&default_load_balancer_name(service))
             .filter(|lb| lb.cluster_name == cluster_name)
-            .map(|lb| lb.nodes))
+            .map(|lb| lb.nodes.to_vec()))
     }
 
     async fn cleanup(&self) -> TestCloudResult<()> {

@@ -168,7 +168,7 @@ async fn until_lb_nodes(h: &Harness, svc: &Service, nodes: &[&String]) {
     want.sort();
     let deadline = Instant::now() + WAIT;
     loop {
-        let got = lb_of(h, svc).map(|lb| lb.nodes);
+        let got = lb_of(h, svc).map(|lb| lb.nodes.to_vec());
         if got.as_ref() == Some(&want) {
             return;
         }
@@ -214,7 +214,7 @@ async fn creates_a_load_balancer_then_follows_a_port_edit() {
     assert_eq!(lb.ports, vec![format!("TCP:80->{node_port}")]);
     let mut want_nodes = vec![n1.clone(), n2.clone()];
     want_nodes.sort();
-    assert_eq!(lb.nodes, want_nodes, "every eligible Node, readiness aside");
+    assert_eq!(*lb.nodes, want_nodes, "every eligible Node, readiness aside");
     assert_eq!(ingress_of(&svc), vec![lb.ingress_ip.clone()]);
     assert_eq!(svc.metadata.uid, created.metadata.uid);
     h.wait_event_in(&ns, "web", REASON_ENSURING, WAIT).await;
@@ -355,7 +355,7 @@ async fn a_load_balancer_class_gets_no_cloud_call_and_no_nodes_warn() {
         .wait_event_in(&ns, "plain", REASON_UNAVAILABLE, WAIT)
         .await;
     assert_eq!(note, "There are no available nodes for LoadBalancer");
-    assert_eq!(lb_of(&h, &plain).unwrap().nodes, Vec::<String>::new());
+    assert!(lb_of(&h, &plain).unwrap().nodes.is_empty());
 
     let classed = h.services(&ns).get("classed").await.unwrap();
     assert!(!has_lb_finalizer(&classed));
@@ -1055,7 +1055,7 @@ async fn a_controller_killed_mid_ensure_leaves_no_duplicate_and_no_orphan() {
     );
     let lb_c = lb_of(&h, &c).unwrap();
     assert_eq!(ingress_of(&c), vec![lb_c.ingress_ip.clone()]);
-    assert_eq!(lb_c.nodes, vec![node.clone()]);
+    assert_eq!(*lb_c.nodes, std::slice::from_ref(&node));
     assert_eq!(
         cloud.ensure_times("c").len(),
         ensures_before + 1,

@@ -8,6 +8,9 @@
 //! instancesShape: v2
 //! # Latency added to every call, in milliseconds.
 //! latencyMs: 5
+//! # Calls kept in the in-memory call log; default 0: a controller manager cannot show it,
+//! # so it would only grow. In-process tests build FakeCloud::new(), which keeps 100000.
+//! callLogCapacity: 0
 //! instances:
 //!   - name: node-1
 //!     id: i-0001            # default: the name
@@ -42,6 +45,9 @@ pub struct FakeCloudConfig {
     /// Latency added to every call, in milliseconds.
     #[serde(default)]
     pub latency_ms: u64,
+    /// Calls kept in the call log (0: none; the per-method counters are always kept).
+    #[serde(default)]
+    pub call_log_capacity: usize,
     /// The instances the cloud starts with.
     #[serde(default)]
     pub instances: Vec<InstanceConfig>,

@@ -159,6 +159,8 @@ struct State {
     next_instance_ip: u32,
     next_ingress_ip: u32,
     duplicate_route_creates: u64,
+    /// The node list last given to a load balancer, shared by those given the same.
+    last_lb_nodes: Option<Arc<Vec<String>>>,
     ingress_override: Option<String>,
     metadata_hook: Option<MetadataHook>,
 }
@@ -256,6 +258,7 @@ impl FakeCloud {
         let cloud = Self {
             nodes_are_instances: config.nodes_are_instances,
             defaults: config.defaults.clone(),
+            control: Mutex::new(Control::new(config.call_log_capacity)),
             ..Self::new()
         };
         cloud.set_instances_shape(config.instances_shape);

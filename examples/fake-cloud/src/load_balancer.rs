@@ -21,8 +21,9 @@ pub struct FakeLoadBalancer {
     pub service: String,
     /// The ports, as `PROTOCOL:port->nodePort`.
     pub ports: Vec<String>,
-    /// The names of the Nodes it sends traffic to, sorted.
-    pub nodes: Vec<String>,
+    /// The names of the Nodes it sends traffic to, sorted. Load balancers given the same
+    /// Nodes share one list, as a cloud would not copy it per load balancer either.
+    pub nodes: Arc<Vec<String>>,
     /// Its ingress IP.
     pub ingress_ip: String,
 }
@@ -62,14 +63,18 @@ fn ports(service: &Service) -> Vec<String> {
         .collect()
 }
 
-fn node_names(nodes: &[Arc<Node>]) -> Vec<String> {
+/// The sorted names of `nodes`, as the list last stored when it is the same.
+fn node_names(last: &mut Option<Arc<Vec<String>>>, nodes: &[Arc<Node>]) -> Arc<Vec<String>> {
     let mut names: Vec<String> = nodes
         .iter()
         .filter_map(|n| n.metadata.name.clone())
         .collect();
     names.sort();
     names.dedup();
-    names
+    match last {
+        Some(shared) if **shared == names => shared.clone(),
+        _ => last.insert(Arc::new(names)).clone(),
+    }
 }
 
 #[async_trait]
@@ -126,7 +131,7 @@ impl LoadBalancer for FakeCloud {
             cluster_name: cluster_name.to_owned(),
             service: key,
             ports,
-            nodes: node_names(nodes),
+            nodes: node_names(&mut state.last_lb_nodes, nodes),
             ingress_ip,
         };
         let mut status = lb.status();
@@ -151,14 +156,15 @@ impl LoadBalancer for FakeCloud {
             .await?;
         let name = self.get_load_balancer_name(cluster_name, service);
         let mut state = lock(&self.state);
+        let state = &mut *state;
         match state
             .load_balancers
             .get_mut(&name)
             .filter(|lb| lb.cluster_name == cluster_name)
         {
             Some(lb) => {
-                lb.nodes = node_names(nodes);
-                self.load_balancers_changed(&state);
+                lb.nodes = node_names(&mut state.last_lb_nodes, nodes);
+                self.load_balancers_changed(state);
                 Ok(())
             }
             None => Err(CloudError::msg(format!("load balancer {name} not found"))),

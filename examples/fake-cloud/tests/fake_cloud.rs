@@ -241,7 +241,7 @@ async fn load_balancer_lifecycle_is_idempotent() {
     );
     let stored = cloud.load_balancers().remove(0);
     assert_eq!(stored.name, "a0a1b2c3d000000000000000000000001"[..32]);
-    assert_eq!(stored.nodes, vec!["n1", "n2"]);
+    assert_eq!(*stored.nodes, ["n1", "n2"]);
     assert_eq!(stored.ports, vec!["TCP:80->30080"]);
     assert_eq!(
         s1.ingress.unwrap()[0].ip.as_deref(),
@@ -258,7 +258,7 @@ async fn load_balancer_lifecycle_is_idempotent() {
     lb.update_load_balancer("k", &svc, &[Arc::new(node("n3"))])
         .await
         .unwrap();
-    assert_eq!(cloud.load_balancers()[0].nodes, vec!["n3"]);
+    assert_eq!(*cloud.load_balancers()[0].nodes, ["n3"]);
 
     lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
     lb.ensure_load_balancer_deleted("k", &svc).await.unwrap();
@@ -442,4 +442,29 @@ fn from_config_seeds_instances() {
     assert_eq!(inst.zone, "zz");
     assert_eq!(inst.state, InstanceState::Stopped);
     assert_eq!(inst.addresses[0].type_, "InternalIP");
+}
+
+#[tokio::test]
+async fn a_cloud_from_config_keeps_counts_but_no_call_log_unless_asked() {
+    use ccm_core::provider::Instances;
+    let parse = |yaml: &str| {
+        ccm_fake_cloud::FakeCloudConfig::parse(&CloudConfig::from_string("x.yaml", yaml)).unwrap()
+    };
+    let node = |name: &str| {
+        let mut n = k8s_openapi::api::core::v1::Node::default();
+        n.metadata.name = Some(name.into());
+        n
+    };
+    let quiet = FakeCloud::from_config(&parse("nodesAreInstances: true\n"));
+    quiet.instance_exists(&node("a")).await.unwrap();
+    assert!(quiet.calls().is_empty());
+    assert_eq!(quiet.call_count(Method::InstanceExists), 1);
+
+    let logged = FakeCloud::from_config(&parse("nodesAreInstances: true\ncallLogCapacity: 2\n"));
+    for name in ["a", "b", "c"] {
+        logged.instance_exists(&node(name)).await.unwrap();
+    }
+    let targets: Vec<String> = logged.calls().into_iter().map(|c| c.target).collect();
+    assert_eq!(targets, ["b", "c"], "the oldest call was dropped");
+    assert_eq!(logged.call_count(Method::InstanceExists), 3);
 }

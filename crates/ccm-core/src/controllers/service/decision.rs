@@ -344,7 +344,8 @@ pub(crate) enum HostsState<'a> {
 /// they changed; a failing Service is left to its backoff, which reads the Nodes afresh.
 pub(crate) fn hosts_stale(state: HostsState<'_>, current: &NodeSet) -> bool {
     match state {
-        HostsState::Applied(applied) => applied != current,
+        // The same shared set is equal without a look at its N entries.
+        HostsState::Applied(applied) => !std::ptr::eq(applied, current) && applied != current,
         HostsState::Syncing => true,
         HostsState::Failing | HostsState::None => false,
     }
@@ -894,6 +895,8 @@ mod tests {
         assert!(!hosts_stale(HostsState::None, &ab));
         assert!(hosts_stale(HostsState::Applied(&NodeSet::new()), &a));
         assert!(hosts_stale(HostsState::Applied(&a), &NodeSet::new()));
+        let shared = std::sync::Arc::new(ab.clone());
+        assert!(!hosts_stale(HostsState::Applied(&shared), &shared), "one shared set");
     }
 
     fn ing(ip: Option<&str>, host: Option<&str>) -> LoadBalancerIngress {

@@ -218,6 +218,9 @@ struct Inner {
     queue: Queue<ServiceKey>,
     records: Arc<Mutex<HashMap<ServiceKey, Record>>>,
     node_changed: Arc<Notify>,
+    /// The last Node set computed, shared by every record given it: M load balancers on
+    /// the same N Nodes hold one set, not M copies, and comparing them is a pointer check.
+    hosts: Mutex<Option<Arc<NodeSet>>>,
     config: ServiceControllerConfig,
     metrics: Metrics,
 }
@@ -241,7 +244,7 @@ enum LbState {
     /// Ensured (or its Nodes updated) from this version of the Service, with these Nodes.
     Applied {
         service: Arc<Service>,
-        hosts: NodeSet,
+        hosts: Arc<NodeSet>,
     },
     /// Deleted, finalizer removed.
     Cleaned,
@@ -263,7 +266,7 @@ impl Record {
         } else if self.failing {
             HostsState::Failing
         } else if let LbState::Applied { hosts, .. } = &self.lb {
-            HostsState::Applied(hosts)
+            HostsState::Applied(hosts.as_ref())
         } else {
             HostsState::None
         }
@@ -398,6 +401,7 @@ impl ServiceController {
                 recorder: EventRecorder::new(client, COMPONENT),
                 queue,
                 records,
+                hosts: Mutex::default(),
                 node_changed,
                 config,
                 metrics: Metrics::default(),
@@ -791,7 +795,7 @@ impl Inner {
             .load_balancer()
             .map_err(|e| SyncError::cloud("failed to ensure load balancer", &e))?;
         let nodes = eligible_nodes(self.nodes.store().state());
-        let hosts = node_set(&nodes);
+        let hosts = self.shared_hosts(&nodes);
         if nodes.is_empty() {
             self.recorder.warning(
                 &*service,
@@ -833,7 +837,17 @@ impl Inner {
         Ok(())
     }
 
-    fn applied(&self, key: &ServiceKey, service: &Arc<Service>, hosts: NodeSet) {
+    /// The Node set of `nodes`, as the one shared `Arc` when it equals the last one.
+    fn shared_hosts(&self, nodes: &[Arc<Node>]) -> Arc<NodeSet> {
+        let set = node_set(nodes);
+        let mut last = lock(&self.hosts);
+        match last.as_ref() {
+            Some(shared) if **shared == set => shared.clone(),
+            _ => last.insert(Arc::new(set)).clone(),
+        }
+    }
+
+    fn applied(&self, key: &ServiceKey, service: &Arc<Service>, hosts: Arc<NodeSet>) {
         if let Some(record) = lock(&self.records).get_mut(key) {
             record.lb = LbState::Applied {
                 service: service.clone(),
@@ -848,17 +862,18 @@ impl Inner {
         &self,
         key: &ServiceKey,
         service: &Arc<Service>,
-        applied: &NodeSet,
+        applied: &Arc<NodeSet>,
     ) -> Result<(), SyncError> {
         let nodes = eligible_nodes(self.nodes.store().state());
-        let hosts = node_set(&nodes);
-        if &hosts == applied {
+        let hosts = self.shared_hosts(&nodes);
+        if Arc::ptr_eq(&hosts, applied) || *hosts == **applied {
             return Ok(());
         }
         let lb = self
             .load_balancer()
             .map_err(|e| SyncError::cloud("failed to update load balancer hosts", &e))?;
-        tracing::info!(service = %key, nodes = ?hosts.keys().collect::<Vec<_>>(), "updating load balancer hosts");
+        tracing::info!(service = %key, nodes = hosts.len(), "updating load balancer hosts");
+        tracing::debug!(service = %key, nodes = ?hosts.keys().collect::<Vec<_>>(), "load balancer hosts");
         self.metrics.load_balancer_syncs.inc();
         let started = tokio::time::Instant::now();
         let result = lb
@@ -960,7 +975,7 @@ impl Inner {
     /// ones now. The updates run on the service workers.
     fn node_sync_pass(&self) {
         let started = tokio::time::Instant::now();
-        let current = node_set(&eligible_nodes(self.nodes.store().state()));
+        let current = self.shared_hosts(&eligible_nodes(self.nodes.store().state()));
         let stale: Vec<ServiceKey> = lock(&self.records)
             .iter()
             .filter(|(_, r)| wants_load_balancer(&r.service))
@@ -1064,7 +1079,7 @@ mod tests {
         let hosts = NodeSet::from([("a".into(), String::new())]);
         r.lb = LbState::Applied {
             service: svc("u", true),
-            hosts: hosts.clone(),
+            hosts: Arc::new(hosts.clone()),
         };
         assert_eq!(r.hosts_state(), HostsState::Applied(&hosts));
         r.failing = true;

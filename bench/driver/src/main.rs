@@ -124,12 +124,36 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(opts)) {
+    // Ctrl-C or SIGTERM drops the run, and with it the CCM and the control plane it
+    // started (their `Drop` kills them), instead of leaving them running.
+    let interruptible = async {
+        tokio::select! {
+            result = run(opts) => result,
+            () = interrupted() => Err("interrupted".into()),
+        }
+    };
+    match rt.block_on(interruptible) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ccm-bench: ERROR: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
     }
 }
 

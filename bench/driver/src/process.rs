@@ -67,7 +67,10 @@ impl Process {
             args.extend([
                 format!("--cert-dir={}", dir.join("certs").display()),
                 "--authentication-skip-lookup=true".to_owned(),
-                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
+                // `/debug/pprof/*` too, so the reference can be profiled during a run
+                // (`go tool pprof https+insecure://127.0.0.1:<port>/debug/pprof/profile`).
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/debug/pprof/*"
+                    .to_owned(),
             ]);
         } else {
             args.push("--insecure-serving".to_owned());

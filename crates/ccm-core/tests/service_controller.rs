@@ -214,7 +214,10 @@ async fn creates_a_load_balancer_then_follows_a_port_edit() {
     assert_eq!(lb.ports, vec![format!("TCP:80->{node_port}")]);
     let mut want_nodes = vec![n1.clone(), n2.clone()];
     want_nodes.sort();
-    assert_eq!(*lb.nodes, want_nodes, "every eligible Node, readiness aside");
+    assert_eq!(
+        *lb.nodes, want_nodes,
+        "every eligible Node, readiness aside"
+    );
     assert_eq!(ingress_of(&svc), vec![lb.ingress_ip.clone()]);
     assert_eq!(svc.metadata.uid, created.metadata.uid);
     h.wait_event_in(&ns, "web", REASON_ENSURING, WAIT).await;

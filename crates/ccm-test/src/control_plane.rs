@@ -204,7 +204,7 @@ impl ControlPlaneBuilder {
             format!("--secure-port={apiserver_port}"),
             "--bind-address=127.0.0.1".to_owned(),
             "--advertise-address=127.0.0.1".to_owned(),
-            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
             "--authorization-mode=RBAC".to_owned(),
             "--allow-privileged=true".to_owned(),
             "--disable-admission-plugins=ServiceAccount".to_owned(),

@@ -896,7 +896,10 @@ mod tests {
         assert!(hosts_stale(HostsState::Applied(&NodeSet::new()), &a));
         assert!(hosts_stale(HostsState::Applied(&a), &NodeSet::new()));
         let shared = std::sync::Arc::new(ab.clone());
-        assert!(!hosts_stale(HostsState::Applied(&shared), &shared), "one shared set");
+        assert!(
+            !hosts_stale(HostsState::Applied(&shared), &shared),
+            "one shared set"
+        );
     }
 
     fn ing(ip: Option<&str>, host: Option<&str>) -> LoadBalancerIngress {

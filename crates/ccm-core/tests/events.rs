@@ -94,3 +94,50 @@ async fn publishing_does_not_wait_for_the_rate_limited_api() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn a_repeat_of_an_event_deleted_on_the_server_starts_a_new_one() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::{Api, DeleteParams};
+
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("events-gone")).await;
+    let name = node.metadata.name.clone().unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+    let events: Api<Event> = Api::namespaced(h.admin.clone(), "default");
+
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    let first = wait_for_events(&h, &name, 1).await;
+    events
+        .delete(
+            first[0].metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    let second = wait_for_events(&h, &name, 1).await;
+    assert_ne!(second[0].metadata.name, first[0].metadata.name);
+    assert!(second[0].series.is_none(), "{second:#?}");
+}
+
+/// Polls until exactly `n` events about `name` exist; returns them.
+async fn wait_for_events(
+    h: &Harness,
+    name: &str,
+    n: usize,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = h.events_about(name).await;
+        if events.len() == n {
+            return events;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} events about {name}, not {n}",
+            events.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -11,7 +11,8 @@
 //! measured load balancer updates six times slower when they waited for theirs). An event
 //! that cannot be written is logged and dropped; so is one that finds the queue full.
 //!
-//! Repeats are aggregated as Go's recorder does: the same type, reason *and message* about
+//! As in Go, each object gets at most 25 events, then one every 5 minutes (client-go's spam
+//! filter); the rest are dropped. Repeats are aggregated as Go's recorder does: the same type, reason *and message* about
 //! the same object, within 6 minutes, becomes one event with a growing `series.count`,
 //! while a new message is a new event. (kube's `Recorder` folds every event of one reason
 //! into the first one's message, which would hide the latest error, and keeps a full copy
@@ -45,6 +46,11 @@ const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 /// Events waiting to be written, per recorder (split among its lanes), before new ones are
 /// dropped (Go's broadcaster queues 1000 too).
 pub const MAX_QUEUED_EVENTS: usize = 1000;
+
+/// Go's spam filter (client-go `EventSourceObjectSpamFilter`): per object, a burst of 25
+/// events, then one every 5 minutes.
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: Duration = Duration::from_secs(5 * 60);
 
 /// Events of one recorder written at once, each lane in order. One at a time wrote ~140 a
 /// second here, so 5000 Nodes initialised in 20 s overflowed the queue and lost events.
@@ -96,6 +102,7 @@ struct Writer {
 #[derive(Clone)]
 pub struct EventRecorder {
     writer: Arc<Writer>,
+    spam: Arc<Mutex<SpamFilter>>,
     /// The writer tasks' queues (lanes), started on first use (and again if their runtime
     /// went away).
     queue: Arc<Mutex<Option<Vec<mpsc::Sender<Queued>>>>>,
@@ -125,6 +132,7 @@ impl EventRecorder {
                 instance,
                 series: Mutex::default(),
             }),
+            spam: Arc::default(),
             queue: Arc::default(),
         }
     }
@@ -172,6 +180,20 @@ impl EventRecorder {
             (object, type_, reason, note.as_str()).hash(&mut hasher);
             hasher.finish()
         };
+        let admitted = self
+            .spam
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit(object, Instant::now());
+        if !admitted {
+            tracing::debug!(
+                component = %self.writer.controller,
+                object = %obj.name_any(),
+                reason,
+                "event dropped by the spam filter (25 per object, then one per 5 minutes)"
+            );
+            return;
+        }
         // Events about one object go to one lane, in order, so repeats aggregate; lanes
         // write concurrently.
         let lane = usize::try_from(object % EVENT_WRITERS as u64).unwrap_or(0);
@@ -226,6 +248,41 @@ impl EventRecorder {
                 tx
             })
             .collect()
+    }
+}
+
+/// Go's spam filter: a token bucket per object, [`SPAM_BURST`] tokens, one more every
+/// [`SPAM_REFILL`]. A controller updating a load balancer every second must not spend the
+/// client's rate limit on saying so.
+#[derive(Default)]
+struct SpamFilter {
+    buckets: HashMap<u64, (f64, Instant)>,
+}
+
+impl SpamFilter {
+    /// Takes a token of `object`'s bucket, if it has one.
+    fn admit(&mut self, object: u64, now: Instant) -> bool {
+        let refill = |tokens: f64, at: Instant| {
+            (tokens + now.duration_since(at).as_secs_f64() / SPAM_REFILL.as_secs_f64())
+                .min(SPAM_BURST)
+        };
+        if self.buckets.len() >= MAX_SERIES && !self.buckets.contains_key(&object) {
+            // Full buckets carry no information: forget them first.
+            self.buckets
+                .retain(|_, (tokens, at)| refill(*tokens, *at) < SPAM_BURST);
+            if self.buckets.len() >= MAX_SERIES {
+                self.buckets.clear();
+            }
+        }
+        let (tokens, at) = self.buckets.entry(object).or_insert((SPAM_BURST, now));
+        *tokens = refill(*tokens, *at);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -331,6 +388,17 @@ fn truncate(s: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spam_filter_allows_25_then_one_per_5_minutes_per_object() {
+        let mut filter = SpamFilter::default();
+        let t0 = Instant::now();
+        assert_eq!((0..30).filter(|_| filter.admit(1, t0)).count(), 25);
+        assert!(filter.admit(2, t0), "another object has its own bucket");
+        assert!(!filter.admit(1, t0 + Duration::from_secs(299)));
+        assert!(filter.admit(1, t0 + Duration::from_secs(301)));
+        assert!(!filter.admit(1, t0 + Duration::from_secs(302)));
+    }
 
     #[test]
     fn truncates_on_char_boundaries() {

@@ -13,8 +13,10 @@
 //!
 //! As in Go, each object gets at most 25 events, then one every 5 minutes (client-go's spam
 //! filter); the rest are dropped. Repeats are aggregated as Go's recorder does: the same type, reason *and message* about
-//! the same object, within 6 minutes, becomes one event with a growing `series.count`,
-//! while a new message is a new event. (kube's `Recorder` folds every event of one reason
+//! the same object, within 6 minutes, becomes one event with a `series`, while a new message
+//! is a new event. Like client-go's events library, the server sees the first occurrence
+//! and the second (as `series.count: 2`); later ones are counted here and written every 30
+//! minutes, so a load balancer updated every second does not cost a write each time. (kube's `Recorder` folds every event of one reason
 //! into the first one's message, which would hide the latest error, and keeps a full copy
 //! of every event it wrote for 6 minutes: 4.75 MB of the benchmark's 10 MB heap at 1000
 //! Nodes. This writer keeps the event's name and count only, about 100 bytes.)
@@ -46,6 +48,11 @@ const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 /// Events waiting to be written, per recorder (split among its lanes), before new ones are
 /// dropped (Go's broadcaster queues 1000 too).
 pub const MAX_QUEUED_EVENTS: usize = 1000;
+
+/// How often a running series' count is written after its second occurrence (client-go's
+/// events library: the event, the second occurrence as a series, then a refresh every 30
+/// minutes).
+const SERIES_REFRESH: Duration = Duration::from_secs(30 * 60);
 
 /// Go's spam filter (client-go `EventSourceObjectSpamFilter`): per object, a burst of 25
 /// events, then one every 5 minutes.
@@ -86,8 +93,12 @@ struct Queued {
 /// The event a repeat is folded into.
 struct Series {
     name: String,
+    /// Occurrences seen.
     count: i32,
+    /// When the last one was seen.
     last: Instant,
+    /// When the series was last written to the server.
+    written: Instant,
 }
 
 /// What the writer tasks share.
@@ -292,13 +303,25 @@ impl Writer {
         let namespace = q.reference.namespace.as_deref().unwrap_or("default");
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
         let now = Timestamp::now();
-        let repeat = self
-            .series
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&q.key)
-            .filter(|s| s.last.elapsed() < SERIES_TTL)
-            .map(|s| (s.name.clone(), s.count + 1));
+        // A repeat: counted here; written when it is the second occurrence, or when the
+        // series was last written more than SERIES_REFRESH ago.
+        let repeat = {
+            let mut series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
+            match series
+                .get_mut(&q.key)
+                .filter(|s| s.last.elapsed() < SERIES_TTL)
+            {
+                Some(s) => {
+                    s.count += 1;
+                    s.last = Instant::now();
+                    if s.count > 2 && s.written.elapsed() < SERIES_REFRESH {
+                        return Ok(());
+                    }
+                    Some((s.name.clone(), s.count))
+                }
+                None => None,
+            }
+        };
         if let Some((name, count)) = repeat {
             let series = EventSeries {
                 count,
@@ -362,6 +385,7 @@ impl Writer {
                 name,
                 count,
                 last: Instant::now(),
+                written: Instant::now(),
             },
         );
     }

@@ -141,3 +141,30 @@ async fn wait_for_events(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn a_running_series_is_written_twice_then_counted_locally() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("events-series")).await;
+    let name = node.metadata.name.clone().unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+    let before = h.api.counters().total();
+
+    for _ in 0..6 {
+        recorder.normal(&node, "Updated", "Update", "updated with new hosts");
+    }
+    let events = wait_for_events(&h, &name, 1).await;
+    // The event, then its series at 2; the four after that stay local for 30 minutes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while h.api.counters().total() - before < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the series was not written"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(h.api.counters().total() - before, 2, "{events:#?}");
+    let events = h.events_about(&name).await;
+    assert_eq!(events[0].series.as_ref().map(|s| s.count), Some(2));
+}

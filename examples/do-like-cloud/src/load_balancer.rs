@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    CloudError, CloudResult, LoadBalancer, ProviderId, default_load_balancer_name,
+    CloudError, CloudResult, LoadBalancer, ProviderId, ServiceAnnotator, default_load_balancer_name,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
@@ -127,15 +127,20 @@ impl DoLikeCloud {
             .find(|lb| lb.spec.name == name && lb.spec.tags.contains(&tag)))
     }
 
+    /// The annotator, when the provider has one and `service` is not being deleted (a
+    /// Service on its way out keeps its annotations).
+    fn annotator_for(&self, service: &Service) -> Option<&ServiceAnnotator> {
+        self.annotator
+            .get()
+            .filter(|_| service.metadata.deletion_timestamp.is_none())
+    }
+
     /// Writes `lb`'s ID onto the Service, if the provider was given an annotator and the
     /// Service does not already say so.
     async fn remember_id(&self, service: &Service, lb: &LoadBalancerObject) {
-        let Some(annotator) = self.annotator.get() else {
+        let Some(annotator) = self.annotator_for(service) else {
             return;
         };
-        if service.metadata.deletion_timestamp.is_some() {
-            return;
-        }
         if let Err(e) = annotator
             .set(service, ANNOTATION_LOAD_BALANCER_ID, &lb.id)
             .await
@@ -152,12 +157,9 @@ impl DoLikeCloud {
     /// Removes the ID annotation from a Service that stays (its type changed away from
     /// `LoadBalancer`), so it does not name a deleted LB.
     async fn forget_id(&self, service: &Service) {
-        let Some(annotator) = self.annotator.get() else {
+        let Some(annotator) = self.annotator_for(service) else {
             return;
         };
-        if service.metadata.deletion_timestamp.is_some() {
-            return;
-        }
         if let Err(e) = annotator.remove(service, ANNOTATION_LOAD_BALANCER_ID).await {
             tracing::warn!(
                 service = %service_key(service),

@@ -866,7 +866,7 @@ impl Inner {
     ) -> Result<(), SyncError> {
         let nodes = eligible_nodes(self.nodes.store().state());
         let hosts = self.shared_hosts(&nodes);
-        if Arc::ptr_eq(&hosts, applied) || *hosts == **applied {
+        if !hosts_stale(HostsState::Applied(applied), &hosts) {
             return Ok(());
         }
         let lb = self

@@ -15,7 +15,7 @@ once=false
 
 # shellcheck source=scripts/lib/local-cluster.sh
 source scripts/lib/local-cluster.sh
-build_and_start_cluster ccm-do-like -p ccm-do-like-cloud --bins
+build_and_start_cluster ccm-do-like -p ccm-do-like-cloud -p ccm-do-like-simulator --bins
 
 say "starting do-like-api-simulator (three droplets: node-1, node-2, node-3)"
 # A random token, in a file only the simulator and the CCM read; it is never printed.

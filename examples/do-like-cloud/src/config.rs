@@ -6,7 +6,7 @@ use std::time::Duration;
 use ccm_core::provider::{BoxError, CloudConfig, ConfigError};
 use serde::Deserialize;
 
-use crate::client::{ApiToken, ClientOptions};
+use crate::api::{ApiToken, ClientOptions};
 
 /// The cloud-config (YAML, camelCase):
 ///

@@ -9,7 +9,7 @@ use ccm_core::provider::{
 };
 use k8s_openapi::api::core::v1::Node;
 
-use crate::simulator::Droplet;
+use crate::api::Droplet;
 use crate::{DoLikeCloud, PROVIDER_NAME, cloud_error};
 
 /// A name missing from a cached list older than this lists again.

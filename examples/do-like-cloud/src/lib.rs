@@ -1,7 +1,9 @@
-//! A DigitalOcean-like HTTP cloud for `ccm-core`: an API [`simulator`], a typed [`client`],
-//! and [`DoLikeCloud`], a provider that talks to the API over HTTP.
+//! A DigitalOcean-like HTTP cloud for `ccm-core`: the cloud's [`api`] (its wire types and a
+//! typed HTTP [`Client`]) and [`DoLikeCloud`], a provider that talks to the API over HTTP.
 //!
-//! This is the example of how a real provider is written. See `docs/do-like-cloud.md` for
+//! This is the example of how a real provider is written: it owns its API client and knows
+//! nothing of the simulator that tests and demos run it against (crate
+//! `ccm-do-like-simulator`, which depends on this one). See `docs/do-like-cloud.md` for
 //! the cloud-config, the annotations and the design choices (the droplet-list cache, the
 //! load balancer's ID annotation, cluster tags).
 //!
@@ -12,12 +14,11 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod client;
+pub mod api;
 mod config;
 mod instances;
 mod load_balancer;
 mod routes;
-pub mod simulator;
 
 use std::sync::{Arc, OnceLock};
 
@@ -27,7 +28,7 @@ use ccm_core::provider::{
     LoadBalancer, ProviderRegistry, RegistryError, Routes, ServiceAnnotator,
 };
 
-pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
+pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
 pub use self::config::DoLikeConfig;
 pub use self::load_balancer::{
     ANNOTATION_ALGORITHM, ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_LOAD_BALANCER_ID,

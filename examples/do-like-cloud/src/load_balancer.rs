@@ -26,7 +26,7 @@ use ccm_core::provider::{
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
-use crate::simulator::{ForwardingRule, HealthCheck, LoadBalancerObject, LoadBalancerRequest};
+use crate::api::{ForwardingRule, HealthCheck, LoadBalancerObject, LoadBalancerRequest};
 use crate::{DoLikeCloud, PROVIDER_NAME, cloud_error};
 
 /// The LB's ID, used for lookup when present.

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use ccm_core::provider::{CloudResult, Route, Routes};
 
-use crate::simulator::XRoute;
+use crate::api::XRoute;
 use crate::{DoLikeCloud, cloud_error, cluster_tag};
 
 #[async_trait]

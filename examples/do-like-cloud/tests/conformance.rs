@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ccm_conformance::{Options, TestCloud, TestCloudError, TestCloudResult, UnderTest};
 use ccm_core::provider::default_load_balancer_name;
-use ccm_do_like_cloud::simulator::{RunningSimulator, SimulatorConfig};
 use ccm_do_like_cloud::{ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag};
+use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
 use k8s_openapi::api::core::v1::{Node, Service};
 
 const TOKEN: &str = "conformance-token";

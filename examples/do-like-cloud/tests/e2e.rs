@@ -5,8 +5,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ccm_do_like_cloud::simulator::{Faults, RunningSimulator, SimulatorConfig};
 use ccm_do_like_cloud::{ANNOTATION_LOAD_BALANCER_ID, ANNOTATION_PROTOCOL, cluster_tag};
+use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 use ccm_test::{ControlPlane, unique_name};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -285,68 +285,4 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     assert!(!log.contains("panicked"), "{log}");
     drop(ccm);
     sim.shutdown().await;
-}
-
-#[tokio::test]
-async fn the_simulator_binary_prints_its_address_keeps_state_and_stops_on_sigterm() {
-    use std::io::{BufRead, BufReader};
-
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state.json");
-    let start = || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_do-like-api-simulator"))
-            .args(["--listen", "127.0.0.1:0", "--droplets", "2", "--state-file"])
-            .arg(&state)
-            .env("DO_LIKE_TOKEN", TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap()
-            .to_owned();
-        (child, url)
-    };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::new();
-    for round in 0..2 {
-        let (mut child, url) = start();
-        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-        let body: serde_json::Value = http
-            .get(format!("{url}/v2/droplets"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        // Two droplets the first time; the same two (from the state file) the second.
-        assert_eq!(body["meta"]["total"], 2, "round {round}: {body}");
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "{status}");
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "did not stop on SIGTERM"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    assert!(state.exists());
 }

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ccm_core::provider::{CloudProvider, resolve_instances};
-use ccm_do_like_cloud::simulator::{Faults, RunningSimulator, SimulatorConfig};
 use ccm_do_like_cloud::{ApiToken, Client, ClientOptions, DoLikeCloud};
+use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
 
 const TOKEN: &str = "dop_v1_s3cr3t-token-do-not-log";

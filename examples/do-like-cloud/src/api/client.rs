@@ -11,7 +11,7 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::simulator::{Droplet, LoadBalancerObject, LoadBalancerRequest, XRoute};
+use crate::api::{Droplet, LoadBalancerObject, LoadBalancerRequest, XRoute};
 
 /// An API token. Its `Debug` is redacted and it has no `Display`: it never reaches a log.
 #[derive(Clone, PartialEq, Eq)]

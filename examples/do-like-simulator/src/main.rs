@@ -15,7 +15,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ccm_do_like_cloud::simulator::{RunningSimulator, SimulatorConfig};
+use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
 
 fn usage() -> ExitCode {
     eprintln!(

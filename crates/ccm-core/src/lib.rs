@@ -2,15 +2,41 @@
 //!
 //! A cloud provider implements the traits in [`provider`]; `ccm-core` supplies the generic
 //! controllers that reconcile a cluster with the cloud (cloud-node, cloud-node-lifecycle,
-//! service load balancers, routes) and the app layer that turns the provider into a complete
-//! controller-manager binary. It is the Rust counterpart of Go's `k8s.io/cloud-provider`,
-//! and behaves like it unless the docs say otherwise, on purpose.
+//! service load balancers, routes) and, in [`app`], the controller manager that turns the
+//! provider into a complete binary: Go's flags, leader election, `/healthz`, `/readyz` and
+//! `/metrics`, graceful shutdown. It is the Rust counterpart of Go's
+//! `k8s.io/cloud-provider`, and behaves like it unless the docs say otherwise, on purpose.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use ccm_core::app::CloudControllerManager;
+//! use ccm_core::provider::{CloudProvider, ProviderRegistry};
+//!
+//! struct MyCloud;
+//! impl CloudProvider for MyCloud {
+//!     fn provider_name(&self) -> &str { "my-cloud" }
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     let mut registry = ProviderRegistry::new();
+//!     registry.register("my-cloud", |_config| Ok(Arc::new(MyCloud) as Arc<dyn CloudProvider>)).unwrap();
+//!     CloudControllerManager::new("my-cloud-controller-manager", registry).run()
+//! }
+//! ```
+//!
+//! # Layers
+//!
+//! | module | stability | what |
+//! |---|---|---|
+//! | [`provider`], [`well_known`], [`mock`] | the stable surface (crate `ccm-provider`) | what a provider implements and tests with |
+//! | [`app`] | stable entry points; internals private (crate `ccm-runtime`) | the controller manager, its options, custom controllers |
 //!
 //! # Features
 //!
-//! | feature | what it adds |
-//! |---|---|
-//! | `mock` | [`mock`]: `mockall` mocks of every provider trait and `MockCloud` to compose them |
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `app` | yes | [`app`]: the controllers and the binary around them (kube's runtime, clap, the HTTPS endpoint server, tracing-subscriber). Without it `ccm-core` is the provider surface alone, for crates that only implement the traits |
+//! | `mock` | no | [`mock`]: `mockall` mocks of every provider trait and `MockCloud` to compose them |
 //!
 //! # Kubernetes versions
 //!
@@ -19,18 +45,18 @@
 //! `k8s-openapi = { version = "0.29", features = ["v1_36"] }`.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod app;
-pub mod client;
-pub mod controllers;
-pub mod events;
-pub mod informer;
-pub mod metrics;
-pub mod provider;
-pub mod runtime;
-pub mod well_known;
+#[doc(inline)]
+pub use ccm_provider as provider;
 
-#[cfg(any(test, feature = "mock"))]
+#[doc(inline)]
+pub use ccm_provider::well_known;
+
+#[cfg(feature = "mock")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mock")))]
-pub mod mock;
+#[doc(inline)]
+pub use ccm_provider::mock;
+
+#[cfg(feature = "app")]
+#[cfg_attr(docsrs, doc(cfg(feature = "app")))]
+pub mod app;

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
-use ccm_core::metrics::Metrics;
-use ccm_core::metrics::prometheus_client::metrics::counter::Counter;
-use ccm_core::metrics::prometheus_client::metrics::gauge::Gauge;
+use ccm_core::provider::MetricsRegistry;
+use ccm_core::provider::prometheus_client::metrics::counter::Counter;
+use ccm_core::provider::prometheus_client::metrics::gauge::Gauge;
 
 use crate::FakeLoadBalancer;
 
@@ -22,7 +22,7 @@ pub(crate) struct CloudMetrics {
 
 impl CloudMetrics {
     /// New metrics, registered in `metrics`.
-    pub(crate) fn register(metrics: &Metrics) -> Self {
+    pub(crate) fn register(metrics: &MetricsRegistry) -> Self {
         let this = Self::default();
         metrics.register(
             "fake_cloud_load_balancers",

@@ -1,0 +1,14 @@
+//! The controller manager: what turns a provider into a complete cloud-controller-manager
+//! binary (Go's `k8s.io/cloud-provider/app`).
+//!
+//! [`CloudControllerManager`] parses Go's flags ([`Options`]), builds the provider from
+//! `--cloud-provider` and `--cloud-config`, serves `/healthz`, `/readyz` and `/metrics`,
+//! wins the leader election and runs the controllers chosen by `--controllers`: the four
+//! built-in ones and any [`Controller`] of your own, registered the same way.
+
+pub use ccm_runtime::app::{
+    AppError, CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, Capability,
+    CloudControllerManager, Controller, ControllerContext, ControllerFuture, FlagError, Health,
+    LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options, SERVICE_LB_CONTROLLER,
+};
+pub use ccm_runtime::informer::{Change, Informer};

@@ -1,0 +1,108 @@
+//! The four built-in controllers as [`Controller`] registrations (Go's
+//! `DefaultInitFuncConstructors`): names and aliases from Go's `names/controller_names.go`,
+//! the capability each needs, and how each is built from the flags.
+
+use ccm_provider::BoxError;
+
+use super::controller::{Capability, Controller, ControllerFuture};
+use super::manager::ControllerContext;
+use super::options::{FlagError, Options};
+use crate::controllers::node::{CloudNodeController, NodeControllerConfig};
+use crate::controllers::node_lifecycle::{NodeLifecycleConfig, NodeLifecycleController};
+use crate::controllers::route::{RouteConfigError, RouteController, RouteControllerConfig};
+use crate::controllers::service::{ServiceController, ServiceControllerConfig};
+
+/// The cloud-node controller's name.
+pub const CLOUD_NODE_CONTROLLER: &str = "cloud-node-controller";
+/// The cloud-node-lifecycle controller's name.
+pub const CLOUD_NODE_LIFECYCLE_CONTROLLER: &str = "cloud-node-lifecycle-controller";
+/// The service controller's name.
+pub const SERVICE_LB_CONTROLLER: &str = "service-lb-controller";
+/// The route controller's name.
+pub const NODE_ROUTE_CONTROLLER: &str = "node-route-controller";
+
+/// The built-in controllers, in Go's order.
+pub(crate) fn builtin_controllers() -> Vec<Controller> {
+    vec![
+        Controller::new(CLOUD_NODE_CONTROLLER, start_cloud_node)
+            .with_alias("cloud-node")
+            .requires(Capability::Instances),
+        Controller::new(CLOUD_NODE_LIFECYCLE_CONTROLLER, start_node_lifecycle)
+            .with_alias("cloud-node-lifecycle")
+            .requires(Capability::Instances),
+        Controller::new(SERVICE_LB_CONTROLLER, start_service)
+            .with_alias("service")
+            .requires(Capability::LoadBalancer),
+        Controller::new(NODE_ROUTE_CONTROLLER, start_route)
+            .with_alias("route")
+            .requires(Capability::Routes)
+            .only_if("--configure-cloud-routes", |o| o.configure_cloud_routes)
+            .check_options(|o| route_config(o).map(drop)),
+    ]
+}
+
+/// The error when a capability checked by the registration is gone at start.
+fn missing(capability: Capability) -> BoxError {
+    format!("the provider no longer offers {capability}").into()
+}
+
+fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
+    let o = &ctx.options;
+    let config = NodeControllerConfig::default()
+        .with_workers(o.concurrent_node_syncs.unsigned_abs() as usize)
+        .with_status_update_workers(o.concurrent_node_status_updates.unsigned_abs() as usize)
+        .with_status_update_frequency(o.node_status_update_frequency)
+        .with_metrics(ctx.manager_metrics.controllers().clone());
+    let c = CloudNodeController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
+        .ok_or_else(|| missing(Capability::Instances))?;
+    ctx.manager_metrics
+        .register_queue(c.queue().name(), c.queue().shared_metrics());
+    Ok(Box::pin(c.run(ctx.cancel.clone())))
+}
+
+fn start_node_lifecycle(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
+    let config =
+        NodeLifecycleConfig::default().with_monitor_period(ctx.options.node_monitor_period);
+    let c =
+        NodeLifecycleController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
+            .ok_or_else(|| missing(Capability::Instances))?;
+    Ok(Box::pin(c.run(ctx.cancel.clone())))
+}
+
+fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
+    let o = &ctx.options;
+    let config = ServiceControllerConfig::default()
+        .with_workers(o.concurrent_service_syncs.unsigned_abs() as usize)
+        .with_cluster_name(o.cluster_name.clone())
+        .with_metrics(ctx.manager_metrics.controllers().clone());
+    let c = ServiceController::new(
+        ctx.client.clone(),
+        &ctx.provider,
+        ctx.services.clone(),
+        ctx.nodes.clone(),
+        config,
+    )
+    .ok_or_else(|| missing(Capability::LoadBalancer))?;
+    ctx.manager_metrics
+        .register_queue(c.queue().name(), c.queue().shared_metrics());
+    Ok(Box::pin(c.run(ctx.cancel.clone())))
+}
+
+fn start_route(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
+    let config =
+        route_config(&ctx.options)?.with_metrics(ctx.manager_metrics.controllers().clone());
+    let c = RouteController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
+        .ok_or_else(|| missing(Capability::Routes))?;
+    Ok(Box::pin(c.run(ctx.cancel.clone())))
+}
+
+/// The route controller's settings from the flags; errors name the flag.
+fn route_config(o: &Options) -> Result<RouteControllerConfig, FlagError> {
+    let to_flag = |e: RouteConfigError| FlagError {
+        flag: e.flag(),
+        message: format!("{:?}: {}", e.value(), e.reason()),
+    };
+    RouteControllerConfig::new(o.cluster_name.clone(), &o.cluster_cidr)
+        .and_then(|c| c.with_reconciliation_period(o.route_reconciliation_period))
+        .map_err(to_flag)
+}

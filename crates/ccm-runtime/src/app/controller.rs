@@ -1,0 +1,289 @@
+//! Controller registration: one table for the four built-in controllers and a provider's
+//! own. A [`Controller`] carries its name and aliases (for `--controllers`), whether `*`
+//! enables it, the provider capability it needs, the flags it depends on and its start
+//! function; `--controllers` validation, its help text and the "does this controller run"
+//! decision all read the same table.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ccm_provider::{BoxError, CloudProvider};
+
+use super::manager::ControllerContext;
+use super::options::{FlagError, Options};
+
+/// A running controller: a future that ends when its context's `cancel` token fires.
+pub type ControllerFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+type StartFn = dyn Fn(&ControllerContext) -> Result<ControllerFuture, BoxError> + Send + Sync;
+type OptionsPredicate = dyn Fn(&Options) -> bool + Send + Sync;
+type OptionsCheck = dyn Fn(&Options) -> Result<(), FlagError> + Send + Sync;
+
+/// A provider capability a controller needs; without it the controller does not start
+/// (and says so in the log), as Go's controllers do when the interface reports `false`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Capability {
+    /// [`CloudProvider::instances`] or [`CloudProvider::legacy_instances`].
+    Instances,
+    /// [`CloudProvider::load_balancer`].
+    LoadBalancer,
+    /// [`CloudProvider::routes`].
+    Routes,
+}
+
+impl Capability {
+    /// Whether `provider` offers the capability.
+    #[must_use]
+    pub fn offered_by(self, provider: &dyn CloudProvider) -> bool {
+        match self {
+            Self::Instances => {
+                provider.instances().is_some() || provider.legacy_instances().is_some()
+            }
+            Self::LoadBalancer => provider.load_balancer().is_some(),
+            Self::Routes => provider.routes().is_some(),
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Instances => "instances",
+            Self::LoadBalancer => "load balancers",
+            Self::Routes => "routes",
+        })
+    }
+}
+
+/// A controller the manager can run: built-in or a provider's own, registered with
+/// [`CloudControllerManager::with_controller`](super::CloudControllerManager::with_controller).
+///
+/// ```
+/// use ccm_core::app::{Capability, Controller, ControllerFuture};
+///
+/// let gc = Controller::new("acme-lb-gc", |ctx| {
+///     let cancel = ctx.cancel.clone();
+///     Ok(Box::pin(async move { cancel.cancelled().await }) as ControllerFuture)
+/// })
+/// .with_alias("lb-gc")
+/// .requires(Capability::LoadBalancer)
+/// .disabled_by_default();
+/// assert_eq!(gc.name(), "acme-lb-gc");
+/// assert!(!gc.is_enabled_by_default());
+/// ```
+#[derive(Clone)]
+pub struct Controller {
+    name: String,
+    aliases: Vec<String>,
+    enabled_by_default: bool,
+    requires: Vec<Capability>,
+    only_if: Option<(&'static str, Arc<OptionsPredicate>)>,
+    check: Option<Arc<OptionsCheck>>,
+    start: Arc<StartFn>,
+}
+
+impl fmt::Debug for Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("name", &self.name)
+            .field("aliases", &self.aliases)
+            .field("enabled_by_default", &self.enabled_by_default)
+            .field("requires", &self.requires)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a selected controller runs, and if not, why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Applies {
+    Yes,
+    /// The provider lacks this capability.
+    MissingCapability(Capability),
+    /// The flag that turns it on is off.
+    FlagOff(&'static str),
+}
+
+impl Controller {
+    /// A controller named `name` (as `--controllers` spells it), on by default, needing no
+    /// capability. `start` runs on the leader after the provider's `initialize`: subscribe
+    /// to the shared informers there and return the controller's future, which must end
+    /// when [`ControllerContext::cancel`] fires. An error stops the controller manager.
+    pub fn new(
+        name: impl Into<String>,
+        start: impl Fn(&ControllerContext) -> Result<ControllerFuture, BoxError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            aliases: Vec::new(),
+            enabled_by_default: true,
+            requires: Vec::new(),
+            only_if: None,
+            check: None,
+            start: Arc::new(start),
+        }
+    }
+
+    /// Another name `--controllers` accepts for it.
+    #[must_use]
+    pub fn with_alias(mut self, alias: impl Into<String>) -> Self {
+        self.aliases.push(alias.into());
+        self
+    }
+
+    /// Not enabled by `*`: only when `--controllers` names it.
+    #[must_use]
+    pub fn disabled_by_default(mut self) -> Self {
+        self.enabled_by_default = false;
+        self
+    }
+
+    /// Runs only when the provider offers `capability`.
+    #[must_use]
+    pub fn requires(mut self, capability: Capability) -> Self {
+        self.requires.push(capability);
+        self
+    }
+
+    /// Runs only when `condition` holds for the flags; `flag` names the flag for the log
+    /// line that says the controller was skipped (e.g. `--configure-cloud-routes`).
+    #[must_use]
+    pub fn only_if(
+        mut self,
+        flag: &'static str,
+        condition: impl Fn(&Options) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.only_if = Some((flag, Arc::new(condition)));
+        self
+    }
+
+    /// Checks the flags the controller reads at startup, before anything touches the
+    /// cluster, when the controller is going to run; an error names the flag.
+    #[must_use]
+    pub fn check_options(
+        mut self,
+        check: impl Fn(&Options) -> Result<(), FlagError> + Send + Sync + 'static,
+    ) -> Self {
+        self.check = Some(Arc::new(check));
+        self
+    }
+
+    /// The name `--controllers` uses.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The other names `--controllers` accepts.
+    #[must_use]
+    pub fn aliases(&self) -> &[String] {
+        &self.aliases
+    }
+
+    /// Whether `*` enables it.
+    #[must_use]
+    pub fn is_enabled_by_default(&self) -> bool {
+        self.enabled_by_default
+    }
+
+    /// Whether it runs with these flags and this provider, given that `--controllers`
+    /// selects it.
+    pub(crate) fn applies(&self, options: &Options, provider: &dyn CloudProvider) -> Applies {
+        if let Some(&missing) = self.requires.iter().find(|c| !c.offered_by(provider)) {
+            return Applies::MissingCapability(missing);
+        }
+        match &self.only_if {
+            Some((flag, condition)) if !condition(options) => Applies::FlagOff(flag),
+            _ => Applies::Yes,
+        }
+    }
+
+    /// The startup check of its flags.
+    pub(crate) fn check(&self, options: &Options) -> Result<(), FlagError> {
+        self.check.as_ref().map_or(Ok(()), |check| check(options))
+    }
+
+    /// Starts it.
+    pub(crate) fn start(&self, ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
+        (self.start)(ctx)
+    }
+}
+
+/// The `--controllers` help text, listing `controllers` with their aliases.
+pub(crate) fn controllers_help(controllers: &[Controller]) -> String {
+    let names: Vec<String> = controllers
+        .iter()
+        .map(|c| {
+            let mut name = c.name.clone();
+            if !c.aliases.is_empty() {
+                name.push_str(&format!(" ({})", c.aliases.join(", ")));
+            }
+            if !c.enabled_by_default {
+                name.push_str(" [off by default]");
+            }
+            name
+        })
+        .collect();
+    format!(
+        "Controllers to enable: '*' enables all on-by-default controllers, 'foo' enables the \
+         controller named foo, '-foo' disables it. Names (aliases): {}",
+        names.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccm_provider::mock::{MockCloud, MockLoadBalancer, MockRoutes};
+
+    fn noop(name: &str) -> Controller {
+        Controller::new(name, |_| Ok(Box::pin(async {}) as ControllerFuture))
+    }
+
+    fn options(args: &[&str]) -> Options {
+        let mut all = vec!["ccm", "--cloud-provider=x"];
+        all.extend_from_slice(args);
+        <Options as clap::Parser>::parse_from(all)
+    }
+
+    #[test]
+    fn capabilities_decide_whether_it_applies() {
+        let bare = MockCloud::new("x");
+        let lb = MockCloud::new("x").with_load_balancer(MockLoadBalancer::new());
+        let c = noop("svc").requires(Capability::LoadBalancer);
+        let o = options(&[]);
+        assert_eq!(
+            c.applies(&o, &bare),
+            Applies::MissingCapability(Capability::LoadBalancer)
+        );
+        assert_eq!(c.applies(&o, &lb), Applies::Yes);
+    }
+
+    #[test]
+    fn a_flag_condition_decides_after_the_capability() {
+        let routes = MockCloud::new("x").with_routes(MockRoutes::new());
+        let c = noop("route")
+            .requires(Capability::Routes)
+            .only_if("--configure-cloud-routes", |o| o.configure_cloud_routes);
+        assert_eq!(
+            c.applies(&options(&["--configure-cloud-routes=false"]), &routes),
+            Applies::FlagOff("--configure-cloud-routes")
+        );
+        assert_eq!(c.applies(&options(&[]), &routes), Applies::Yes);
+        assert_eq!(
+            c.applies(&options(&[]), &MockCloud::new("x")),
+            Applies::MissingCapability(Capability::Routes)
+        );
+    }
+
+    #[test]
+    fn the_help_lists_names_aliases_and_defaults() {
+        let help = controllers_help(&[noop("a").with_alias("aa"), noop("b").disabled_by_default()]);
+        assert!(
+            help.ends_with("Names (aliases): a (aa), b [off by default]"),
+            "{help}"
+        );
+    }
+}

@@ -1,0 +1,637 @@
+//! The controller manager: turns a provider registry into a complete CCM binary (Go's
+//! `app.NewCloudControllerManagerCommand` and `Run`).
+//!
+//! Startup order: parse and check the flags (an error names the flag and nothing touches
+//! the cluster), build the provider from `--cloud-config`, reach the API server, serve the
+//! endpoints, win the leader election, `initialize` the provider, start the shared
+//! informers and each enabled controller. Shutdown (SIGTERM, SIGINT) stops the controllers,
+//! lets in-flight reconciles finish (up to a grace period), then releases the Lease so a
+//! standby takes over at once. Losing the Lease stops the controllers at once and exits
+//! with status 1, as Go does.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+
+use super::builtin::builtin_controllers;
+use super::controller::{Applies, Controller, ControllerFuture, controllers_help};
+use super::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
+use super::options::{FlagError, LogFormat, Options};
+use super::selection::ControllerSelection;
+use super::serve::{EndpointServer, Health, ServeOptions, Serving};
+use crate::client::{ApiLayer, build_client};
+use crate::informer::{Informer, trim_node, trim_service};
+use crate::metrics::Metrics;
+use ccm_provider::{
+    BoxError, CloudProvider, InitContext, MetricsRegistry, ProviderRegistry, RegistryError,
+    display_chain,
+};
+
+/// What a controller gets when it starts.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ControllerContext {
+    /// The API client (rate-limited and counted).
+    pub client: Client,
+    /// The cloud provider.
+    pub provider: Arc<dyn CloudProvider>,
+    /// The shared Node informer; subscribe before it runs (i.e. in the init function).
+    pub nodes: Informer<Node>,
+    /// The shared Service informer.
+    pub services: Informer<Service>,
+    /// The flags.
+    pub options: Arc<Options>,
+    /// Cancelled on shutdown or when leadership is lost.
+    pub cancel: CancellationToken,
+    /// The metrics registry served on `/metrics`: register the controller's own metrics
+    /// here, once (a controller starts again on every leadership term).
+    pub metrics: MetricsRegistry,
+    /// Readiness checks: register one for the controller if it can become unhealthy.
+    pub health: Health,
+    /// The manager's own metrics, for the built-in controllers' queues and Go's metrics.
+    pub(crate) manager_metrics: Metrics,
+}
+
+/// What every part of a running manager shares.
+#[derive(Clone)]
+struct Shared {
+    metrics: Metrics,
+    health: Health,
+}
+
+/// Why the controller manager stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    /// A flag has a value it cannot take.
+    #[error(transparent)]
+    Flag(#[from] FlagError),
+    /// The provider could not be picked or built.
+    #[error("{}", display_chain(.0))]
+    Provider(#[from] RegistryError),
+    /// The API server could not be reached or configured.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        #[source]
+        source: BoxError,
+    },
+    /// A controller failed to start.
+    #[error("controller {name}: {}", display_chain(&**source))]
+    Controller {
+        /// The controller.
+        name: String,
+        /// Why.
+        source: BoxError,
+    },
+    /// The leader Lease was lost.
+    #[error("leader election lost")]
+    LostLeadership,
+}
+
+/// The builder of a cloud-controller-manager binary.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use ccm_runtime::app::CloudControllerManager;
+/// use ccm_provider::{CloudProvider, ProviderRegistry};
+///
+/// struct MyCloud;
+/// impl CloudProvider for MyCloud {
+///     fn provider_name(&self) -> &str { "my-cloud" }
+/// }
+///
+/// fn main() -> std::process::ExitCode {
+///     let mut registry = ProviderRegistry::new();
+///     registry.register("my-cloud", |_config| Ok(Arc::new(MyCloud) as Arc<dyn CloudProvider>)).unwrap();
+///     CloudControllerManager::new("my-cloud-controller-manager", registry).run()
+/// }
+/// ```
+pub struct CloudControllerManager {
+    name: String,
+    registry: ProviderRegistry,
+    extra: Vec<Controller>,
+    shutdown_grace: Duration,
+}
+
+impl CloudControllerManager {
+    /// A controller manager named `name` (for `--help` and logs) choosing among `registry`'s
+    /// providers with `--cloud-provider`.
+    pub fn new(name: impl Into<String>, registry: ProviderRegistry) -> Self {
+        Self {
+            name: name.into(),
+            registry,
+            extra: Vec::new(),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+
+    /// Adds a controller of the provider's own, selectable with `--controllers` like the
+    /// built-in ones and started the same way (see [`Controller`]).
+    #[must_use]
+    pub fn with_controller(mut self, controller: Controller) -> Self {
+        self.extra.push(controller);
+        self
+    }
+
+    /// How long in-flight reconciles may take to finish on shutdown (default 10s).
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Parses the process's arguments, runs until SIGTERM or SIGINT, and returns the exit
+    /// code: 0 after a clean shutdown, 1 on an error (printed as one line), 2 on a flag clap
+    /// could not parse.
+    pub fn run(self) -> ExitCode {
+        self.run_with_args(std::env::args_os())
+    }
+
+    /// [`run`](Self::run) with the given arguments (the first is the program name).
+    pub fn run_with_args<I, T>(self, args: I) -> ExitCode
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let controllers = self.controllers();
+        let command = <Options as clap::CommandFactory>::command()
+            .name(self.name.clone())
+            .mut_arg("controllers", |arg| {
+                arg.help(controllers_help(&controllers))
+            });
+        let matches = match command.try_get_matches_from(args) {
+            Ok(m) => m,
+            Err(err) => {
+                let _ = err.print();
+                return if err.use_stderr() {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+        };
+        let options = match <Options as clap::FromArgMatches>::from_arg_matches(&matches) {
+            Ok(o) => o,
+            Err(err) => {
+                let _ = err.print();
+                return ExitCode::from(2);
+            }
+        };
+        init_logging(&options);
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(err) => {
+                report(&format!("cannot start the async runtime: {err}"));
+                return ExitCode::FAILURE;
+            }
+        };
+        runtime.block_on(async move {
+            let shutdown = CancellationToken::new();
+            spawn_signal_handler(shutdown.clone());
+            match self.run_with_options(options, shutdown).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    report(&err.to_string());
+                    ExitCode::FAILURE
+                }
+            }
+        })
+    }
+
+    /// Runs with parsed options until `shutdown` fires. The library entry point for tests
+    /// and for binaries that parse their own flags.
+    pub async fn run_with_options(
+        self,
+        options: Options,
+        shutdown: CancellationToken,
+    ) -> Result<(), AppError> {
+        options.validate()?;
+        let controllers = self.controllers();
+        let selection = ControllerSelection::parse(&options.controllers, &controllers)?;
+
+        let config_path = options
+            .cloud_config
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty());
+        let provider = self.registry.init(&options.cloud_provider, config_path)?;
+        if !provider.has_cluster_id() && !options.allow_untagged_cloud {
+            return Err(FlagError {
+                flag: "--allow-untagged-cloud",
+                message:
+                    "no ClusterID found: the cloud provider does not tag its resources with one; \
+                          set --allow-untagged-cloud to run anyway"
+                        .to_owned(),
+            }
+            .into());
+        }
+
+        let metrics = Metrics::new();
+        let provider = metrics.instrument(provider);
+        let health = Health::new();
+
+        // The flags of the controllers that will run are checked now, before the cluster
+        // is touched; the rest are started (or skipped) by the leader.
+        let mut to_run = Vec::new();
+        for controller in controllers {
+            if !selection.is_enabled(controller.name(), controller.is_enabled_by_default()) {
+                tracing::info!(
+                    controller = controller.name(),
+                    "controller disabled by --controllers"
+                );
+                continue;
+            }
+            match controller.applies(&options, &*provider) {
+                Applies::Yes => {
+                    controller.check(&options)?;
+                    to_run.push(controller);
+                }
+                Applies::MissingCapability(capability) => tracing::info!(
+                    controller = controller.name(),
+                    "the cloud provider does not support {capability}; not starting the controller"
+                ),
+                Applies::FlagOff(flag) => tracing::info!(
+                    controller = controller.name(),
+                    "{flag} is off; not starting the controller"
+                ),
+            }
+        }
+        let controllers = Arc::new(to_run);
+
+        let kube_config = kube_config(&options).await?;
+        let api = ApiLayer::new().with_rate_limit(
+            f64::from(options.kube_api_qps),
+            options.kube_api_burst.unsigned_abs(),
+        );
+        let client = build_client(kube_config, &api).map_err(|e| AppError::Kube {
+            context: "building the Kubernetes client".into(),
+            source: Box::new(e),
+        })?;
+        match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+            Ok(Ok(v)) => tracing::info!(version = %v.git_version, "connected to the API server"),
+            Ok(Err(e)) => {
+                return Err(AppError::Kube {
+                    context: "the API server did not answer".into(),
+                    source: Box::new(e),
+                });
+            }
+            Err(_) => {
+                return Err(AppError::Kube {
+                    context: "the API server did not answer".into(),
+                    source: "timed out after 10s".into(),
+                });
+            }
+        }
+
+        metrics.register_api_counters(api.counters().clone());
+
+        // The endpoints come up before the election, so a standby answers its probes too.
+        let serving = match (&options.tls_cert_file, &options.tls_private_key_file) {
+            _ if options.insecure_serving => Serving::Http,
+            (Some(cert_file), Some(key_file)) => Serving::Https {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            },
+            _ => Serving::HttpsSelfSigned,
+        };
+        let port = u16::try_from(options.secure_port).unwrap_or_default();
+        let serve_options = ServeOptions::new(options.bind_address, port, serving);
+        let server = EndpointServer::start(
+            &serve_options,
+            metrics.clone(),
+            health.clone(),
+            shutdown.clone(),
+        )
+        .await
+        .map_err(|e| AppError::Kube {
+            context: format!(
+                "--secure-port: cannot serve on {}:{port}",
+                options.bind_address
+            ),
+            source: Box::new(e),
+        })?;
+        if let Some(server) = &server {
+            tracing::info!(address = %server.local_addr(), https = server.is_https(), "serving /healthz, /readyz and /metrics");
+        }
+
+        let options = Arc::new(options);
+        let shared = Shared { metrics, health };
+        let result = self
+            .elect_and_lead(
+                controllers,
+                client,
+                provider,
+                options,
+                shared,
+                shutdown.clone(),
+            )
+            .await;
+        shutdown.cancel();
+        if let Some(server) = server {
+            server.stopped().await;
+        }
+        result
+    }
+
+    /// Runs the controllers, under leader election when it is on.
+    #[allow(clippy::too_many_arguments)]
+    async fn elect_and_lead(
+        &self,
+        controllers: Arc<Vec<Controller>>,
+        client: Client,
+        provider: Arc<dyn CloudProvider>,
+        options: Arc<Options>,
+        shared: Shared,
+        shutdown: CancellationToken,
+    ) -> Result<(), AppError> {
+        if !options.leader_election.leader_elect {
+            return lead(controllers, client, provider, options, shared, shutdown).await;
+        }
+        let le = &options.leader_election;
+        let lease_name = le.leader_elect_resource_name.clone();
+        let mut elector = LeaderElector::new(
+            client.clone(),
+            LeaderElectionConfig::new(
+                &le.leader_elect_resource_namespace,
+                &le.leader_elect_resource_name,
+            )
+            .with_timing(
+                le.leader_elect_lease_duration,
+                le.leader_elect_renew_deadline,
+                le.leader_elect_retry_period,
+            ),
+        );
+        // Ready while standing by; not ready once the leader fails to renew.
+        let renewing = Arc::new(AtomicBool::new(true));
+        {
+            let renewing = renewing.clone();
+            shared.health.register_fn("leader-election", move || {
+                if renewing.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("failed to renew the leader lease".to_owned())
+                }
+            });
+        }
+        tracing::info!(
+            identity = elector.identity(),
+            "waiting to become the leader"
+        );
+        if !elector.acquire(&shutdown).await {
+            return Ok(());
+        }
+        shared.metrics.set_leader(&lease_name, true);
+        let leading = shutdown.child_token();
+        let grace = self.shutdown_grace;
+        let mut controllers = tokio::spawn(lead(
+            controllers,
+            client,
+            provider,
+            options.clone(),
+            shared.clone(),
+            leading.clone(),
+        ));
+        // Renew until shutdown or loss. On shutdown the controllers stop first, then the
+        // Lease is released; on loss they stop at once.
+        let stop_renewing = CancellationToken::new();
+        let hold = elector.hold(&stop_renewing, |ok| renewing.store(ok, Ordering::Relaxed));
+        tokio::pin!(hold);
+        let result = tokio::select! {
+            end = &mut hold => {
+                leading.cancel();
+                let _ = tokio::time::timeout(grace, &mut controllers).await;
+                match end {
+                    LeadershipEnd::Lost => Err(AppError::LostLeadership),
+                    LeadershipEnd::Shutdown => Ok(()),
+                }
+            }
+            result = &mut controllers => {
+                // The controllers ended on their own: an init error.
+                stop_renewing.cancel();
+                hold.await;
+                result.unwrap_or(Ok(()))
+            }
+            () = shutdown.cancelled() => {
+                tracing::info!("shutting down: stopping controllers");
+                leading.cancel();
+                match tokio::time::timeout(grace, &mut controllers).await {
+                    Ok(_) => tracing::info!("controllers stopped"),
+                    Err(_) => tracing::warn!(?grace, "controllers did not stop within the grace period"),
+                }
+                stop_renewing.cancel();
+                hold.await;
+                Ok(())
+            }
+        };
+        shared.metrics.set_leader(&lease_name, false);
+        result
+    }
+
+    /// Every controller: the built-in ones, then the provider's own.
+    fn controllers(&self) -> Vec<Controller> {
+        let mut all = builtin_controllers();
+        all.extend(self.extra.iter().cloned());
+        all
+    }
+}
+
+/// What the leader runs: the provider's initialisation, the informers, the controllers.
+async fn lead(
+    controllers: Arc<Vec<Controller>>,
+    client: Client,
+    provider: Arc<dyn CloudProvider>,
+    options: Arc<Options>,
+    shared: Shared,
+    cancel: CancellationToken,
+) -> Result<(), AppError> {
+    provider
+        .initialize(
+            InitContext::new(client.clone(), cancel.clone())
+                .with_metrics(shared.metrics.registry().clone()),
+        )
+        .await
+        .map_err(|e| AppError::Kube {
+            context: "initializing the cloud provider".into(),
+            source: Box::new(e),
+        })?;
+    let nodes = Informer::new(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        trim_node,
+    );
+    let services = Informer::new(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default(),
+        trim_service,
+    );
+    let ctx = ControllerContext {
+        client,
+        provider,
+        nodes: nodes.clone(),
+        services: services.clone(),
+        options: options.clone(),
+        cancel: cancel.clone(),
+        metrics: shared.metrics.registry().clone(),
+        health: shared.health.clone(),
+        manager_metrics: shared.metrics.clone(),
+    };
+    // Ready once the caches are filled.
+    {
+        let (nodes, services) = (nodes.clone(), services.clone());
+        shared.health.register_fn("informers-synced", move || {
+            if nodes.is_synced() && services.is_synced() {
+                Ok(())
+            } else {
+                Err("waiting for the Node and Service caches".to_owned())
+            }
+        });
+    }
+    let mut running: BTreeMap<String, ControllerFuture> = BTreeMap::new();
+    for controller in controllers.iter() {
+        let fut = controller
+            .start(&ctx)
+            .map_err(|source| AppError::Controller {
+                name: controller.name().to_owned(),
+                source,
+            })?;
+        running.insert(controller.name().to_owned(), fut);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (nodes, cancel) = (nodes.clone(), cancel.clone());
+        tasks.spawn(async move { nodes.run(cancel).await });
+    }
+    {
+        let (services, cancel) = (services.clone(), cancel.clone());
+        tasks.spawn(async move { services.run(cancel).await });
+    }
+    for (name, fut) in running {
+        if !options.controller_start_interval.is_zero() {
+            tokio::time::sleep(jitter(options.controller_start_interval)).await;
+        }
+        tracing::info!(controller = %name, "starting controller");
+        let metrics = shared.metrics.clone();
+        metrics.controller_started(&name);
+        tasks.spawn(async move {
+            fut.await;
+            metrics.controller_stopped(&name);
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    shared.health.remove("informers-synced");
+    Ok(())
+}
+
+/// A random duration in [d, 2d), like Go's `wait.Jitter(d, 1.0)`.
+fn jitter(d: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut byte);
+    d + d.mul_f64(f64::from(byte[0]) / 256.0)
+}
+
+async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
+    let err = |context: &str, e: BoxError| AppError::Kube {
+        context: context.to_owned(),
+        source: e,
+    };
+    let kubeconfig_path = options
+        .kubeconfig
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let mut config = if let Some(path) = kubeconfig_path {
+        let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+            err(
+                &format!("--kubeconfig: cannot read {}", path.display()),
+                Box::new(e),
+            )
+        })?;
+        kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| {
+            err(
+                &format!("--kubeconfig: invalid {}", path.display()),
+                Box::new(e),
+            )
+        })?
+    } else {
+        kube::Config::infer().await.map_err(|e| {
+            err(
+                "no --kubeconfig given and no in-cluster or default configuration found",
+                Box::new(e),
+            )
+        })?
+    };
+    if !options.master.is_empty() {
+        config.cluster_url = options
+            .master
+            .parse()
+            .map_err(|e| err("--master: invalid URL", Box::new(e)))?;
+    }
+    Ok(config)
+}
+
+fn init_logging(options: &Options) {
+    let level = match options.verbosity {
+        0..=3 => "info",
+        4 | 5 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "{level},kube_client=warn,hyper=warn,rustls=warn"
+        ))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = match options.logging_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+fn spawn_signal_handler(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                tracing::warn!("cannot install signal handlers");
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("received SIGTERM"),
+                _ = int.recv() => tracing::info!("received SIGINT"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        shutdown.cancel();
+    });
+}
+
+#[allow(clippy::print_stderr)]
+fn report(message: &str) {
+    eprintln!("error: {message}");
+}

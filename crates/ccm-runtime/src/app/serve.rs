@@ -1,0 +1,1150 @@
+//! The endpoint server on `--bind-address`:`--secure-port` (Go's `app/serve.go`):
+//! `/healthz` and `/livez` answer `ok` while the process runs, `/readyz` answers `ok` only
+//! while every check registered with [`Health`] passes (and lists them, Go's apiserver
+//! format, when one fails), and `/metrics` serves [`Metrics::encode`]. Like Go it serves
+//! HTTPS, with a self-signed certificate made at startup unless `--tls-cert-file` and
+//! `--tls-private-key-file` name one; [`Serving::Http`] serves plain HTTP for local use.
+//! The server stops when its [`CancellationToken`] fires.
+//!
+//! ```no_run
+//! use ccm_runtime::app::serve::{EndpointServer, Health, ServeOptions};
+//! use ccm_runtime::metrics::Metrics;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let health = Health::new();
+//! let synced = health.register("informers-synced"); // failing until set_ok
+//! let shutdown = CancellationToken::new();
+//! let server = EndpointServer::start(&ServeOptions::default(), Metrics::new(), health, shutdown.clone())
+//!     .await?; // None when --secure-port is 0
+//! // ... later, once the informers have synced:
+//! synced.set_ok();
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{self, Metrics};
+
+/// Go's default `--secure-port` of the cloud-controller-manager.
+pub const DEFAULT_SECURE_PORT: u16 = 10258;
+
+/// How long a client has to finish the TLS handshake, and to send a request's headers.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long in-flight requests may take to finish once the server is told to stop.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How the endpoints are served.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Serving {
+    /// HTTPS with this certificate chain and private key, PEM files
+    /// (`--tls-cert-file`, `--tls-private-key-file`). The files are read once, at startup.
+    Https {
+        /// The certificate, followed by any intermediates.
+        cert_file: PathBuf,
+        /// The private key (PKCS#8, PKCS#1 or SEC1).
+        key_file: PathBuf,
+    },
+    /// HTTPS with a self-signed certificate made at startup for `localhost`, `127.0.0.1`,
+    /// `::1` and the bind address; what Go does without certificate flags.
+    #[default]
+    HttpsSelfSigned,
+    /// Plain HTTP, for local use and for clusters that put TLS elsewhere.
+    Http,
+}
+
+/// Where and how to serve: `--bind-address`, `--secure-port`, and the TLS choice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// The address to listen on (`--bind-address`, default `0.0.0.0`).
+    pub bind_address: IpAddr,
+    /// The port (`--secure-port`, default [`DEFAULT_SECURE_PORT`]); 0 disables serving.
+    pub secure_port: u16,
+    /// HTTPS (with which certificate) or HTTP.
+    pub serving: Serving,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            DEFAULT_SECURE_PORT,
+            Serving::default(),
+        )
+    }
+}
+
+impl ServeOptions {
+    /// Options with these values.
+    #[must_use]
+    pub fn new(bind_address: IpAddr, secure_port: u16, serving: Serving) -> Self {
+        Self {
+            bind_address,
+            secure_port,
+            serving,
+        }
+    }
+
+    /// The address to listen on, or `None` when `secure_port` is 0 (serving disabled).
+    #[must_use]
+    pub fn address(&self) -> Option<SocketAddr> {
+        (self.secure_port != 0).then(|| SocketAddr::new(self.bind_address, self.secure_port))
+    }
+}
+
+/// Why the endpoint server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The address could not be bound (in use, not local, no permission).
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A certificate or key file could not be read or holds no usable PEM block.
+    #[error("cannot load {what} from {}: {reason}", path.display())]
+    Pem {
+        /// `"certificate"` or `"private key"`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The self-signed certificate could not be made.
+    #[error("cannot generate a self-signed certificate")]
+    SelfSigned(#[source] rcgen::Error),
+    /// The certificate and key were refused (for example they do not match).
+    #[error("invalid TLS certificate or key")]
+    Tls(#[source] rustls::Error),
+}
+
+/// The state of one check: `Ok(())`, or why it fails.
+pub type CheckResult = Result<(), String>;
+
+type CheckFn = Arc<dyn Fn() -> CheckResult + Send + Sync>;
+
+#[derive(Clone)]
+enum Check {
+    State(HealthCheck),
+    Fn(CheckFn),
+}
+
+impl Check {
+    fn run(&self) -> CheckResult {
+        match self {
+            Self::State(check) => check.result(),
+            Self::Fn(f) => f(),
+        }
+    }
+}
+
+/// The readiness checks behind `/readyz`: named checks such as `leader-election`,
+/// `informers-synced` or one per controller, each passing or failing with a reason.
+///
+/// Cloning is cheap and shares the checks. A check is either a state that its owner sets
+/// ([`register`](Self::register), [`set_ok`](Self::set_ok),
+/// [`set_failed`](Self::set_failed)) or a function run at each probe
+/// ([`register_fn`](Self::register_fn)). `/readyz` lists them in registration order.
+///
+/// A check says whether this replica works, not whether it leads: a standby that waits for
+/// the Lease is ready, or rolling updates of a two-replica Deployment would stall.
+#[derive(Clone, Default)]
+pub struct Health {
+    checks: Arc<RwLock<Vec<(String, Check)>>>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.report()).finish()
+    }
+}
+
+impl Health {
+    /// No checks: ready.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a check named `name`, failing with reason `"not reported yet"` until its
+    /// owner sets it, and returns the handle to set it with. If a state check of that name
+    /// exists, returns it unchanged; a function check of that name is replaced.
+    pub fn register(&self, name: impl Into<String>) -> HealthCheck {
+        let name = name.into();
+        let mut checks = self.write();
+        if let Some((_, check)) = checks.iter_mut().find(|(n, _)| *n == name) {
+            if let Check::State(existing) = check {
+                return existing.clone();
+            }
+            let fresh = HealthCheck::new();
+            *check = Check::State(fresh.clone());
+            return fresh;
+        }
+        let check = HealthCheck::new();
+        checks.push((name, Check::State(check.clone())));
+        check
+    }
+
+    /// Registers a check that runs `f` at every probe, e.g. one that compares the time of
+    /// the last Lease renewal with a deadline. Replaces any check of that name.
+    pub fn register_fn(
+        &self,
+        name: impl Into<String>,
+        f: impl Fn() -> CheckResult + Send + Sync + 'static,
+    ) {
+        let name = name.into();
+        let check = Check::Fn(Arc::new(f));
+        let mut checks = self.write();
+        match checks.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, existing)) => *existing = check,
+            None => checks.push((name, check)),
+        }
+    }
+
+    /// Marks the check `name` passing, registering it if needed.
+    pub fn set_ok(&self, name: &str) {
+        self.register(name).set_ok();
+    }
+
+    /// Marks the check `name` failing with `reason`, registering it if needed.
+    pub fn set_failed(&self, name: &str, reason: impl Into<String>) {
+        self.register(name).set_failed(reason);
+    }
+
+    /// Removes the check `name`; `true` if there was one.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut checks = self.write();
+        let before = checks.len();
+        checks.retain(|(n, _)| n != name);
+        checks.len() != before
+    }
+
+    /// Every check and its current result, in registration order.
+    #[must_use]
+    pub fn report(&self) -> Vec<(String, CheckResult)> {
+        self.snapshot()
+            .into_iter()
+            .map(|(name, check)| (name, check.run()))
+            .collect()
+    }
+
+    /// Whether every check passes.
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.snapshot().iter().all(|(_, check)| check.run().is_ok())
+    }
+
+    /// The checks, copied out so that function checks run without the lock held.
+    fn snapshot(&self) -> Vec<(String, Check)> {
+        self.checks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<(String, Check)>> {
+        self.checks.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The handle of one state check of a [`Health`]; cloning shares it.
+#[derive(Clone, Debug)]
+pub struct HealthCheck {
+    state: Arc<Mutex<CheckResult>>,
+}
+
+impl HealthCheck {
+    fn new() -> Self {
+        Self {
+            state: Arc::new(Mutex::new(Err("not reported yet".to_owned()))),
+        }
+    }
+
+    /// Marks the check passing.
+    pub fn set_ok(&self) {
+        self.set(Ok(()));
+    }
+
+    /// Marks the check failing, with the reason `/readyz` shows.
+    pub fn set_failed(&self, reason: impl Into<String>) {
+        self.set(Err(reason.into()));
+    }
+
+    /// Sets the check's result.
+    pub fn set(&self, result: CheckResult) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = result;
+    }
+
+    /// The check's current result.
+    pub fn result(&self) -> CheckResult {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// A running endpoint server; see the [module docs](self).
+///
+/// Dropping it does not stop the server: cancel the token given to
+/// [`start`](Self::start), then [`stopped`](Self::stopped) waits until it has.
+#[derive(Debug)]
+pub struct EndpointServer {
+    local_addr: SocketAddr,
+    certificate: Option<CertificateDer<'static>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EndpointServer {
+    /// Starts serving as `options` say, or returns `None` when `secure_port` is 0. Binding
+    /// and loading the certificate happen before this returns, so their errors surface at
+    /// startup.
+    pub async fn start(
+        options: &ServeOptions,
+        metrics: Metrics,
+        health: Health,
+        shutdown: CancellationToken,
+    ) -> Result<Option<Self>, ServeError> {
+        match options.address() {
+            None => {
+                tracing::info!("--secure-port is 0: not serving health and metrics endpoints");
+                Ok(None)
+            }
+            Some(addr) => Self::bind(addr, &options.serving, metrics, health, shutdown)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Starts serving on exactly `addr`, where port 0 means an ephemeral port (for tests;
+    /// [`local_addr`](Self::local_addr) tells which).
+    pub async fn bind(
+        addr: SocketAddr,
+        serving: &Serving,
+        metrics: Metrics,
+        health: Health,
+        shutdown: CancellationToken,
+    ) -> Result<Self, ServeError> {
+        let tls = match serving {
+            Serving::Http => None,
+            Serving::Https {
+                cert_file,
+                key_file,
+            } => Some((load_certs(cert_file)?, load_key(key_file)?)),
+            Serving::HttpsSelfSigned => Some(self_signed(addr.ip())?),
+        };
+        let certificate = tls.as_ref().and_then(|(chain, _)| chain.first().cloned());
+        let acceptor = tls
+            .map(|(chain, key)| tls_acceptor(chain, key))
+            .transpose()?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        tracing::info!(
+            address = %local_addr,
+            scheme = if acceptor.is_some() { "https" } else { "http" },
+            "serving /healthz, /livez, /readyz and /metrics"
+        );
+        let endpoints = Arc::new(Endpoints { metrics, health });
+        let task = tokio::spawn(accept_loop(listener, acceptor, endpoints, shutdown));
+        Ok(Self {
+            local_addr,
+            certificate,
+            task,
+        })
+    }
+
+    /// The address the server listens on.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Whether it serves HTTPS.
+    #[must_use]
+    pub fn is_https(&self) -> bool {
+        self.certificate.is_some()
+    }
+
+    /// The served certificate (the first of the chain), DER-encoded; `None` over HTTP.
+    /// With [`Serving::HttpsSelfSigned`], a client that trusts it can verify the server.
+    #[must_use]
+    pub fn certificate_der(&self) -> Option<&[u8]> {
+        self.certificate.as_deref()
+    }
+
+    /// Waits until the server has stopped: its token fired and in-flight requests finished
+    /// (or the grace period of a few seconds ran out).
+    pub async fn stopped(self) {
+        if let Err(err) = self.task.await {
+            tracing::error!(%err, "the endpoint server task failed");
+        }
+    }
+}
+
+fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServeError> {
+    let err = |reason: String| ServeError::Pem {
+        what: "certificate",
+        path: path.to_owned(),
+        reason,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no CERTIFICATE block".to_owned()));
+    }
+    Ok(certs)
+}
+
+fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, ServeError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| ServeError::Pem {
+        what: "private key",
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// A self-signed certificate for the loopback names and `bind`, and its key.
+fn self_signed(
+    bind: IpAddr,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServeError> {
+    let mut names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    if !bind.is_unspecified() && !bind.is_loopback() {
+        names.push(bind.to_string());
+    }
+    let certified = rcgen::generate_simple_self_signed(names).map_err(ServeError::SelfSigned)?;
+    let key = PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    Ok((vec![certified.cert.der().clone()], key))
+}
+
+fn tls_acceptor(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<TlsAcceptor, ServeError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(ServeError::Tls)?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(ServeError::Tls)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    endpoints: Arc<Endpoints>,
+    shutdown: CancellationToken,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    connections.spawn(connection(
+                        stream,
+                        tls.clone(),
+                        Arc::clone(&endpoints),
+                        shutdown.clone(),
+                    ));
+                }
+                Err(err) => {
+                    // E.g. out of file descriptors: wait a little rather than spin.
+                    tracing::warn!(%err, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("endpoint connections still open after the grace period; closing them");
+    }
+    tracing::debug!("endpoint server stopped");
+}
+
+async fn connection(
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    endpoints: Arc<Endpoints>,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    match tls {
+        None => serve_http(stream, endpoints, shutdown).await,
+        Some(acceptor) => {
+            let handshake = tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream));
+            let stream = tokio::select! {
+                () = shutdown.cancelled() => return,
+                done = handshake => match done {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(err)) => {
+                        tracing::debug!(%err, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!("TLS handshake timed out");
+                        return;
+                    }
+                },
+            };
+            serve_http(stream, endpoints, shutdown).await;
+        }
+    }
+}
+
+async fn serve_http<S>(stream: S, endpoints: Arc<Endpoints>, shutdown: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req: Request<Incoming>| {
+        let response = endpoints.handle(&req);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(CLIENT_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        () = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(err) = result {
+        tracing::debug!(%err, "endpoint connection ended with an error");
+    }
+}
+
+/// What the handlers serve.
+struct Endpoints {
+    metrics: Metrics,
+    health: Health,
+}
+
+impl Endpoints {
+    fn handle<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            let mut response = text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "405 method not allowed\n".to_owned(),
+            );
+            response
+                .headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+            return response;
+        }
+        let path = req.uri().path();
+        match path {
+            "/healthz" | "/livez" | "/healthz/ping" | "/livez/ping" => {
+                text(StatusCode::OK, "ok".to_owned())
+            }
+            "/readyz" => readyz(&self.health, &query(req.uri().query())),
+            "/metrics" => {
+                let mut response = Response::new(Full::new(Bytes::from(self.metrics.encode())));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static(metrics::CONTENT_TYPE),
+                );
+                response
+            }
+            _ => match path.strip_prefix("/readyz/") {
+                Some(name) => readyz_check(&self.health, name),
+                None => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
+            },
+        }
+    }
+}
+
+/// The query parameters: each name with all its values.
+fn query(query: Option<&str>) -> HashMap<&str, Vec<&str>> {
+    let mut params: HashMap<&str, Vec<&str>> = HashMap::new();
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        params.entry(name).or_default().push(value);
+    }
+    params
+}
+
+/// `/readyz` as Go's apiserver answers it: `ok` when every check passes (the list with
+/// `?verbose`), else 500 and the list with each failure's reason. `?exclude=name` skips a
+/// check.
+fn readyz(health: &Health, params: &HashMap<&str, Vec<&str>>) -> Response<Full<Bytes>> {
+    let excluded = params.get("exclude").cloned().unwrap_or_default();
+    let verbose = params.contains_key("verbose");
+    let mut body = String::new();
+    let mut failed = Vec::new();
+    for (name, result) in health.report() {
+        // Writing to a String cannot fail.
+        let _ = if excluded.contains(&name.as_str()) {
+            writeln!(body, "[+]{name} excluded: ok")
+        } else {
+            match result {
+                Ok(()) => writeln!(body, "[+]{name} ok"),
+                Err(reason) => {
+                    let line = writeln!(body, "[-]{name} failed: {reason}");
+                    failed.push((name, reason));
+                    line
+                }
+            }
+        };
+    }
+    if !failed.is_empty() {
+        tracing::debug!(?failed, "readyz check failed");
+        body.push_str("readyz check failed\n");
+        return text(StatusCode::INTERNAL_SERVER_ERROR, body);
+    }
+    if !verbose {
+        return text(StatusCode::OK, "ok".to_owned());
+    }
+    body.push_str("readyz check passed\n");
+    text(StatusCode::OK, body)
+}
+
+/// `/readyz/<name>`: one check.
+fn readyz_check(health: &Health, name: &str) -> Response<Full<Bytes>> {
+    match health.report().into_iter().find(|(n, _)| n == name) {
+        None => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
+        Some((_, Ok(()))) => text(StatusCode::OK, "ok".to_owned()),
+        Some((_, Err(reason))) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {reason}\n"),
+        ),
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::{BodyExt, Empty};
+    use hyper::client::conn::http1 as client;
+    use rustls::pki_types::ServerName;
+
+    use super::*;
+    use ccm_provider::CloudProvider;
+    use ccm_provider::mock::{MockCloud, MockInstances};
+
+    /// How a test client reaches the server.
+    #[derive(Clone)]
+    enum Client {
+        Http,
+        /// HTTPS, trusting only this certificate, for this server name.
+        Https(CertificateDer<'static>, &'static str),
+    }
+
+    struct Reply {
+        status: StatusCode,
+        headers: http::HeaderMap,
+        body: String,
+    }
+
+    async fn request(client: &Client, addr: SocketAddr, method: Method, path: &str) -> Reply {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, "localhost")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        match client {
+            Client::Http => send(tcp, req).await,
+            Client::Https(cert, name) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(cert.clone()).unwrap();
+                let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+                let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+                let tls = connector
+                    .connect(ServerName::try_from(*name).unwrap(), tcp)
+                    .await
+                    .unwrap();
+                send(tls, req).await
+            }
+        }
+    }
+
+    async fn send<S>(stream: S, req: Request<Empty<Bytes>>) -> Reply
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut sender, conn) = client::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        let response = sender.send_request(req).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Reply {
+            status,
+            headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+
+    async fn get(client: &Client, addr: SocketAddr, path: &str) -> Reply {
+        request(client, addr, Method::GET, path).await
+    }
+
+    async fn start(
+        serving: Serving,
+        metrics: Metrics,
+        health: Health,
+    ) -> (EndpointServer, CancellationToken) {
+        let shutdown = CancellationToken::new();
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let server = EndpointServer::bind(addr, &serving, metrics, health, shutdown.clone())
+            .await
+            .unwrap();
+        (server, shutdown)
+    }
+
+    #[tokio::test]
+    async fn liveness_answers_ok_and_unknown_paths_404() {
+        let health = Health::new();
+        health.set_failed("informers-synced", "not synced");
+        let (server, _shutdown) = start(Serving::Http, Metrics::new(), health).await;
+        assert!(!server.is_https() && server.certificate_der().is_none());
+        let addr = server.local_addr();
+        assert_ne!(addr.port(), 0, "an ephemeral port was picked");
+        for path in ["/healthz", "/livez", "/healthz/ping", "/livez/ping"] {
+            let reply = get(&Client::Http, addr, path).await;
+            assert_eq!(
+                reply.status,
+                StatusCode::OK,
+                "{path}: liveness ignores readiness"
+            );
+            assert_eq!(reply.body, "ok");
+            assert_eq!(
+                reply.headers[header::CONTENT_TYPE],
+                "text/plain; charset=utf-8"
+            );
+        }
+        for path in [
+            "/",
+            "/metricsx",
+            "/healthz/other",
+            "/debug/pprof",
+            "/readyz/unknown",
+        ] {
+            let reply = get(&Client::Http, addr, path).await;
+            assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+            assert_eq!(reply.body, "404 page not found\n");
+        }
+        let reply = request(&Client::Http, addr, Method::POST, "/healthz").await;
+        assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(reply.headers[header::ALLOW], "GET, HEAD");
+        let reply = request(&Client::Http, addr, Method::HEAD, "/healthz").await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.body, "", "no body for HEAD");
+    }
+
+    #[tokio::test]
+    async fn readiness_follows_the_checks() {
+        let health = Health::new();
+        let (server, _shutdown) = start(Serving::Http, Metrics::new(), health.clone()).await;
+        let addr = server.local_addr();
+        let reply = get(&Client::Http, addr, "/readyz").await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (StatusCode::OK, "ok"),
+            "no checks"
+        );
+
+        let leader = health.register("leader-election");
+        leader.set_ok();
+        let synced = health.register("informers-synced");
+        let reply = get(&Client::Http, addr, "/readyz").await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            reply.body,
+            "[+]leader-election ok\n[-]informers-synced failed: not reported yet\nreadyz check failed\n"
+        );
+        let reply = get(&Client::Http, addr, "/readyz/informers-synced").await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(reply.body, "internal server error: not reported yet\n");
+        let reply = get(&Client::Http, addr, "/readyz/leader-election").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        let reply = get(&Client::Http, addr, "/readyz?exclude=informers-synced").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+
+        synced.set_ok();
+        let reply = get(&Client::Http, addr, "/readyz").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        let reply = get(&Client::Http, addr, "/readyz?verbose").await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(
+            reply.body,
+            "[+]leader-election ok\n[+]informers-synced ok\nreadyz check passed\n"
+        );
+
+        // A check evaluated at each probe, and a by-name update.
+        let renewing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = Arc::clone(&renewing);
+        health.register_fn("lease-renewal", move || {
+            if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                Ok(())
+            } else {
+                Err("lease not renewed for 25s".to_owned())
+            }
+        });
+        assert_eq!(
+            get(&Client::Http, addr, "/readyz").await.status,
+            StatusCode::OK
+        );
+        renewing.store(false, std::sync::atomic::Ordering::Relaxed);
+        health.set_failed("leader-election", "lost");
+        let reply = get(&Client::Http, addr, "/readyz").await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            reply.body,
+            "[-]leader-election failed: lost\n[+]informers-synced ok\n\
+             [-]lease-renewal failed: lease not renewed for 25s\nreadyz check failed\n"
+        );
+        assert!(
+            leader.result().is_err(),
+            "the name and the handle are one check"
+        );
+        assert!(health.remove("lease-renewal"));
+        leader.set_ok();
+        assert_eq!(
+            get(&Client::Http, addr, "/readyz").await.status,
+            StatusCode::OK
+        );
+    }
+
+    #[test]
+    fn registering_a_name_twice_shares_the_check() {
+        let health = Health::new();
+        let a = health.register("x");
+        let b = health.register("x");
+        a.set_ok();
+        assert_eq!(b.result(), Ok(()));
+        assert_eq!(health.report().len(), 1);
+        assert!(health.is_ready());
+        b.set_failed("no");
+        assert!(!health.is_ready());
+        assert!(!health.remove("y"));
+    }
+
+    #[tokio::test]
+    async fn metrics_show_the_instrumented_provider() {
+        let metrics = Metrics::new();
+        let mut instances = MockInstances::new();
+        instances
+            .expect_instance_exists()
+            .times(1)
+            .returning(|_| Ok(true));
+        let cloud: Arc<dyn CloudProvider> =
+            Arc::new(MockCloud::new("acme").with_instances(instances));
+        let cloud = metrics.instrument(cloud);
+        let (server, _shutdown) = start(Serving::Http, metrics.clone(), Health::new()).await;
+
+        let before = get(&Client::Http, server.local_addr(), "/metrics").await;
+        assert!(!before.body.contains("ccm_cloud_requests_total{"));
+        cloud
+            .instances()
+            .unwrap()
+            .instance_exists(&k8s_openapi::api::core::v1::Node::default())
+            .await
+            .unwrap();
+        metrics.controller_started("cloud-node-controller");
+        let reply = get(&Client::Http, server.local_addr(), "/metrics").await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(
+            reply.headers[header::CONTENT_TYPE],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        for line in [
+            r#"ccm_cloud_requests_total{provider="acme",method="instance_exists",result="success"} 1"#,
+            r#"ccm_cloud_request_duration_seconds_count{provider="acme",method="instance_exists"} 1"#,
+            r#"running_managed_controllers{name="cloud-node-controller",manager="cloud-controller-manager"} 1"#,
+            "route_controller_route_sync_total 0",
+        ] {
+            assert!(
+                reply.body.lines().any(|l| l == line),
+                "{line}\n{}",
+                reply.body
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn https_with_a_self_signed_certificate() {
+        let (server, _shutdown) =
+            start(Serving::HttpsSelfSigned, Metrics::new(), Health::new()).await;
+        assert!(server.is_https());
+        let cert = CertificateDer::from(server.certificate_der().unwrap().to_vec());
+        let addr = server.local_addr();
+        for name in ["localhost", "127.0.0.1"] {
+            let reply = get(&Client::Https(cert.clone(), name), addr, "/healthz").await;
+            assert_eq!(
+                (reply.status, reply.body.as_str()),
+                (StatusCode::OK, "ok"),
+                "{name}"
+            );
+        }
+        let reply = get(&Client::Https(cert.clone(), "localhost"), addr, "/metrics").await;
+        assert!(
+            reply
+                .body
+                .contains("# TYPE route_controller_route_sync_total counter")
+        );
+
+        // The certificate does not claim other names, and another server's is not it.
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        assert!(
+            tls_connect(&cert, "example.com", tcp).await.is_err(),
+            "wrong name accepted"
+        );
+        let (other, _s) = start(Serving::HttpsSelfSigned, Metrics::new(), Health::new()).await;
+        assert_ne!(
+            other.certificate_der(),
+            server.certificate_der(),
+            "made per server"
+        );
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let other_cert = CertificateDer::from(other.certificate_der().unwrap().to_vec());
+        assert!(tls_connect(&other_cert, "localhost", tcp).await.is_err());
+
+        // Plain HTTP to the HTTPS port gets no answer.
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let _ = tcp.read_to_end(&mut buf).await;
+        assert!(!String::from_utf8_lossy(&buf).contains("200 OK"));
+    }
+
+    async fn tls_connect(
+        cert: &CertificateDer<'static>,
+        name: &'static str,
+        tcp: TcpStream,
+    ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.clone()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from(name).unwrap(), tcp)
+            .await
+    }
+
+    #[tokio::test]
+    async fn https_with_certificate_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let certified = rcgen::generate_simple_self_signed(vec!["ccm.example".to_owned()]).unwrap();
+        let cert_file = dir.path().join("tls.crt");
+        let key_file = dir.path().join("tls.key");
+        std::fs::write(&cert_file, certified.cert.pem()).unwrap();
+        std::fs::write(&key_file, certified.signing_key.serialize_pem()).unwrap();
+        let serving = Serving::Https {
+            cert_file: cert_file.clone(),
+            key_file: key_file.clone(),
+        };
+        let (server, _shutdown) = start(serving, Metrics::new(), Health::new()).await;
+        assert_eq!(
+            server.certificate_der(),
+            Some(certified.cert.der().as_ref())
+        );
+        let client = Client::Https(certified.cert.der().clone(), "ccm.example");
+        let reply = get(&client, server.local_addr(), "/livez").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+
+        // Bad files are startup errors that name the file.
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let missing = Serving::Https {
+            cert_file: dir.path().join("missing.crt"),
+            key_file: key_file.clone(),
+        };
+        let err = EndpointServer::bind(
+            addr,
+            &missing,
+            Metrics::new(),
+            Health::new(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("missing.crt"), "{err}");
+        let swapped = Serving::Https {
+            cert_file: key_file.clone(),
+            key_file: cert_file.clone(),
+        };
+        let err = EndpointServer::bind(
+            addr,
+            &swapped,
+            Metrics::new(),
+            Health::new(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&err, ServeError::Pem { what: "certificate", path, .. } if *path == key_file),
+            "{err:?}"
+        );
+        let other = rcgen::generate_simple_self_signed(vec!["x".to_owned()]).unwrap();
+        let other_key = dir.path().join("other.key");
+        std::fs::write(&other_key, other.signing_key.serialize_pem()).unwrap();
+        let mismatched = Serving::Https {
+            cert_file,
+            key_file: other_key,
+        };
+        let err = EndpointServer::bind(
+            addr,
+            &mismatched,
+            Metrics::new(),
+            Health::new(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, ServeError::Tls(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn port_zero_disables_and_bind_errors_surface() {
+        let options = ServeOptions::new(IpAddr::from([127, 0, 0, 1]), 0, Serving::Http);
+        assert_eq!(options.address(), None);
+        let none = EndpointServer::start(
+            &options,
+            Metrics::new(),
+            Health::new(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert!(none.is_none());
+        let defaults = ServeOptions::default();
+        assert_eq!(
+            defaults.address(),
+            Some(SocketAddr::from(([0, 0, 0, 0], 10258)))
+        );
+        assert_eq!(defaults.serving, Serving::HttpsSelfSigned);
+
+        let (taken, _shutdown) = start(Serving::Http, Metrics::new(), Health::new()).await;
+        let options = ServeOptions::new(
+            IpAddr::from([127, 0, 0, 1]),
+            taken.local_addr().port(),
+            Serving::Http,
+        );
+        let err = EndpointServer::start(
+            &options,
+            Metrics::new(),
+            Health::new(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, ServeError::Bind { .. }), "{err:?}");
+        assert!(err.to_string().contains(&taken.local_addr().to_string()));
+    }
+
+    #[tokio::test]
+    async fn stops_when_the_token_fires() {
+        let (server, shutdown) = start(Serving::Http, Metrics::new(), Health::new()).await;
+        let addr = server.local_addr();
+        // An idle keep-alive connection must not hold the server up.
+        let idle = TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = client::handshake(TokioIo::new(idle)).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let req = Request::get("/healthz")
+            .header(header::HOST, "localhost")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        assert_eq!(
+            sender.send_request(req).await.unwrap().status(),
+            StatusCode::OK
+        );
+
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(2), server.stopped())
+            .await
+            .expect("stopped promptly");
+        tokio::time::timeout(Duration::from_secs(2), conn)
+            .await
+            .expect("the idle connection was closed")
+            .unwrap()
+            .unwrap();
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "no longer listening"
+        );
+    }
+}

@@ -1,0 +1,530 @@
+//! The cloud-node controller: initialises new Nodes from the cloud and keeps their
+//! addresses current.
+//!
+//! A kubelet started with `--cloud-provider=external` registers its Node with the
+//! `node.cloudprovider.kubernetes.io/uninitialized` taint. For each such Node this controller
+//! asks the provider for the instance's metadata and writes, in this order: the addresses
+//! (status subresource), then `spec.providerID` (only when empty), the instance-type / zone /
+//! region labels under their GA and beta keys, the provider's additional labels, and the
+//! removal of the taint — last, so that no Pod lands on a Node before it is complete.
+//! Initialised Nodes get their GA labels kept in step with the beta ones, and every
+//! `--node-status-update-frequency` their addresses refreshed.
+//!
+//! Writes are JSON Patches that test the lists they replace (see
+//! the controllers' `patch` module), so a concurrent writer is never overwritten: a failed test
+//! makes the worker re-read the Node and try again, without asking the cloud again.
+
+mod decision;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use self::decision::{
+    InitPlan, is_uninitialized, needs_sync, node_name, plan_initialization,
+    secondary_label_updates, taints, updated_addresses,
+};
+use super::patch::{PatchFailure, add_labels, replace_list, to_patch};
+use crate::events::EventRecorder;
+use crate::informer::{Change, Informer};
+use crate::metrics::ControllerMetrics;
+use crate::workqueue::{Outcome, Queue, RateLimit, run};
+use ccm_provider::{CloudError, CloudProvider, Instances, resolve_instances};
+use prometheus_client::metrics::histogram::Histogram;
+
+/// The event source name, as Go's controller reports it.
+pub const COMPONENT: &str = "cloud-node-controller";
+/// Event reason: a Node was initialised.
+pub const REASON_SYNCED: &str = "Synced";
+/// Event reason: a Node could not be initialised; it keeps its taint and is retried.
+pub const REASON_INITIALIZATION_FAILED: &str = "FailedToInitializeNode";
+
+/// The field manager of this controller's writes.
+const FIELD_MANAGER: &str = "cloud-node-controller";
+/// How often a write is retried after a concurrent change, before the key is requeued.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Settings of the cloud-node controller.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NodeControllerConfig {
+    /// Workers initialising Nodes (`--concurrent-node-syncs`).
+    pub workers: usize,
+    /// Workers refreshing addresses (`--concurrent-node-status-updates`; 0 means `workers`).
+    pub status_update_workers: usize,
+    /// How often addresses are refreshed (`--node-status-update-frequency`).
+    pub status_update_frequency: Duration,
+    /// The work queue's retry backoff.
+    pub rate_limit: RateLimit,
+    /// Where Go's controller metrics are counted; `None`: nowhere.
+    pub metrics: Option<ControllerMetrics>,
+}
+
+impl Default for NodeControllerConfig {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            status_update_workers: 0,
+            status_update_frequency: Duration::from_secs(5 * 60),
+            rate_limit: RateLimit::client_go_default(),
+            metrics: None,
+        }
+    }
+}
+
+impl NodeControllerConfig {
+    /// Counts in `metrics` (Go's controller metrics, registered by the manager).
+    pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Sets the number of initialising workers.
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Sets how often addresses are refreshed.
+    pub fn with_status_update_frequency(mut self, every: Duration) -> Self {
+        self.status_update_frequency = every;
+        self
+    }
+
+    /// Sets the number of address-refreshing workers (0: as many as initialising workers).
+    pub fn with_status_update_workers(mut self, workers: usize) -> Self {
+        self.status_update_workers = workers;
+        self
+    }
+}
+
+/// The cloud-node controller. See the [module docs](self).
+#[derive(Clone)]
+pub struct CloudNodeController {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    nodes_api: Api<Node>,
+    instances: Arc<dyn Instances>,
+    require_provider_id: bool,
+    nodes: Informer<Node>,
+    recorder: EventRecorder,
+    queue: Queue<String>,
+    config: NodeControllerConfig,
+    /// Nodes (name, UID) this controller initialised whose untainted version the cache has
+    /// not shown yet: a sync in that window must not initialise them again.
+    initialized: Arc<Mutex<HashSet<(String, String)>>>,
+    /// Go's `node_controller_*_delay_seconds` histograms, when wired.
+    delays: Option<(Histogram, Histogram)>,
+}
+
+impl CloudNodeController {
+    /// A controller for `provider`'s instances, or `None` when the provider supports
+    /// neither [`Instances`] nor legacy instances (Go does not start the controller then).
+    ///
+    /// `nodes` is the shared Node informer; the controller subscribes to it here, so create
+    /// the controller before the informer runs.
+    pub fn new(
+        client: Client,
+        provider: &Arc<dyn CloudProvider>,
+        nodes: Informer<Node>,
+        config: NodeControllerConfig,
+    ) -> Option<Self> {
+        let instances = resolve_instances(provider)?;
+        let queue = Queue::new("Nodes", config.rate_limit);
+        let subscriber = queue.clone();
+        let initialized: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
+        let seen = initialized.clone();
+        nodes.subscribe(move |change| match change {
+            Change::Applied { new, .. } => {
+                if needs_sync(new) {
+                    subscriber.add(new.name_any());
+                } else if !is_uninitialized(new) {
+                    forget(&seen, new);
+                }
+            }
+            Change::Deleted(old) => forget(&seen, old),
+        });
+        let delays = config.metrics.clone().map(|m| {
+            (
+                m.initial_node_sync_delay,
+                m.cloud_provider_taint_removal_delay,
+            )
+        });
+        Some(Self {
+            inner: Arc::new(Inner {
+                nodes_api: Api::all(client.clone()),
+                instances,
+                require_provider_id: provider.instances().is_some(),
+                nodes,
+                recorder: EventRecorder::new(client, COMPONENT),
+                queue,
+                config,
+                initialized,
+                delays,
+            }),
+        })
+    }
+
+    /// The controller's work queue, for metrics.
+    pub fn queue(&self) -> &Queue<String> {
+        &self.inner.queue
+    }
+
+    /// Runs until `cancel` fires: waits for the Node cache, then initialises Nodes with
+    /// `workers` workers and refreshes addresses periodically.
+    pub async fn run(self, cancel: CancellationToken) {
+        let inner = self.inner;
+        tokio::select! {
+            synced = inner.nodes.wait_synced() => if !synced { return },
+            () = cancel.cancelled() => return,
+        }
+        // Nodes listed before this controller subscribed.
+        for node in inner.nodes.store().state() {
+            if needs_sync(&node) {
+                inner.queue.add(node.name_any());
+            }
+        }
+        let status_loop = {
+            let inner = inner.clone();
+            let cancel = cancel.clone();
+            async move {
+                let mut tick = tokio::time::interval(inner.config.status_update_frequency);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await; // the first tick is immediate; Nodes were just initialised
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => inner.update_all_addresses(&cancel).await,
+                        () = cancel.cancelled() => return,
+                    }
+                }
+            }
+        };
+        let workers = {
+            let inner = inner.clone();
+            run(
+                inner.queue.clone(),
+                inner.config.workers,
+                cancel,
+                move |name| {
+                    let inner = inner.clone();
+                    async move { inner.sync(&name).await }
+                },
+            )
+        };
+        tokio::join!(status_loop, workers);
+    }
+}
+
+impl Inner {
+    fn cached(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.store().get(&ObjectRef::new(name))
+    }
+
+    /// One pass of the work queue for the Node `name`.
+    async fn sync(&self, name: &str) -> Outcome {
+        let Some(node) = self.cached(name) else {
+            return Outcome::Done; // deleted
+        };
+        if !is_uninitialized(&node) {
+            return self.reconcile_labels(&node).await;
+        }
+        if self
+            .initialized
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&node_key(&node))
+        {
+            // Initialised by us; the cache has not caught up yet.
+            return Outcome::Done;
+        }
+        tracing::info!(node = name, "initializing node with cloud provider");
+        let meta = match self.instances.instance_metadata(&node).await {
+            Ok(Some(meta)) => meta,
+            Ok(None) => {
+                tracing::info!(
+                    node = name,
+                    "skipping node: the cloud provider gave no metadata"
+                );
+                return Outcome::Done;
+            }
+            Err(err) => {
+                let outcome = retry_outcome(&err);
+                let msg = format!(
+                    "failed to get instance metadata for node {name}: {}",
+                    err.chain_to_string()
+                );
+                tracing::warn!(node = name, error = %msg, "node initialization failed");
+                self.recorder
+                    .warning(&*node, REASON_INITIALIZATION_FAILED, "InitializeNode", msg);
+                return outcome;
+            }
+        };
+
+        let mut node = node;
+        for attempt in 0..=CONFLICT_RETRIES {
+            let plan = match plan_initialization(&node, &meta, self.require_provider_id) {
+                Ok(plan) => plan,
+                Err(err) => {
+                    tracing::warn!(node = name, error = %err, "node initialization failed");
+                    self.recorder.warning(
+                        &*node,
+                        REASON_INITIALIZATION_FAILED,
+                        "InitializeNode",
+                        err.to_string(),
+                    );
+                    return Outcome::Retry;
+                }
+            };
+            match self.initialize(&node, &plan).await {
+                Ok(()) => {
+                    self.initialized
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(node_key(&node));
+                    if let (Some((sync, taint)), Some(created)) =
+                        (&self.delays, &node.metadata.creation_timestamp)
+                    {
+                        let age = k8s_openapi::jiff::Timestamp::now()
+                            .duration_since(created.0)
+                            .as_secs_f64()
+                            .max(0.0);
+                        taint.observe(age);
+                        sync.observe(age);
+                    }
+                    tracing::info!(
+                        node = name,
+                        "successfully initialized node with cloud provider"
+                    );
+                    self.recorder.normal(
+                        &*node,
+                        REASON_SYNCED,
+                        "InitializeNode",
+                        "Node synced successfully",
+                    );
+                    return Outcome::Done;
+                }
+                Err(PatchFailure::Gone) => return Outcome::Done,
+                Err(PatchFailure::Conflict | PatchFailure::Invalid(_))
+                    if attempt < CONFLICT_RETRIES =>
+                {
+                    // Re-read the Node; if it changed, plan again from the same metadata.
+                    match self.nodes_api.get_opt(name).await {
+                        Ok(Some(fresh)) if !is_uninitialized(&fresh) => return Outcome::Done,
+                        Ok(Some(fresh))
+                            if fresh.metadata.resource_version
+                                != node.metadata.resource_version =>
+                        {
+                            tracing::debug!(
+                                node = name,
+                                attempt,
+                                "node changed while writing; planning again"
+                            );
+                            node = Arc::new(fresh);
+                        }
+                        Ok(Some(_)) => {
+                            // Nothing changed: the write itself was refused.
+                            return self
+                                .write_failed(&node, "the API server refused the write as invalid")
+                                .await;
+                        }
+                        Ok(None) => return Outcome::Done,
+                        Err(err) => {
+                            tracing::warn!(node = name, error = %err, "re-reading the node failed");
+                            return Outcome::Retry;
+                        }
+                    }
+                }
+                Err(PatchFailure::Invalid(err) | PatchFailure::Other(err)) => {
+                    return self.write_failed(&node, &err.to_string()).await;
+                }
+                Err(PatchFailure::Conflict) => return Outcome::Retry,
+            }
+        }
+        Outcome::Retry
+    }
+
+    async fn write_failed(&self, node: &Node, why: &str) -> Outcome {
+        let name = node_name(node);
+        tracing::warn!(node = name, error = why, "writing the node failed");
+        self.recorder.warning(
+            node,
+            REASON_INITIALIZATION_FAILED,
+            "InitializeNode",
+            format!("failed to write node {name}: {why}"),
+        );
+        Outcome::Retry
+    }
+
+    /// Writes an initialisation plan: addresses first, then provider ID, labels and taints.
+    async fn initialize(&self, node: &Node, plan: &InitPlan) -> Result<(), PatchFailure> {
+        let name = node_name(node);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        // What the labels patch is built on: the cached Node, or the fresher one the status
+        // patch returns (our own status write moves the resourceVersion a labels guard tests).
+        let mut labels = node.metadata.labels.clone();
+        let mut rv = node.metadata.resource_version.clone();
+        if let Some(addresses) = &plan.addresses {
+            let old = node.status.as_ref().and_then(|s| s.addresses.as_deref());
+            let ops = replace_list("/status/addresses", old, addresses, rv.as_deref());
+            let updated = self
+                .nodes_api
+                .patch_status(name, &params, &Patch::Json::<()>(to_patch(ops)))
+                .await?;
+            labels = updated.metadata.labels;
+            rv = updated.metadata.resource_version;
+        }
+        let mut ops = Vec::new();
+        if let Some(id) = &plan.provider_id {
+            ops.push(serde_json::json!({"op": "add", "path": "/spec/providerID", "value": id}));
+        }
+        ops.extend(add_labels(labels.as_ref(), &plan.labels, rv.as_deref()));
+        // The taints are tested against the list the plan was made from, so a taint added
+        // by anyone since is never lost.
+        ops.extend(replace_list(
+            "/spec/taints",
+            Some(taints(node)),
+            &plan.taints,
+            rv.as_deref(),
+        ));
+        self.nodes_api
+            .patch(name, &params, &Patch::Json::<()>(to_patch(ops)))
+            .await?;
+        Ok(())
+    }
+
+    /// For an initialised Node: sets GA labels from their beta twins.
+    async fn reconcile_labels(&self, node: &Node) -> Outcome {
+        let updates = secondary_label_updates(node);
+        if updates.is_empty() {
+            return Outcome::Done;
+        }
+        let ops = add_labels(
+            node.metadata.labels.as_ref(),
+            &updates,
+            node.metadata.resource_version.as_deref(),
+        );
+        let patch = Patch::Json::<()>(to_patch(ops));
+        match self
+            .nodes_api
+            .patch(node_name(node), &PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => Outcome::Done,
+            Err(err) => match PatchFailure::from(err) {
+                PatchFailure::Gone => Outcome::Done,
+                PatchFailure::Conflict => Outcome::Retry,
+                PatchFailure::Invalid(err) | PatchFailure::Other(err) => {
+                    tracing::warn!(node = node_name(node), error = %err, "failed to update node labels");
+                    Outcome::Retry
+                }
+            },
+        }
+    }
+
+    /// Refreshes the addresses of every initialised Node, `status_update_workers` at a time.
+    async fn update_all_addresses(&self, cancel: &CancellationToken) {
+        let started = tokio::time::Instant::now();
+        let nodes: Vec<Arc<Node>> = self
+            .nodes
+            .store()
+            .state()
+            .into_iter()
+            .filter(|n| !is_uninitialized(n))
+            .collect();
+        let count = nodes.len();
+        let workers = match self.config.status_update_workers {
+            0 => self.config.workers,
+            n => n,
+        }
+        .max(1);
+        let work = futures::stream::iter(nodes).for_each_concurrent(workers, |node| async move {
+            self.update_addresses(&node).await;
+        });
+        tokio::select! {
+            () = work => {}
+            () = cancel.cancelled() => return,
+        }
+        tracing::debug!(nodes = count, took = ?started.elapsed(), "updated node addresses");
+    }
+
+    async fn update_addresses(&self, node: &Node) {
+        let name = node_name(node);
+        let meta = match self.instances.instance_metadata(node).await {
+            Ok(Some(meta)) => meta,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::warn!(node = name, error = %err.chain_to_string(), "error getting instance metadata for node addresses");
+                return;
+            }
+        };
+        let new = match updated_addresses(node, meta.node_addresses) {
+            Ok(Some(new)) => new,
+            Ok(None) => return,
+            Err(reason) => {
+                tracing::warn!(node = name, error = %reason, "failed to update node addresses");
+                return;
+            }
+        };
+        let old = node.status.as_ref().and_then(|s| s.addresses.as_deref());
+        let ops = replace_list(
+            "/status/addresses",
+            old,
+            &new,
+            node.metadata.resource_version.as_deref(),
+        );
+        let patch = Patch::Json::<()>(to_patch(ops));
+        if let Err(err) = self
+            .nodes_api
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+        {
+            // A conflict is settled on the next pass, with the fresh Node from the cache.
+            tracing::warn!(node = name, error = %err, "error patching node with cloud addresses");
+        }
+    }
+}
+
+fn node_key(node: &Node) -> (String, String) {
+    (
+        node.name_any(),
+        node.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+fn forget(set: &Mutex<HashSet<(String, String)>>, node: &Node) {
+    set.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&node_key(node));
+}
+
+/// The queue outcome for a failed cloud call: a fixed delay when the provider asked for one.
+fn retry_outcome(err: &CloudError) -> Outcome {
+    err.retry_after_delay()
+        .map_or(Outcome::Retry, Outcome::RequeueAfter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_honoured() {
+        assert_eq!(
+            retry_outcome(&CloudError::retry_after("busy", Duration::from_secs(9))),
+            Outcome::RequeueAfter(Duration::from_secs(9))
+        );
+        assert_eq!(retry_outcome(&CloudError::msg("x")), Outcome::Retry);
+    }
+}

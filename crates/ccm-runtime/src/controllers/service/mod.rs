@@ -1,0 +1,1189 @@
+//! The service controller: a cloud load balancer for every `type: LoadBalancer` Service,
+//! pointed at the cluster's eligible Nodes, deleted when the Service no longer wants it.
+//!
+//! It behaves as Go's `k8s.io/cloud-provider` service controller. A Service with
+//! `type: LoadBalancer` and no `loadBalancerClass` gets the
+//! `service.kubernetes.io/load-balancer-cleanup` finalizer *before* the first cloud call,
+//! then `ensure_load_balancer` with the eligible Nodes, then its
+//! `status.loadBalancer.ingress` (status subresource, only when it changed). When the type
+//! changes away, or the Service is deleted, the load balancer is deleted, then the finalizer
+//! removed and the status cleared — so a controller stopped at any point (even with its
+//! future dropped in the middle of a cloud call) leaves nothing behind: the next one finds
+//! the finalizer and finishes the job, and `ensure_load_balancer` is idempotent. Eligible
+//! Nodes are those not being deleted, without a true (or unparsable)
+//! `node.kubernetes.io/exclude-from-external-load-balancers` label and without the
+//! `ToBeDeletedByClusterAutoscaler` taint; readiness is not a filter. Events carry Go's
+//! reasons under the component `service-controller`.
+//!
+//! Where it does better than Go, on purpose:
+//! - **One task per Service.** Node changes do not call the cloud from a separate worker:
+//!   a node-sync pass compares, for each load balancer, the Nodes (name → provider ID) it
+//!   was last given with the eligible Nodes now, and queues the Services that differ on the
+//!   service queue. Their worker then calls `update_load_balancer` (not a full ensure). So a
+//!   Service is never touched by two tasks at once (Go's node worker can race a service
+//!   worker), and the updates run `workers` at a time with per-Service backoff.
+//! - **Debounced Node events.** Node events only wake the node-sync loop; it waits
+//!   [`ServiceControllerConfig::node_sync_debounce`] (1 s by default) before it reads the
+//!   Node cache, so a burst of Node adds costs one pass and one update per load balancer
+//!   instead of one per Node. Load balancers follow Node changes up to that much later.
+//! - **Deletions of Services without the finalizer.** A Service deleted after someone
+//!   removed our finalizer still gets its load balancer deleted (Go only notices when the
+//!   key happens to be queued).
+//! - **Validated provider answers.** An ingress entry the API server would refuse (no IP
+//!   nor hostname, a bad IP or hostname) is not written: it is a `SyncLoadBalancerFailed`
+//!   Warning and a retry.
+//! - **`RetryAfter` from every cloud call** (Go honours it from `EnsureLoadBalancer` only).
+//! - **Guarded writes.** The finalizer list and the ingress list are written with JSON
+//!   Patches that test the previous value (see the controllers' `patch` module), so a
+//!   concurrent change to either is never overwritten; a failed test re-reads and retries.
+
+mod decision;
+mod writes;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use self::decision::{
+    HostsState, NodeSet, eligible_nodes, has_finalizer, hosts_stale, needs_cleanup, needs_update,
+    node_set, node_update_matters, takes_delete_branch, validate_ingress, wanted_on_add,
+    wants_load_balancer,
+};
+use super::node_util::node_name;
+use crate::events::EventRecorder;
+use crate::informer::{Change, Informer};
+use crate::metrics::ControllerMetrics;
+use crate::workqueue::{Outcome, Queue, RateLimit, run};
+use ccm_provider::{CloudError, CloudProvider, LoadBalancer};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+
+/// The event source name, as Go's controller reports it.
+pub const COMPONENT: &str = "service-controller";
+/// Event reason (Normal): a sync is about to ensure the load balancer.
+pub const REASON_ENSURING: &str = "EnsuringLoadBalancer";
+/// Event reason (Normal): the load balancer was ensured.
+pub const REASON_ENSURED: &str = "EnsuredLoadBalancer";
+/// Event reason (Normal): the load balancer is about to be deleted.
+pub const REASON_DELETING: &str = "DeletingLoadBalancer";
+/// Event reason (Normal): the load balancer is deleted (also sent when there was none).
+pub const REASON_DELETED: &str = "DeletedLoadBalancer";
+/// Event reason (Warning): deleting the load balancer of a Service that is gone failed.
+pub const REASON_DELETE_FAILED: &str = "DeleteLoadBalancerFailed";
+/// Event reason (Warning): a sync failed; it is retried.
+pub const REASON_SYNC_FAILED: &str = "SyncLoadBalancerFailed";
+/// Event reason (Warning): no Node is eligible for load balancer traffic.
+pub const REASON_UNAVAILABLE: &str = "UnAvailableLoadBalancer";
+/// Event reason (Normal): the load balancer was pointed at a new set of Nodes.
+pub const REASON_UPDATED: &str = "UpdatedLoadBalancer";
+/// Event reason (Warning): pointing the load balancer at a new set of Nodes failed.
+pub const REASON_UPDATE_FAILED: &str = "UpdateLoadBalancerFailed";
+
+/// How many Service-change events may wait to be published; more are dropped.
+const CHANGE_EVENT_BACKLOG: usize = 256;
+
+/// A queued Service: its namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceKey {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// The key of `namespace/name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a Service.
+    pub fn of(service: &Service) -> Self {
+        Self::new(
+            service.metadata.namespace.as_deref().unwrap_or_default(),
+            service.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Settings of the service controller.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ServiceControllerConfig {
+    /// Services synced at once (`--concurrent-service-syncs`).
+    pub workers: usize,
+    /// The cluster name given to the provider (`--cluster-name`).
+    pub cluster_name: String,
+    /// The per-Service retry backoff; Go's is 5 s doubling to 300 s.
+    pub rate_limit: RateLimit,
+    /// How long the node-sync loop waits after a Node event before it compares, so that a
+    /// burst of Node events costs one pass.
+    pub node_sync_debounce: Duration,
+    /// A node-sync pass also runs this often without any Node event (a cheap comparison;
+    /// the cloud is called only for load balancers whose Nodes differ). `None`: only on
+    /// Node events.
+    pub node_sync_period: Option<Duration>,
+    /// Where Go's `service_controller_*` metrics are counted; `None`: nowhere.
+    ///
+    /// `service_controller_nodesync_latency_seconds` measures a node-sync pass, which here
+    /// only compares Node sets and queues the Services whose Nodes changed; the updates
+    /// themselves run on the service workers and are measured by
+    /// `service_controller_update_loadbalancer_host_latency_seconds`.
+    pub metrics: Option<ControllerMetrics>,
+}
+
+impl Default for ServiceControllerConfig {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            cluster_name: "kubernetes".to_owned(),
+            rate_limit: RateLimit::exponential(Duration::from_secs(5), Duration::from_secs(300)),
+            node_sync_debounce: Duration::from_secs(1),
+            node_sync_period: Some(Duration::from_secs(100)),
+            metrics: None,
+        }
+    }
+}
+
+impl ServiceControllerConfig {
+    /// Sets the number of workers.
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Sets the cluster name.
+    pub fn with_cluster_name(mut self, cluster_name: impl Into<String>) -> Self {
+        self.cluster_name = cluster_name.into();
+        self
+    }
+
+    /// Sets the retry backoff.
+    pub fn with_rate_limit(mut self, rate_limit: RateLimit) -> Self {
+        self.rate_limit = rate_limit;
+        self
+    }
+
+    /// Sets the node-sync debounce.
+    pub fn with_node_sync_debounce(mut self, debounce: Duration) -> Self {
+        self.node_sync_debounce = debounce;
+        self
+    }
+
+    /// Counts in `metrics` (Go's controller metrics, registered by the manager).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Sets the period of node-sync passes without Node events.
+    pub fn with_node_sync_period(mut self, period: Option<Duration>) -> Self {
+        self.node_sync_period = period;
+        self
+    }
+}
+
+/// The service controller. See the [module docs](self).
+pub struct ServiceController {
+    inner: Inner,
+    changes: mpsc::Receiver<ChangeEvent>,
+}
+
+impl fmt::Debug for ServiceController {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceController")
+            .field("queue", &self.inner.queue)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Service change Go reports with a Normal event (type, source ranges, …).
+struct ChangeEvent {
+    service: Arc<Service>,
+    reason: &'static str,
+    note: String,
+}
+
+struct Inner {
+    client: Client,
+    provider: Arc<dyn CloudProvider>,
+    services: Informer<Service>,
+    nodes: Informer<Node>,
+    recorder: EventRecorder,
+    queue: Queue<ServiceKey>,
+    records: Arc<Mutex<HashMap<ServiceKey, Record>>>,
+    node_changed: Arc<Notify>,
+    /// The last Node set computed, shared by every record given it: M load balancers on
+    /// the same N Nodes hold one set, not M copies, and comparing them is a pointer check.
+    hosts: Mutex<Option<Arc<NodeSet>>>,
+    config: ServiceControllerConfig,
+    metrics: Metrics,
+}
+
+/// What the controller knows about one Service it synced (Go's service cache, plus the
+/// Nodes its load balancer was given).
+struct Record {
+    /// The last version a sync worked on, or the last version before it was deleted.
+    service: Arc<Service>,
+    lb: LbState,
+    /// The last sync failed: the next one ensures in full, and node-sync leaves it to
+    /// its backoff.
+    failing: bool,
+    /// A worker is syncing it now.
+    syncing: bool,
+}
+
+enum LbState {
+    /// Not known to exist, nor known to be gone.
+    Unknown,
+    /// Ensured (or its Nodes updated) from this version of the Service, with these Nodes.
+    Applied {
+        service: Arc<Service>,
+        hosts: Arc<NodeSet>,
+    },
+    /// Deleted, finalizer removed.
+    Cleaned,
+}
+
+impl Record {
+    fn new(service: Arc<Service>) -> Self {
+        Self {
+            service,
+            lb: LbState::Unknown,
+            failing: false,
+            syncing: false,
+        }
+    }
+
+    fn hosts_state(&self) -> HostsState<'_> {
+        if self.syncing {
+            HostsState::Syncing
+        } else if self.failing {
+            HostsState::Failing
+        } else if let LbState::Applied { hosts, .. } = &self.lb {
+            HostsState::Applied(hosts.as_ref())
+        } else {
+            HostsState::None
+        }
+    }
+
+    /// Whether this record's Service may have a load balancer to delete.
+    fn may_have_load_balancer(&self) -> bool {
+        match self.lb {
+            LbState::Cleaned => false,
+            LbState::Applied { .. } => true,
+            LbState::Unknown => wants_load_balancer(&self.service) || has_finalizer(&self.service),
+        }
+    }
+}
+
+/// Where the controller counts (Go's `service_controller_*` metrics); unregistered
+/// stand-ins without [`ServiceControllerConfig::with_metrics`].
+struct Metrics {
+    load_balancer_syncs: Counter,
+    node_sync_errors: Counter,
+    node_sync_latency: Histogram,
+    update_host_latency: Histogram,
+}
+
+impl From<&ControllerMetrics> for Metrics {
+    fn from(metrics: &ControllerMetrics) -> Self {
+        Self {
+            load_balancer_syncs: metrics.loadbalancer_sync.clone(),
+            node_sync_errors: metrics.nodesync_error.clone(),
+            node_sync_latency: metrics.nodesync_latency.clone(),
+            update_host_latency: metrics.update_loadbalancer_host_latency.clone(),
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            load_balancer_syncs: Counter::default(),
+            node_sync_errors: Counter::default(),
+            node_sync_latency: Histogram::new([1.0]),
+            update_host_latency: Histogram::new([1.0]),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the map consistent, so a panic elsewhere cannot break it.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Why a sync failed: the message for the event and log, and a fixed delay if the provider
+/// asked for one.
+#[derive(Debug)]
+struct SyncError {
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl SyncError {
+    fn cloud(context: &str, err: &CloudError) -> Self {
+        Self {
+            message: format!("{context}: {}", err.chain_to_string()),
+            retry_after: err.retry_after_delay(),
+        }
+    }
+
+    fn api(context: &str, err: &kube::Error) -> Self {
+        Self {
+            message: format!("{context}: {err}"),
+            retry_after: None,
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        self.retry_after
+            .map_or(Outcome::Retry, Outcome::RequeueAfter)
+    }
+}
+
+/// Clears a record's `syncing` flag when the sync ends, however it ends.
+struct SyncingGuard<'a> {
+    records: &'a Mutex<HashMap<ServiceKey, Record>>,
+    key: &'a ServiceKey,
+}
+
+impl Drop for SyncingGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(record) = lock(self.records).get_mut(self.key) {
+            record.syncing = false;
+        }
+    }
+}
+
+impl ServiceController {
+    /// A controller for `provider`'s load balancers, or `None` when the provider has none
+    /// (Go does not start the controller then).
+    ///
+    /// `services` and `nodes` are the shared informers; the controller subscribes to them
+    /// here, so create it before they run.
+    pub fn new(
+        client: Client,
+        provider: &Arc<dyn CloudProvider>,
+        services: Informer<Service>,
+        nodes: Informer<Node>,
+        config: ServiceControllerConfig,
+    ) -> Option<Self> {
+        provider.load_balancer()?;
+        let queue = Queue::new("service", config.rate_limit);
+        let records: Arc<Mutex<HashMap<ServiceKey, Record>>> = Arc::default();
+        let node_changed = Arc::new(Notify::new());
+        let (changes_tx, changes) = mpsc::channel(CHANGE_EVENT_BACKLOG);
+
+        {
+            let queue = queue.clone();
+            let records = records.clone();
+            services.subscribe(move |change| {
+                on_service_change(change, &queue, &records, &changes_tx);
+            });
+        }
+        {
+            let node_changed = node_changed.clone();
+            nodes.subscribe(move |change| {
+                let matters = match change {
+                    Change::Applied {
+                        old: Some(old),
+                        new,
+                    } => node_update_matters(old, new),
+                    Change::Applied { old: None, .. } | Change::Deleted(_) => true,
+                };
+                if matters {
+                    node_changed.notify_one();
+                }
+            });
+        }
+
+        Some(Self {
+            inner: Inner {
+                client: client.clone(),
+                provider: provider.clone(),
+                services,
+                nodes,
+                recorder: EventRecorder::new(client, COMPONENT),
+                queue,
+                records,
+                hosts: Mutex::default(),
+                node_changed,
+                metrics: config
+                    .metrics
+                    .as_ref()
+                    .map(Metrics::from)
+                    .unwrap_or_default(),
+                config,
+            },
+            changes,
+        })
+    }
+
+    /// The controller's work queue, for metrics.
+    pub fn queue(&self) -> &Queue<ServiceKey> {
+        &self.inner.queue
+    }
+
+    /// Runs until `cancel` fires: waits for the Service and Node caches, then syncs Services
+    /// with `workers` workers and runs node-sync passes. A sync in flight when `cancel`
+    /// fires is abandoned at its next await point; the finalizer makes that safe.
+    pub async fn run(self, cancel: CancellationToken) {
+        let Self { inner, changes } = self;
+        let inner = Arc::new(inner);
+        let synced =
+            async { inner.services.wait_synced().await && inner.nodes.wait_synced().await };
+        tokio::select! {
+            synced = synced => if !synced { return },
+            () = cancel.cancelled() => return,
+        }
+        tracing::info!(
+            workers = inner.config.workers,
+            "starting service controller"
+        );
+        // Services listed before this controller subscribed.
+        for service in inner.services.store().state() {
+            if wanted_on_add(&service) {
+                inner.queue.add(ServiceKey::of(&service));
+            }
+        }
+        let workers = {
+            let inner = inner.clone();
+            let cancel = cancel.clone();
+            run(
+                inner.queue.clone(),
+                inner.config.workers,
+                cancel.clone(),
+                move |key: ServiceKey| {
+                    let inner = inner.clone();
+                    let cancel = cancel.clone();
+                    async move {
+                        cancel
+                            .run_until_cancelled(inner.sync(&key))
+                            .await
+                            .unwrap_or(Outcome::Done)
+                    }
+                },
+            )
+        };
+        tokio::join!(
+            workers,
+            inner.node_sync_loop(&cancel),
+            inner.publish_changes(changes, &cancel),
+        );
+        tracing::info!("service controller stopped");
+    }
+}
+
+/// The Service informer's handler: queues what Go queues, plus deletions of Services whose
+/// load balancer may still exist.
+fn on_service_change(
+    change: &Change<Service>,
+    queue: &Queue<ServiceKey>,
+    records: &Mutex<HashMap<ServiceKey, Record>>,
+    changes: &mpsc::Sender<ChangeEvent>,
+) {
+    match change {
+        Change::Applied { old: None, new } => {
+            if wanted_on_add(new) {
+                queue.add(ServiceKey::of(new));
+            }
+        }
+        Change::Applied {
+            old: Some(old),
+            new,
+        } => {
+            if let Some(cause) = needs_update(old, new) {
+                if let Some((reason, note)) = cause.event() {
+                    // A full backlog drops the event; the sync itself is not affected.
+                    let _ = changes.try_send(ChangeEvent {
+                        service: new.clone(),
+                        reason,
+                        note,
+                    });
+                }
+                queue.add(ServiceKey::of(new));
+            } else if needs_cleanup(new) {
+                queue.add(ServiceKey::of(new));
+            }
+        }
+        Change::Deleted(last) => {
+            let key = ServiceKey::of(last);
+            let mut records = lock(records);
+            if records.contains_key(&key) {
+                queue.add(key);
+            } else if wants_load_balancer(last) || has_finalizer(last) {
+                // Never synced by this controller (it may have started after the finalizer
+                // was removed): remember the last version, so its load balancer is deleted.
+                records.insert(key.clone(), Record::new(last.clone()));
+                queue.add(key);
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn load_balancer(&self) -> Result<&dyn LoadBalancer, CloudError> {
+        self.provider
+            .load_balancer()
+            .ok_or(CloudError::NotImplemented)
+    }
+
+    fn api(&self, namespace: &str) -> Api<Service> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn cluster(&self) -> &str {
+        &self.config.cluster_name
+    }
+
+    /// One pass of the work queue for one Service.
+    async fn sync(&self, key: &ServiceKey) -> Outcome {
+        let started = tokio::time::Instant::now();
+        let cached = self
+            .services
+            .store()
+            .get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let result = match cached {
+            None => self.sync_gone(key).await,
+            Some(service) => self.sync_present(key, service).await,
+        };
+        if let Some(record) = lock(&self.records).get_mut(key) {
+            record.failing = result.is_err();
+        }
+        match result {
+            Ok(()) => {
+                tracing::debug!(service = %key, took = ?started.elapsed(), "finished syncing service");
+                Outcome::Done
+            }
+            Err(err) => {
+                let outcome = err.outcome();
+                tracing::warn!(service = %key, error = %err.message, ?outcome, "error processing service (will retry)");
+                outcome
+            }
+        }
+    }
+
+    /// The Service is gone from the cache: delete the load balancer its last version may
+    /// have had.
+    async fn sync_gone(&self, key: &ServiceKey) -> Result<(), SyncError> {
+        let last = {
+            let mut records = lock(&self.records);
+            match records.get_mut(key) {
+                None => return Ok(()),
+                Some(record) if !record.may_have_load_balancer() => {
+                    records.remove(key);
+                    return Ok(());
+                }
+                Some(record) => {
+                    record.syncing = true;
+                    record.service.clone()
+                }
+            }
+        };
+        let _guard = SyncingGuard {
+            records: &self.records,
+            key,
+        };
+        tracing::info!(service = %key, "service has been deleted; cleaning up its load balancer");
+        self.delete_load_balancer_of(&last).await?;
+        lock(&self.records).remove(key);
+        Ok(())
+    }
+
+    /// Go's `processLoadBalancerDelete`: deletes the load balancer of a Service version
+    /// that is gone or replaced, with events.
+    async fn delete_load_balancer_of(&self, service: &Service) -> Result<(), SyncError> {
+        self.recorder.normal(
+            service,
+            REASON_DELETING,
+            "DeleteLoadBalancer",
+            "Deleting load balancer",
+        );
+        let result = match self.load_balancer() {
+            Ok(lb) => {
+                lb.ensure_load_balancer_deleted(self.cluster(), service)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        match result {
+            Ok(()) => {}
+            Err(err) if err.is_implemented_elsewhere() => {}
+            Err(err) => {
+                let err = SyncError::cloud("failed to delete load balancer", &err);
+                self.recorder.warning(
+                    service,
+                    REASON_DELETE_FAILED,
+                    "DeleteLoadBalancer",
+                    format!("Error deleting load balancer: {}", err.message),
+                );
+                return Err(err);
+            }
+        }
+        self.recorder.normal(
+            service,
+            REASON_DELETED,
+            "DeleteLoadBalancer",
+            "Deleted load balancer",
+        );
+        Ok(())
+    }
+
+    async fn sync_present(&self, key: &ServiceKey, service: Arc<Service>) -> Result<(), SyncError> {
+        // A different UID under the same name: the Service was deleted and created again
+        // while we looked away. The old one's load balancer goes first.
+        let replaced = {
+            let records = lock(&self.records);
+            records
+                .get(key)
+                .filter(|r| r.service.metadata.uid != service.metadata.uid)
+                .filter(|r| r.may_have_load_balancer())
+                .map(|r| r.service.clone())
+        };
+        if let Some(old) = replaced {
+            tracing::info!(service = %key, "service was replaced; deleting the old load balancer first");
+            self.delete_load_balancer_of(&old).await?;
+            lock(&self.records).remove(key);
+        }
+
+        let fast_path_hosts = {
+            let mut records = lock(&self.records);
+            let record = records
+                .entry(key.clone())
+                .or_insert_with(|| Record::new(service.clone()));
+            if record.service.metadata.uid != service.metadata.uid {
+                *record = Record::new(service.clone());
+            }
+            record.service = service.clone();
+            record.syncing = true;
+            match &record.lb {
+                LbState::Applied {
+                    service: applied,
+                    hosts,
+                } if !record.failing && needs_update(applied, &service).is_none() => {
+                    Some(hosts.clone())
+                }
+                _ => None,
+            }
+        };
+        let _guard = SyncingGuard {
+            records: &self.records,
+            key,
+        };
+
+        if takes_delete_branch(&service) {
+            let result = self.delete_branch(key, service.clone()).await;
+            return self.sync_failed(&service, result).await;
+        }
+        match fast_path_hosts {
+            // Nothing the load balancer uses changed since it was ensured: at most its
+            // Nodes did.
+            Some(applied) => self.update_hosts(key, &service, &applied).await,
+            None => {
+                let result = self.ensure_branch(key, service.clone()).await;
+                self.sync_failed(&service, result).await
+            }
+        }
+    }
+
+    /// Records Go's `SyncLoadBalancerFailed` Warning for a failed sync.
+    async fn sync_failed(
+        &self,
+        service: &Service,
+        result: Result<(), SyncError>,
+    ) -> Result<(), SyncError> {
+        if let Err(err) = &result {
+            self.recorder.warning(
+                service,
+                REASON_SYNC_FAILED,
+                "SyncLoadBalancer",
+                format!("Error syncing load balancer: {}", err.message),
+            );
+        }
+        result
+    }
+
+    /// The Service no longer wants a load balancer (or is being deleted): delete it, then
+    /// remove the finalizer, then clear the status.
+    async fn delete_branch(
+        &self,
+        key: &ServiceKey,
+        service: Arc<Service>,
+    ) -> Result<(), SyncError> {
+        let lb = self.load_balancer().map_err(|e| {
+            SyncError::cloud("failed to check if load balancer exists before cleanup", &e)
+        })?;
+        let exists = lb
+            .get_load_balancer(self.cluster(), &service)
+            .await
+            .map_err(|e| {
+                SyncError::cloud("failed to check if load balancer exists before cleanup", &e)
+            })?
+            .is_some();
+        if exists {
+            tracing::info!(service = %key, "deleting existing load balancer");
+            self.recorder.normal(
+                &*service,
+                REASON_DELETING,
+                "DeleteLoadBalancer",
+                "Deleting load balancer",
+            );
+            self.metrics.load_balancer_syncs.inc();
+            match lb
+                .ensure_load_balancer_deleted(self.cluster(), &service)
+                .await
+            {
+                Ok(()) => {}
+                Err(err) if err.is_implemented_elsewhere() => {
+                    tracing::debug!(service = %key, "load balancer implemented elsewhere; ignoring the deletion error");
+                }
+                Err(err) => return Err(SyncError::cloud("failed to delete load balancer", &err)),
+            }
+        }
+        let api = self.api(&key.namespace);
+        let written = writes::remove_finalizer(&api, service.clone())
+            .await
+            .map_err(|e| SyncError::api("failed to remove load balancer cleanup finalizer", &e))?;
+        self.recorder.normal(
+            &*service,
+            REASON_DELETED,
+            "DeleteLoadBalancer",
+            "Deleted load balancer",
+        );
+        if let Some(current) = written.filter(|s| !writes::is_going_away(s)) {
+            writes::set_ingress(&api, current, &[])
+                .await
+                .map_err(|e| SyncError::api("failed to update load balancer status", &e))?;
+        }
+        if let Some(record) = lock(&self.records).get_mut(key) {
+            record.lb = LbState::Cleaned;
+        }
+        Ok(())
+    }
+
+    /// The Service wants a load balancer: finalizer first, then the cloud, then the status.
+    async fn ensure_branch(
+        &self,
+        key: &ServiceKey,
+        service: Arc<Service>,
+    ) -> Result<(), SyncError> {
+        tracing::info!(service = %key, "ensuring load balancer");
+        self.recorder.normal(
+            &*service,
+            REASON_ENSURING,
+            "EnsureLoadBalancer",
+            "Ensuring load balancer",
+        );
+        let api = self.api(&key.namespace);
+        let Some(service) = writes::add_finalizer(&api, service)
+            .await
+            .map_err(|e| SyncError::api("failed to add load balancer cleanup finalizer", &e))?
+        else {
+            tracing::debug!(service = %key, "service is gone; nothing to ensure");
+            return Ok(());
+        };
+        let lb = self
+            .load_balancer()
+            .map_err(|e| SyncError::cloud("failed to ensure load balancer", &e))?;
+        let nodes = eligible_nodes(self.nodes.store().state());
+        let hosts = self.shared_hosts(&nodes);
+        if nodes.is_empty() {
+            self.recorder.warning(
+                &*service,
+                REASON_UNAVAILABLE,
+                "EnsureLoadBalancer",
+                "There are no available nodes for LoadBalancer",
+            );
+        }
+        self.metrics.load_balancer_syncs.inc();
+        let status = match lb
+            .ensure_load_balancer(self.cluster(), &service, &nodes)
+            .await
+        {
+            Ok(status) => status,
+            Err(err) if err.is_implemented_elsewhere() => {
+                tracing::debug!(service = %key, "load balancer implemented elsewhere; nothing to do");
+                self.applied(key, &service, hosts);
+                return Ok(());
+            }
+            Err(err) => return Err(SyncError::cloud("failed to ensure load balancer", &err)),
+        };
+        let ingress = status.ingress.unwrap_or_default();
+        validate_ingress(&ingress).map_err(|why| SyncError {
+            message: format!(
+                "the cloud provider returned a load balancer status that cannot be written: {why}"
+            ),
+            retry_after: None,
+        })?;
+        self.recorder.normal(
+            &*service,
+            REASON_ENSURED,
+            "EnsureLoadBalancer",
+            "Ensured load balancer",
+        );
+        writes::set_ingress(&api, service.clone(), &ingress)
+            .await
+            .map_err(|e| SyncError::api("failed to update load balancer status", &e))?;
+        self.applied(key, &service, hosts);
+        Ok(())
+    }
+
+    /// The Node set of `nodes`, as the one shared `Arc` when it equals the last one.
+    fn shared_hosts(&self, nodes: &[Arc<Node>]) -> Arc<NodeSet> {
+        let set = node_set(nodes);
+        let mut last = lock(&self.hosts);
+        match last.as_ref() {
+            Some(shared) if **shared == set => shared.clone(),
+            _ => last.insert(Arc::new(set)).clone(),
+        }
+    }
+
+    fn applied(&self, key: &ServiceKey, service: &Arc<Service>, hosts: Arc<NodeSet>) {
+        if let Some(record) = lock(&self.records).get_mut(key) {
+            record.lb = LbState::Applied {
+                service: service.clone(),
+                hosts,
+            };
+        }
+    }
+
+    /// Points an ensured load balancer at the eligible Nodes, if they changed since
+    /// (Go's node-sync `UpdateLoadBalancer`).
+    async fn update_hosts(
+        &self,
+        key: &ServiceKey,
+        service: &Arc<Service>,
+        applied: &Arc<NodeSet>,
+    ) -> Result<(), SyncError> {
+        let nodes = eligible_nodes(self.nodes.store().state());
+        let hosts = self.shared_hosts(&nodes);
+        if !hosts_stale(HostsState::Applied(applied), &hosts) {
+            return Ok(());
+        }
+        let lb = self
+            .load_balancer()
+            .map_err(|e| SyncError::cloud("failed to update load balancer hosts", &e))?;
+        tracing::info!(service = %key, nodes = hosts.len(), "updating load balancer hosts");
+        tracing::debug!(service = %key, nodes = ?hosts.keys().collect::<Vec<_>>(), "load balancer hosts");
+        self.metrics.load_balancer_syncs.inc();
+        let started = tokio::time::Instant::now();
+        let result = lb
+            .update_load_balancer(self.cluster(), service, &nodes)
+            .await;
+        self.metrics
+            .update_host_latency
+            .observe(started.elapsed().as_secs_f64());
+        let err = match result {
+            Ok(()) => {
+                if nodes.is_empty() {
+                    self.recorder.warning(
+                        &**service,
+                        REASON_UNAVAILABLE,
+                        "UpdateLoadBalancer",
+                        "There are no available nodes for LoadBalancer",
+                    );
+                } else {
+                    self.recorder.normal(
+                        &**service,
+                        REASON_UPDATED,
+                        "UpdateLoadBalancer",
+                        "Updated load balancer with new hosts",
+                    );
+                }
+                self.applied(key, service, hosts);
+                return Ok(());
+            }
+            Err(err) if err.is_implemented_elsewhere() => {
+                self.applied(key, service, hosts);
+                return Ok(());
+            }
+            Err(err) => err,
+        };
+        // It is only an error if the load balancer still exists.
+        match lb.get_load_balancer(self.cluster(), service).await {
+            Ok(None) => {
+                tracing::info!(service = %key, "load balancer is gone; nothing to update");
+                self.applied(key, service, hosts);
+                return Ok(());
+            }
+            Ok(Some(_)) => {}
+            Err(get_err) => {
+                tracing::warn!(service = %key, error = %get_err.chain_to_string(), "failed to check if load balancer exists");
+            }
+        }
+        self.metrics.node_sync_errors.inc();
+        let names: Vec<&str> = nodes.iter().map(|n| node_name(n)).collect();
+        let err = SyncError::cloud("failed to update load balancer hosts", &err);
+        self.recorder.warning(
+            &**service,
+            REASON_UPDATE_FAILED,
+            "UpdateLoadBalancer",
+            format!(
+                "Error updating load balancer with new hosts {}: {}",
+                decision::go_list(&names),
+                err.message
+            ),
+        );
+        Err(err)
+    }
+
+    /// Runs a node-sync pass after each (debounced) Node change, and periodically.
+    async fn node_sync_loop(&self, cancel: &CancellationToken) {
+        let mut tick = self
+            .config
+            .node_sync_period
+            .filter(|p| !p.is_zero())
+            .map(|p| {
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + p, p);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick
+            });
+        loop {
+            let periodic = async {
+                match tick.as_mut() {
+                    Some(tick) => {
+                        tick.tick().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.node_changed.notified() => {}
+                () = periodic => {}
+                () = cancel.cancelled() => return,
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.config.node_sync_debounce) => {}
+                () = cancel.cancelled() => return,
+            }
+            // Changes during the wait are in the cache now; drop their wake-up.
+            let _ = self.node_changed.notified().now_or_never();
+            self.node_sync_pass();
+        }
+    }
+
+    /// Queues every Service whose load balancer was given other Nodes than the eligible
+    /// ones now. The updates run on the service workers.
+    fn node_sync_pass(&self) {
+        let started = tokio::time::Instant::now();
+        let current = self.shared_hosts(&eligible_nodes(self.nodes.store().state()));
+        let stale: Vec<ServiceKey> = lock(&self.records)
+            .iter()
+            .filter(|(_, r)| wants_load_balancer(&r.service))
+            .filter(|(_, r)| hosts_stale(r.hosts_state(), &current))
+            .map(|(k, _)| k.clone())
+            .collect();
+        tracing::debug!(
+            nodes = current.len(),
+            services = stale.len(),
+            "node sync: queueing load balancers whose nodes changed"
+        );
+        for key in stale {
+            self.queue.add(key);
+        }
+        self.metrics
+            .node_sync_latency
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Publishes the Normal events Go records for Service changes.
+    async fn publish_changes(
+        &self,
+        mut changes: mpsc::Receiver<ChangeEvent>,
+        cancel: &CancellationToken,
+    ) {
+        loop {
+            let change = tokio::select! {
+                change = changes.recv() => match change {
+                    Some(change) => change,
+                    None => return,
+                },
+                () = cancel.cancelled() => return,
+            };
+            self.recorder.normal(
+                &*change.service,
+                change.reason,
+                "UpdateService",
+                change.note,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_print_as_namespace_slash_name() {
+        let mut svc = Service::default();
+        svc.metadata.namespace = Some("ns".into());
+        svc.metadata.name = Some("web".into());
+        let key = ServiceKey::of(&svc);
+        assert_eq!(key, ServiceKey::new("ns", "web"));
+        assert_eq!(key.to_string(), "ns/web");
+        assert_eq!(ServiceKey::of(&Service::default()).to_string(), "/");
+    }
+
+    #[test]
+    fn errors_map_to_outcomes() {
+        let fixed = SyncError::cloud(
+            "x",
+            &CloudError::retry_after("busy", Duration::from_secs(3)),
+        );
+        assert_eq!(
+            fixed.outcome(),
+            Outcome::RequeueAfter(Duration::from_secs(3))
+        );
+        assert_eq!(fixed.message, "x: busy (retry after 3s)");
+        let other = SyncError::cloud("failed to ensure load balancer", &CloudError::msg("boom"));
+        assert_eq!(other.outcome(), Outcome::Retry);
+        assert_eq!(other.message, "failed to ensure load balancer: boom");
+    }
+
+    #[test]
+    fn default_config_is_gos() {
+        let c = ServiceControllerConfig::default();
+        assert_eq!(c.workers, 1);
+        assert_eq!(c.cluster_name, "kubernetes");
+        assert_eq!(
+            c.rate_limit,
+            RateLimit::exponential(Duration::from_secs(5), Duration::from_secs(300))
+        );
+    }
+
+    fn svc(uid: &str, lb: bool) -> Arc<Service> {
+        let mut s = Service::default();
+        s.metadata.uid = Some(uid.into());
+        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some(if lb { "LoadBalancer" } else { "ClusterIP" }.into()),
+            ..Default::default()
+        });
+        Arc::new(s)
+    }
+
+    #[test]
+    fn records_report_their_hosts_state() {
+        let mut r = Record::new(svc("u", true));
+        assert_eq!(r.hosts_state(), HostsState::None);
+        assert!(r.may_have_load_balancer());
+        let hosts = NodeSet::from([("a".into(), String::new())]);
+        r.lb = LbState::Applied {
+            service: svc("u", true),
+            hosts: Arc::new(hosts.clone()),
+        };
+        assert_eq!(r.hosts_state(), HostsState::Applied(&hosts));
+        r.failing = true;
+        assert_eq!(r.hosts_state(), HostsState::Failing);
+        r.syncing = true;
+        assert_eq!(r.hosts_state(), HostsState::Syncing);
+        r.lb = LbState::Cleaned;
+        assert!(!r.may_have_load_balancer());
+        assert!(!Record::new(svc("u", false)).may_have_load_balancer());
+    }
+
+    fn queued(q: &Queue<ServiceKey>) -> usize {
+        q.len()
+    }
+
+    #[tokio::test]
+    async fn informer_changes_queue_what_go_queues() {
+        let q = Queue::new(
+            "t",
+            RateLimit::exponential(Duration::from_secs(1), Duration::from_secs(1)),
+        );
+        let records = Mutex::new(HashMap::new());
+        let (tx, mut rx) = mpsc::channel(4);
+        let mut lb = (*svc("u1", true)).clone();
+        lb.metadata.namespace = Some("ns".into());
+        lb.metadata.name = Some("a".into());
+        let lb = Arc::new(lb);
+        let mut cluster_ip = (*lb).clone();
+        cluster_ip.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        let cluster_ip = Arc::new(cluster_ip);
+
+        // Add: wanted.
+        on_service_change(
+            &Change::Applied {
+                old: None,
+                new: lb.clone(),
+            },
+            &q,
+            &records,
+            &tx,
+        );
+        assert_eq!(queued(&q), 1);
+        let item = q.get().await.unwrap();
+        drop(item);
+        // Add: not wanted.
+        on_service_change(
+            &Change::Applied {
+                old: None,
+                new: cluster_ip.clone(),
+            },
+            &q,
+            &records,
+            &tx,
+        );
+        assert_eq!(queued(&q), 0);
+        // Update without a relevant change.
+        on_service_change(
+            &Change::Applied {
+                old: Some(lb.clone()),
+                new: lb.clone(),
+            },
+            &q,
+            &records,
+            &tx,
+        );
+        assert_eq!(queued(&q), 0);
+        // Update: type changed away → queued, with Go's "Type" event.
+        on_service_change(
+            &Change::Applied {
+                old: Some(lb.clone()),
+                new: cluster_ip.clone(),
+            },
+            &q,
+            &records,
+            &tx,
+        );
+        assert_eq!(queued(&q), 1);
+        let ev = rx.try_recv().unwrap();
+        assert_eq!(
+            (ev.reason, ev.note.as_str()),
+            ("Type", "LoadBalancer -> ClusterIP")
+        );
+        drop(q.get().await.unwrap());
+        // Deleted, never synced, wanted a load balancer: remembered and queued.
+        on_service_change(&Change::Deleted(lb.clone()), &q, &records, &tx);
+        assert_eq!(queued(&q), 1);
+        assert!(lock(&records).contains_key(&ServiceKey::new("ns", "a")));
+        drop(q.get().await.unwrap());
+        // Deleted, never wanted one: ignored.
+        lock(&records).clear();
+        on_service_change(&Change::Deleted(cluster_ip), &q, &records, &tx);
+        assert_eq!(queued(&q), 0);
+        assert!(lock(&records).is_empty());
+    }
+}

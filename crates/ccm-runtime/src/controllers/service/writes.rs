@@ -1,0 +1,334 @@
+//! The service controller's writes: the cleanup finalizer and `status.loadBalancer.ingress`,
+//! each a JSON Patch that tests the value it replaces, so a concurrent writer is never
+//! overwritten. A failed test (or a conflict) makes the write re-read the Service and plan
+//! again from the fresh copy, a few times, before it gives up.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::decision::{
+    finalizers, finalizers_with_ours, finalizers_without_ours, ingress, is_deleting,
+};
+use crate::controllers::patch::{replace_list, to_patch};
+use crate::informer::trim_service;
+
+/// The field manager of this controller's writes.
+const FIELD_MANAGER: &str = "service-controller";
+/// How often a write is planned again after a concurrent change before it gives up.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Where a patch goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// The Service itself (metadata, spec).
+    Object,
+    /// The `status` subresource.
+    Status,
+}
+
+/// Operations that add our finalizer, given the Service as it is (none when present).
+pub(super) fn add_finalizer_ops(service: &Service) -> Vec<Value> {
+    finalizers_with_ours(service).map_or_else(Vec::new, |new| {
+        replace_list(
+            "/metadata/finalizers",
+            Some(finalizers(service)),
+            &new,
+            service.metadata.resource_version.as_deref(),
+        )
+    })
+}
+
+/// Operations that remove our finalizer, given the Service as it is (none when absent).
+pub(super) fn remove_finalizer_ops(service: &Service) -> Vec<Value> {
+    finalizers_without_ours(service).map_or_else(Vec::new, |new| {
+        replace_list(
+            "/metadata/finalizers",
+            Some(finalizers(service)),
+            &new,
+            service.metadata.resource_version.as_deref(),
+        )
+    })
+}
+
+/// Whether two ingress lists say the same, with the API server's defaults applied: an entry
+/// with an IP and no `ipMode` is `VIP`; absent and empty port lists are equal.
+pub(super) fn ingress_equal(a: &[LoadBalancerIngress], b: &[LoadBalancerIngress]) -> bool {
+    fn mode(i: &LoadBalancerIngress) -> Option<&str> {
+        match (i.ip_mode.as_deref(), i.ip.as_deref()) {
+            (Some(mode), _) => Some(mode),
+            (None, Some(ip)) if !ip.is_empty() => Some("VIP"),
+            (None, _) => None,
+        }
+    }
+    fn text(s: Option<&String>) -> &str {
+        s.map_or("", String::as_str)
+    }
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            text(x.ip.as_ref()) == text(y.ip.as_ref())
+                && text(x.hostname.as_ref()) == text(y.hostname.as_ref())
+                && mode(x) == mode(y)
+                && x.ports.as_deref().unwrap_or_default() == y.ports.as_deref().unwrap_or_default()
+        })
+}
+
+/// Operations that set `status.loadBalancer.ingress` to `new`, given the Service as it is
+/// (none when it says the same already). An existing list is tested before it is replaced;
+/// an absent one by testing that `status.loadBalancer` is empty.
+pub(super) fn ingress_ops(service: &Service, new: &[LoadBalancerIngress]) -> Vec<Value> {
+    let old = ingress(service);
+    if ingress_equal(old, new) {
+        return Vec::new();
+    }
+    if old.is_empty() {
+        vec![
+            json!({"op": "test", "path": "/status/loadBalancer", "value": {}}),
+            json!({"op": "add", "path": "/status/loadBalancer/ingress", "value": new}),
+        ]
+    } else {
+        replace_list("/status/loadBalancer/ingress", Some(old), new, None)
+    }
+}
+
+/// Adds our finalizer. `Ok(None)` when the Service is gone.
+pub(super) async fn add_finalizer(
+    api: &Api<Service>,
+    service: Arc<Service>,
+) -> Result<Option<Arc<Service>>, kube::Error> {
+    write(api, service, Target::Object, add_finalizer_ops).await
+}
+
+/// Removes our finalizer. `Ok(None)` when the Service is gone.
+pub(super) async fn remove_finalizer(
+    api: &Api<Service>,
+    service: Arc<Service>,
+) -> Result<Option<Arc<Service>>, kube::Error> {
+    write(api, service, Target::Object, remove_finalizer_ops).await
+}
+
+/// Sets the ingress list on the status subresource, if it differs. `Ok(None)` when the
+/// Service is gone.
+pub(super) async fn set_ingress(
+    api: &Api<Service>,
+    service: Arc<Service>,
+    new: &[LoadBalancerIngress],
+) -> Result<Option<Arc<Service>>, kube::Error> {
+    write(api, service, Target::Status, |s| ingress_ops(s, new)).await
+}
+
+/// Whether a Service is being deleted and has no finalizers left: the API server removes it,
+/// and writing to it is pointless.
+pub(super) fn is_going_away(service: &Service) -> bool {
+    is_deleting(service) && finalizers(service).is_empty()
+}
+
+/// Plans operations from the Service, patches, and on a conflict or a failed test re-reads
+/// the Service and plans again. Returns the Service as written (or as it is, when there was
+/// nothing to write), or `None` when it is gone.
+async fn write(
+    api: &Api<Service>,
+    mut service: Arc<Service>,
+    target: Target,
+    plan: impl Fn(&Service) -> Vec<Value>,
+) -> Result<Option<Arc<Service>>, kube::Error> {
+    let name = service.metadata.name.clone().unwrap_or_default();
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let mut attempt = 0;
+    loop {
+        let ops = plan(&service);
+        if ops.is_empty() {
+            return Ok(Some(service));
+        }
+        let patch = Patch::Json::<()>(to_patch(ops));
+        let result = match target {
+            Target::Object => api.patch(&name, &params, &patch).await,
+            Target::Status => api.patch_status(&name, &params, &patch).await,
+        };
+        let err = match result {
+            Ok(mut written) => {
+                trim_service(&mut written);
+                return Ok(Some(Arc::new(written)));
+            }
+            Err(err) => err,
+        };
+        match api_code(&err) {
+            Some(404) => return Ok(None),
+            Some(409 | 422) if attempt < CONFLICT_RETRIES => {
+                attempt += 1;
+                // A failed `test` and an invalid value both answer 422; if the Service did not
+                // change, it was the value, and trying again will not help.
+                match api.get_opt(&name).await? {
+                    None => return Ok(None),
+                    Some(fresh)
+                        if fresh.metadata.resource_version == service.metadata.resource_version =>
+                    {
+                        return Err(err);
+                    }
+                    Some(mut fresh) => {
+                        tracing::debug!(
+                            service = %name,
+                            attempt,
+                            "service changed while writing; planning again"
+                        );
+                        trim_service(&mut fresh);
+                        service = Arc::new(fresh);
+                    }
+                }
+            }
+            _ => return Err(err),
+        }
+    }
+}
+
+fn api_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{LoadBalancerStatus, PortStatus, ServiceStatus};
+
+    use super::*;
+    use ccm_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
+
+    fn svc(finalizers: Option<Vec<&str>>) -> Service {
+        let mut s = Service::default();
+        s.metadata.resource_version = Some("7".into());
+        s.metadata.finalizers = finalizers.map(|f| f.into_iter().map(str::to_owned).collect());
+        s
+    }
+
+    fn ip(ip: &str) -> LoadBalancerIngress {
+        LoadBalancerIngress {
+            ip: Some(ip.into()),
+            ..LoadBalancerIngress::default()
+        }
+    }
+
+    fn with_ingress(mut s: Service, ingress: Vec<LoadBalancerIngress>) -> Service {
+        s.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(ingress),
+            }),
+            ..ServiceStatus::default()
+        });
+        s
+    }
+
+    #[test]
+    fn finalizer_is_added_with_a_guard() {
+        let ops = add_finalizer_ops(&svc(None));
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}),
+                json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]}),
+            ]
+        );
+        let ops = add_finalizer_ops(&svc(Some(vec!["example.com/x"])));
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "test", "path": "/metadata/finalizers", "value": ["example.com/x"]}),
+                json!({"op": "replace", "path": "/metadata/finalizers", "value": ["example.com/x", FINALIZER_LOAD_BALANCER_CLEANUP]}),
+            ]
+        );
+        assert!(add_finalizer_ops(&svc(Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP]))).is_empty());
+    }
+
+    #[test]
+    fn finalizer_removal_keeps_the_others() {
+        assert!(remove_finalizer_ops(&svc(None)).is_empty());
+        let ops = remove_finalizer_ops(&svc(Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP])));
+        assert_eq!(
+            ops,
+            vec![
+                json!({"op": "test", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]}),
+                json!({"op": "remove", "path": "/metadata/finalizers"}),
+            ]
+        );
+        let ops = remove_finalizer_ops(&svc(Some(vec![
+            "a.example.com/x",
+            FINALIZER_LOAD_BALANCER_CLEANUP,
+        ])));
+        assert_eq!(
+            ops[1],
+            json!({"op": "replace", "path": "/metadata/finalizers", "value": ["a.example.com/x"]})
+        );
+    }
+
+    #[test]
+    fn ingress_is_written_only_when_it_differs() {
+        let empty = svc(None);
+        assert!(ingress_ops(&empty, &[]).is_empty());
+        assert_eq!(
+            ingress_ops(&empty, &[ip("1.2.3.4")]),
+            vec![
+                json!({"op": "test", "path": "/status/loadBalancer", "value": {}}),
+                json!({"op": "add", "path": "/status/loadBalancer/ingress", "value": [{"ip": "1.2.3.4"}]}),
+            ]
+        );
+        let set = with_ingress(svc(None), vec![ip("1.2.3.4")]);
+        assert!(ingress_ops(&set, &[ip("1.2.3.4")]).is_empty());
+        assert_eq!(
+            ingress_ops(&set, &[ip("5.6.7.8")]),
+            vec![
+                json!({"op": "test", "path": "/status/loadBalancer/ingress", "value": [{"ip": "1.2.3.4"}]}),
+                json!({"op": "replace", "path": "/status/loadBalancer/ingress", "value": [{"ip": "5.6.7.8"}]}),
+            ]
+        );
+        assert_eq!(
+            ingress_ops(&set, &[])[1],
+            json!({"op": "remove", "path": "/status/loadBalancer/ingress"})
+        );
+    }
+
+    #[test]
+    fn ingress_equality_applies_the_api_servers_defaults() {
+        let mut vip = ip("1.2.3.4");
+        vip.ip_mode = Some("VIP".into());
+        assert!(ingress_equal(&[ip("1.2.3.4")], &[vip.clone()]));
+        let mut proxy = ip("1.2.3.4");
+        proxy.ip_mode = Some("Proxy".into());
+        assert!(!ingress_equal(&[ip("1.2.3.4")], &[proxy]));
+        let mut no_ports = ip("1.2.3.4");
+        no_ports.ports = Some(vec![]);
+        assert!(ingress_equal(&[ip("1.2.3.4")], &[no_ports]));
+        let mut ports = ip("1.2.3.4");
+        ports.ports = Some(vec![PortStatus {
+            port: 80,
+            protocol: "TCP".into(),
+            error: None,
+        }]);
+        assert!(!ingress_equal(&[ip("1.2.3.4")], &[ports]));
+        assert!(!ingress_equal(&[ip("1.2.3.4")], &[ip("1.2.3.5")]));
+        assert!(!ingress_equal(&[ip("1.2.3.4")], &[]));
+        let host = LoadBalancerIngress {
+            hostname: Some("lb.example.com".into()),
+            ..LoadBalancerIngress::default()
+        };
+        let same = host.clone();
+        assert!(ingress_equal(&[host], &[same]));
+    }
+
+    #[test]
+    fn going_away_means_deleting_without_finalizers() {
+        let mut s = svc(None);
+        assert!(!is_going_away(&s));
+        s.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Default::default(),
+        ));
+        assert!(is_going_away(&s));
+        s.metadata.finalizers = Some(vec!["example.com/x".into()]);
+        assert!(!is_going_away(&s));
+    }
+}

@@ -1,0 +1,510 @@
+//! The instrumented provider: a [`CloudProvider`] that forwards every call to another and
+//! counts and times it in `ccm_cloud_requests_total{provider, method, result}` and
+//! `ccm_cloud_request_duration_seconds{provider, method}`. The app wraps the provider once,
+//! at startup ([`Metrics::instrument`](crate::metrics::Metrics::instrument)); controllers
+//! never know.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ccm_provider::{
+    CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceMetadata, Instances,
+    LegacyInstances, LoadBalancer, Route, Routes, Zone, Zones,
+};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::time::Instant;
+
+/// Upper bounds, in seconds, of `ccm_cloud_request_duration_seconds`: client-go's
+/// `rest_client_request_duration_seconds` buckets, 5ms to 60s.
+pub const CLOUD_REQUEST_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+];
+
+/// The two metric families every instrumented provider records into.
+#[derive(Clone, Debug)]
+pub struct CloudCallMetrics {
+    requests: Family<CallLabels, Counter>,
+    duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+}
+
+impl CloudCallMetrics {
+    /// The families, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let requests = Family::<CallLabels, Counter>::default();
+        // The registry ends every help text with a period: Go's are given without theirs.
+        registry.register(
+            "ccm_cloud_requests",
+            "Calls to the cloud provider, by provider, method and result",
+            requests.clone(),
+        );
+        let duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            cloud_request_histogram,
+        );
+        registry.register(
+            "ccm_cloud_request_duration_seconds",
+            "How long calls to the cloud provider took, by provider and method",
+            duration.clone(),
+        );
+        Self { requests, duration }
+    }
+}
+
+/// Wraps `provider` so that every call to it, through any of its capabilities, is recorded
+/// in `metrics`; see [`Metrics::instrument`](crate::metrics::Metrics::instrument) for the
+/// labels.
+pub fn instrument(
+    provider: Arc<dyn CloudProvider>,
+    metrics: &CloudCallMetrics,
+) -> Arc<dyn CloudProvider> {
+    let calls = CallMetrics {
+        provider: provider.provider_name().to_owned(),
+        requests: metrics.requests.clone(),
+        duration: metrics.duration.clone(),
+    };
+    Arc::new(InstrumentedProvider {
+        inner: provider,
+        calls,
+    })
+}
+
+fn cloud_request_histogram() -> Histogram {
+    Histogram::new(CLOUD_REQUEST_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    provider: String,
+    method: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    provider: String,
+    method: &'static str,
+}
+
+/// The cloud call metrics of one instrumented provider.
+struct CallMetrics {
+    provider: String,
+    requests: Family<CallLabels, Counter>,
+    duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+}
+
+impl CallMetrics {
+    fn record(&self, method: &'static str, result: &'static str, elapsed: Duration) {
+        self.requests
+            .get_or_create(&CallLabels {
+                provider: self.provider.clone(),
+                method,
+                result,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&MethodLabels {
+                provider: self.provider.clone(),
+                method,
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Runs `call`, recording its result and duration, or `cancelled` if it is dropped
+    /// before it finishes.
+    async fn observe<T>(
+        &self,
+        method: &'static str,
+        call: impl Future<Output = CloudResult<T>>,
+    ) -> CloudResult<T> {
+        let mut guard = CallGuard {
+            calls: self,
+            method,
+            start: Instant::now(),
+            finished: false,
+        };
+        let result = call.await;
+        guard.finished = true;
+        self.record(method, result_label(&result), guard.start.elapsed());
+        result
+    }
+}
+
+/// Records a `cancelled` call when dropped before the call finished.
+struct CallGuard<'a> {
+    calls: &'a CallMetrics,
+    method: &'static str,
+    start: Instant,
+    finished: bool,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.calls
+                .record(self.method, "cancelled", self.start.elapsed());
+        }
+    }
+}
+
+/// The `result` label of a finished call.
+fn result_label<T>(result: &CloudResult<T>) -> &'static str {
+    match result {
+        Ok(_) => "success",
+        Err(CloudError::NotImplemented) => "not_implemented",
+        Err(CloudError::InstanceNotFound) => "instance_not_found",
+        Err(CloudError::ImplementedElsewhere) => "implemented_elsewhere",
+        Err(CloudError::RetryAfter { .. }) => "retry_after",
+        Err(_) => "error",
+    }
+}
+
+/// A provider that forwards to another and records every call; see [`instrument`].
+struct InstrumentedProvider {
+    inner: Arc<dyn CloudProvider>,
+    calls: CallMetrics,
+}
+
+impl InstrumentedProvider {
+    // Each accessor answers `NotImplemented` if the inner provider stopped offering the
+    // capability after the wrapper said it had it: a provider should not do that.
+
+    fn instances_impl(&self) -> CloudResult<&dyn Instances> {
+        self.inner.instances().ok_or(CloudError::NotImplemented)
+    }
+
+    fn legacy_impl(&self) -> CloudResult<&dyn LegacyInstances> {
+        self.inner
+            .legacy_instances()
+            .ok_or(CloudError::NotImplemented)
+    }
+
+    fn zones_impl(&self) -> CloudResult<&dyn Zones> {
+        self.inner.zones().ok_or(CloudError::NotImplemented)
+    }
+
+    fn load_balancer_impl(&self) -> CloudResult<&dyn LoadBalancer> {
+        self.inner.load_balancer().ok_or(CloudError::NotImplemented)
+    }
+
+    fn routes_impl(&self) -> CloudResult<&dyn Routes> {
+        self.inner.routes().ok_or(CloudError::NotImplemented)
+    }
+
+    fn clusters_impl(&self) -> CloudResult<&dyn Clusters> {
+        self.inner.clusters().ok_or(CloudError::NotImplemented)
+    }
+}
+
+#[async_trait]
+impl CloudProvider for InstrumentedProvider {
+    fn provider_name(&self) -> &str {
+        self.inner.provider_name()
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        self.inner.has_cluster_id()
+    }
+
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        self.calls
+            .observe("initialize", self.inner.initialize(ctx))
+            .await
+    }
+
+    fn instances(&self) -> Option<&dyn Instances> {
+        self.inner.instances().map(|_| self as &dyn Instances)
+    }
+
+    fn legacy_instances(&self) -> Option<&dyn LegacyInstances> {
+        self.inner
+            .legacy_instances()
+            .map(|_| self as &dyn LegacyInstances)
+    }
+
+    fn zones(&self) -> Option<&dyn Zones> {
+        self.inner.zones().map(|_| self as &dyn Zones)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        self.inner
+            .load_balancer()
+            .map(|_| self as &dyn LoadBalancer)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        self.inner.routes().map(|_| self as &dyn Routes)
+    }
+
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        self.inner.clusters().map(|_| self as &dyn Clusters)
+    }
+}
+
+#[async_trait]
+impl Instances for InstrumentedProvider {
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_exists", async {
+                self.instances_impl()?.instance_exists(node).await
+            })
+            .await
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_shutdown", async {
+                self.instances_impl()?.instance_shutdown(node).await
+            })
+            .await
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
+        self.calls
+            .observe("instance_metadata", async {
+                self.instances_impl()?.instance_metadata(node).await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl LegacyInstances for InstrumentedProvider {
+    async fn node_addresses(&self, node_name: &str) -> CloudResult<Vec<NodeAddress>> {
+        self.calls
+            .observe("node_addresses", async {
+                self.legacy_impl()?.node_addresses(node_name).await
+            })
+            .await
+    }
+
+    async fn node_addresses_by_provider_id(
+        &self,
+        provider_id: &str,
+    ) -> CloudResult<Vec<NodeAddress>> {
+        self.calls
+            .observe("node_addresses_by_provider_id", async {
+                self.legacy_impl()?
+                    .node_addresses_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn instance_id(&self, node_name: &str) -> CloudResult<String> {
+        self.calls
+            .observe("instance_id", async {
+                self.legacy_impl()?.instance_id(node_name).await
+            })
+            .await
+    }
+
+    async fn instance_type(&self, node_name: &str) -> CloudResult<String> {
+        self.calls
+            .observe("instance_type", async {
+                self.legacy_impl()?.instance_type(node_name).await
+            })
+            .await
+    }
+
+    async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String> {
+        self.calls
+            .observe("instance_type_by_provider_id", async {
+                self.legacy_impl()?
+                    .instance_type_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn add_ssh_key_to_all_instances(&self, user: &str, key: &[u8]) -> CloudResult<()> {
+        self.calls
+            .observe("add_ssh_key_to_all_instances", async {
+                self.legacy_impl()?
+                    .add_ssh_key_to_all_instances(user, key)
+                    .await
+            })
+            .await
+    }
+
+    async fn current_node_name(&self, hostname: &str) -> CloudResult<String> {
+        self.calls
+            .observe("current_node_name", async {
+                self.legacy_impl()?.current_node_name(hostname).await
+            })
+            .await
+    }
+
+    async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_exists_by_provider_id", async {
+                self.legacy_impl()?
+                    .instance_exists_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
+        self.calls
+            .observe("instance_shutdown_by_provider_id", async {
+                self.legacy_impl()?
+                    .instance_shutdown_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Zones for InstrumentedProvider {
+    async fn get_zone(&self) -> CloudResult<Zone> {
+        self.calls
+            .observe("get_zone", async { self.zones_impl()?.get_zone().await })
+            .await
+    }
+
+    async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
+        self.calls
+            .observe("get_zone_by_provider_id", async {
+                self.zones_impl()?
+                    .get_zone_by_provider_id(provider_id)
+                    .await
+            })
+            .await
+    }
+
+    async fn get_zone_by_node_name(&self, node_name: &str) -> CloudResult<Zone> {
+        self.calls
+            .observe("get_zone_by_node_name", async {
+                self.zones_impl()?.get_zone_by_node_name(node_name).await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for InstrumentedProvider {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        self.calls
+            .observe("get_load_balancer", async {
+                self.load_balancer_impl()?
+                    .get_load_balancer(cluster_name, service)
+                    .await
+            })
+            .await
+    }
+
+    fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
+        match self.inner.load_balancer() {
+            Some(lb) => lb.get_load_balancer_name(cluster_name, service),
+            None => ccm_provider::default_load_balancer_name(service),
+        }
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        self.calls
+            .observe("ensure_load_balancer", async {
+                self.load_balancer_impl()?
+                    .ensure_load_balancer(cluster_name, service, nodes)
+                    .await
+            })
+            .await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        self.calls
+            .observe("update_load_balancer", async {
+                self.load_balancer_impl()?
+                    .update_load_balancer(cluster_name, service, nodes)
+                    .await
+            })
+            .await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
+        self.calls
+            .observe("ensure_load_balancer_deleted", async {
+                self.load_balancer_impl()?
+                    .ensure_load_balancer_deleted(cluster_name, service)
+                    .await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Routes for InstrumentedProvider {
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
+        self.calls
+            .observe("list_routes", async {
+                self.routes_impl()?.list_routes(cluster_name).await
+            })
+            .await
+    }
+
+    async fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> CloudResult<()> {
+        self.calls
+            .observe("create_route", async {
+                self.routes_impl()?
+                    .create_route(cluster_name, name_hint, route)
+                    .await
+            })
+            .await
+    }
+
+    async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
+        self.calls
+            .observe("delete_route", async {
+                self.routes_impl()?.delete_route(cluster_name, route).await
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Clusters for InstrumentedProvider {
+    async fn list_clusters(&self) -> CloudResult<Vec<String>> {
+        self.calls
+            .observe("list_clusters", async {
+                self.clusters_impl()?.list_clusters().await
+            })
+            .await
+    }
+
+    async fn master(&self, cluster_name: &str) -> CloudResult<String> {
+        self.calls
+            .observe("master", async {
+                self.clusters_impl()?.master(cluster_name).await
+            })
+            .await
+    }
+}

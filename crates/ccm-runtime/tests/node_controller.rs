@@ -1,0 +1,530 @@
+//! The cloud-node controller against a real kube-apiserver + etcd, with the fake cloud.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccm_fake_cloud::{FakeCloud, FakeInstance, Fault, InstancesShape, Method};
+use ccm_provider::well_known::{
+    ANNOTATION_PROVIDED_NODE_IP, LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE,
+    LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE,
+};
+use ccm_provider::{CloudProvider, node_address};
+use ccm_runtime::controllers::node::{
+    CloudNodeController, NodeControllerConfig, REASON_INITIALIZATION_FAILED, REASON_SYNCED,
+};
+use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn start(h: &Harness, config: NodeControllerConfig) {
+    let informer = h.node_informer();
+    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
+    let controller =
+        CloudNodeController::new(h.client.clone(), &provider, informer.clone(), config)
+            .expect("instances supported");
+    h.start_informer(&informer);
+    let cancel = h.cancel.clone();
+    tokio::spawn(controller.run(cancel));
+}
+
+fn fast() -> NodeControllerConfig {
+    NodeControllerConfig::default().with_workers(4)
+}
+
+#[tokio::test]
+async fn initializes_a_node_in_three_requests() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let mut node = h.new_node("init");
+    let name = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().taints.as_mut().unwrap().insert(
+        0,
+        Taint {
+            key: "example.com/keep-me".into(),
+            effect: "NoExecute".into(),
+            ..Taint::default()
+        },
+    );
+    h.cloud.add_instance(
+        FakeInstance::new(&name)
+            .with_id("i-42")
+            .with_type("fake-large")
+            .with_zone("zone-b", "region-2")
+            .with_addresses(vec![
+                node_address("InternalIP", "10.1.2.3"),
+                node_address("ExternalIP", "203.0.113.9"),
+            ]),
+    );
+    h.create_node(&node).await;
+    // The kubelet reports its hostname.
+    h.nodes()
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"addresses": [{"type": "Hostname", "address": "host-1"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    start(&h, fast());
+
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node).as_deref(), Some("fake://i-42"));
+    assert_eq!(
+        own_taint_keys(&node),
+        vec!["example.com/keep-me"],
+        "other taints are kept"
+    );
+    for (key, want) in [
+        (LABEL_INSTANCE_TYPE, "fake-large"),
+        (LABEL_INSTANCE_TYPE_BETA, "fake-large"),
+        (LABEL_TOPOLOGY_ZONE, "zone-b"),
+        (LABEL_FAILURE_DOMAIN_BETA_ZONE, "zone-b"),
+        (LABEL_TOPOLOGY_REGION, "region-2"),
+        (LABEL_FAILURE_DOMAIN_BETA_REGION, "region-2"),
+    ] {
+        assert_eq!(label(&node, key), Some(want), "{key}");
+    }
+    assert_eq!(
+        addresses(&node),
+        vec![
+            ("InternalIP".to_owned(), "10.1.2.3".to_owned()),
+            ("ExternalIP".to_owned(), "203.0.113.9".to_owned()),
+            ("Hostname".to_owned(), "host-1".to_owned()),
+        ],
+        "addresses are written, and the kubelet's Hostname kept"
+    );
+    h.wait_event(&name, REASON_SYNCED, WAIT).await;
+
+    // One status patch, one patch of the Node, one event: nothing else was written.
+    assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
+    assert_eq!(h.api.counters().count("PATCH", "nodes"), 1);
+    assert_eq!(h.api.counters().count("POST", "events"), 1);
+    assert_eq!(
+        h.api.counters().count("GET", "nodes"),
+        0,
+        "no re-read: the watch cache suffices"
+    );
+    assert_eq!(h.cloud.call_count(Method::InstanceMetadata), 1);
+}
+
+#[tokio::test]
+async fn many_nodes_are_initialized_once_each() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    start(&h, fast());
+    let mut names = Vec::new();
+    for _ in 0..20 {
+        let node = h.new_node("many");
+        names.push(node.metadata.name.clone().unwrap());
+        h.create_node(&node).await;
+    }
+    for name in &names {
+        let node = h.wait_node(name, WAIT, is_initialized).await;
+        assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+    }
+    assert_eq!(
+        h.cloud.call_count(Method::InstanceMetadata),
+        20,
+        "one metadata call per Node"
+    );
+    assert_eq!(h.api.counters().count("PATCH", "nodes"), 20);
+}
+
+#[tokio::test]
+async fn existing_provider_id_is_kept() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let mut node = h.new_node("keep-id");
+    let name = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().provider_id = Some("fake://from-kubelet".into());
+    h.create_node(&node).await;
+    start(&h, fast());
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node).as_deref(), Some("fake://from-kubelet"));
+    // The cloud was asked about the instance the Node names.
+    assert_eq!(
+        h.cloud.instance("from-kubelet").map(|i| i.id),
+        Some("from-kubelet".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn no_provider_id_anywhere_keeps_the_taint_and_retries() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    h.cloud.set_metadata_hook(Some(Arc::new(|_, mut meta| {
+        meta.provider_id.clear();
+        Ok(Some(meta))
+    })));
+    let node = h.new_node("no-id");
+    let name = node.metadata.name.clone().unwrap();
+    h.create_node(&node).await;
+    start(&h, fast());
+
+    let note = h
+        .wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
+        .await;
+    assert!(note.contains("does not set node provider ID"), "{note}");
+    let node = h.nodes().get(&name).await.unwrap();
+    assert!(!is_initialized(&node), "the taint stays");
+    assert_eq!(provider_id(&node), None);
+
+    // Retried with backoff: once the cloud answers properly, the Node is initialised.
+    h.cloud.set_metadata_hook(None);
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+    assert!(h.cloud.call_count(Method::InstanceMetadata) >= 2);
+}
+
+#[tokio::test]
+async fn nil_metadata_leaves_the_node_alone() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    h.cloud.set_metadata_hook(Some(Arc::new(|_, _| Ok(None))));
+    let node = h.new_node("nil-meta");
+    let name = node.metadata.name.clone().unwrap();
+    h.create_node(&node).await;
+    start(&h, fast());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h.cloud.call_count(Method::InstanceMetadata) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the controller never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let node = h.nodes().get(&name).await.unwrap();
+    assert!(!is_initialized(&node));
+    assert_eq!(
+        h.cloud.call_count(Method::InstanceMetadata),
+        1,
+        "no requeue"
+    );
+    assert_eq!(h.api.counters().count("PATCH", "nodes"), 0);
+}
+
+#[tokio::test]
+async fn invalid_provided_node_ip_keeps_the_taint_with_a_warning() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let mut node = h.new_node("bad-ip");
+    let name = node.metadata.name.clone().unwrap();
+    node.metadata.annotations = Some(
+        [(
+            ANNOTATION_PROVIDED_NODE_IP.to_owned(),
+            "192.0.2.99".to_owned(),
+        )]
+        .into(),
+    );
+    h.create_node(&node).await;
+    start(&h, fast());
+    let note = h
+        .wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
+        .await;
+    assert!(note.contains("provided node ip"), "{note}");
+    assert!(note.contains("192.0.2.99"), "{note}");
+    let node = h.nodes().get(&name).await.unwrap();
+    assert!(!is_initialized(&node));
+    assert!(addresses(&node).is_empty(), "nothing was written");
+}
+
+#[tokio::test]
+async fn provided_node_ip_is_put_first() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let mut node = h.new_node("node-ip");
+    let name = node.metadata.name.clone().unwrap();
+    node.metadata.annotations = Some(
+        [(
+            ANNOTATION_PROVIDED_NODE_IP.to_owned(),
+            "10.0.0.2".to_owned(),
+        )]
+        .into(),
+    );
+    h.cloud
+        .add_instance(FakeInstance::new(&name).with_addresses(vec![
+            node_address("InternalIP", "10.0.0.1"),
+            node_address("InternalIP", "10.0.0.2"),
+            node_address("ExternalIP", "203.0.113.2"),
+        ]));
+    h.create_node(&node).await;
+    start(&h, fast());
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(
+        addresses(&node),
+        vec![
+            ("InternalIP".to_owned(), "10.0.0.2".to_owned()),
+            ("ExternalIP".to_owned(), "203.0.113.2".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn additional_labels_are_filtered_and_never_overwrite() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let mut node = h.new_node("labels");
+    let name = node.metadata.name.clone().unwrap();
+    node.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("example.com/pool".into(), "set-by-user".into());
+    h.cloud.add_instance(
+        FakeInstance::new(&name)
+            .with_label("example.com/pool", "from-cloud")
+            .with_label("example.com/rack", "r7")
+            .with_label("kubernetes.io/arch", "sneaky")
+            .with_label("node.k8s.io/x", "sneaky"),
+    );
+    h.create_node(&node).await;
+    start(&h, fast());
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(label(&node, "example.com/pool"), Some("set-by-user"));
+    assert_eq!(label(&node, "example.com/rack"), Some("r7"));
+    assert_eq!(label(&node, "kubernetes.io/arch"), None);
+    assert_eq!(label(&node, "node.k8s.io/x"), None);
+}
+
+#[tokio::test]
+async fn addresses_are_refreshed_periodically() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.new_node("refresh");
+    let name = node.metadata.name.clone().unwrap();
+    h.cloud.add_instance(
+        FakeInstance::new(&name).with_addresses(vec![node_address("InternalIP", "10.5.0.1")]),
+    );
+    h.create_node(&node).await;
+    h.nodes()
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"addresses": [{"type": "Hostname", "address": "host-r"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    start(
+        &h,
+        fast().with_status_update_frequency(Duration::from_millis(500)),
+    );
+    h.wait_node(&name, WAIT, is_initialized).await;
+
+    h.cloud
+        .set_addresses(&name, vec![node_address("InternalIP", "10.5.0.2")]);
+    let node = h
+        .wait_node(&name, WAIT, |n| {
+            addresses(n).first().map(|a| a.1.as_str()) == Some("10.5.0.2")
+        })
+        .await;
+    assert_eq!(
+        addresses(&node),
+        vec![
+            ("InternalIP".to_owned(), "10.5.0.2".to_owned()),
+            ("Hostname".to_owned(), "host-r".to_owned())
+        ],
+        "the Hostname the cloud omits is kept"
+    );
+    // Unchanged addresses are not rewritten.
+    let writes = h.api.counters().count("PATCH", "nodes/status");
+    let calls = h.cloud.call_count(Method::InstanceMetadata);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        h.cloud.call_count(Method::InstanceMetadata) > calls,
+        "the loop kept asking"
+    );
+    assert_eq!(
+        h.api.counters().count("PATCH", "nodes/status"),
+        writes,
+        "no write without a change"
+    );
+}
+
+#[tokio::test]
+async fn cloud_errors_are_retried_with_warnings() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    h.cloud.inject_times(
+        Method::InstanceMetadata,
+        Fault::Error("cloud API unavailable".into()),
+        3,
+    );
+    let node = h.new_node("flaky");
+    let name = node.metadata.name.clone().unwrap();
+    h.create_node(&node).await;
+    start(&h, fast());
+    h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(h.cloud.call_count(Method::InstanceMetadata), 4);
+    let events = h.events_for(&name).await;
+    let warning = events
+        .iter()
+        .find(|(t, r, _)| t == "Warning" && r == REASON_INITIALIZATION_FAILED)
+        .expect("a warning event");
+    assert!(warning.2.contains("cloud API unavailable"), "{warning:?}");
+}
+
+#[tokio::test]
+async fn bad_cloud_answers_become_warnings_and_leave_the_node() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    h.cloud.set_metadata_hook(Some(Arc::new(|_, meta| {
+        Ok(Some(
+            meta.with_address(node_address("InternalIP", "not-an-ip")),
+        ))
+    })));
+    let node = h.new_node("bad-addr");
+    let name = node.metadata.name.clone().unwrap();
+    h.create_node(&node).await;
+
+    let mut bad_id = h.new_node("bad-id");
+    let bad_id_name = bad_id.metadata.name.clone().unwrap();
+    bad_id.spec = Some(NodeSpec {
+        provider_id: Some("no-scheme-id".into()),
+        ..bad_id.spec.clone().unwrap()
+    });
+    h.create_node(&bad_id).await;
+    start(&h, fast());
+
+    let note = h
+        .wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
+        .await;
+    assert!(
+        note.contains("invalid address") && note.contains("not-an-ip"),
+        "{note}"
+    );
+    let note = h
+        .wait_event(&bad_id_name, REASON_INITIALIZATION_FAILED, WAIT)
+        .await;
+    assert!(note.contains("no-scheme-id"), "{note}");
+    for n in [&name, &bad_id_name] {
+        let node = h.nodes().get(n).await.unwrap();
+        assert!(!is_initialized(&node), "{n} keeps its taint");
+        assert!(
+            label(&node, LABEL_TOPOLOGY_ZONE).is_none(),
+            "{n} was not written"
+        );
+    }
+}
+
+#[tokio::test]
+async fn legacy_instances_with_zones_initialize_nodes() {
+    let cloud = FakeCloud::new();
+    cloud.set_instances_shape(InstancesShape::Legacy);
+    let h = Harness::new(cloud).await;
+    let node = h.new_node("legacy");
+    let name = node.metadata.name.clone().unwrap();
+    h.cloud.add_instance(
+        FakeInstance::new(&name)
+            .with_id("v1-7")
+            .with_type("old")
+            .with_zone("za", "ra"),
+    );
+    h.create_node(&node).await;
+    start(&h, fast());
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node).as_deref(), Some("fake://v1-7"));
+    assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("old"));
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("za"));
+    assert_eq!(label(&node, LABEL_TOPOLOGY_REGION), Some("ra"));
+    assert_eq!(
+        h.cloud.call_count(Method::InstanceMetadata),
+        0,
+        "the legacy shape was used"
+    );
+}
+
+#[tokio::test]
+async fn initialized_nodes_get_ga_labels_from_beta_ones() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let mut node = h.new_node("beta");
+    let name = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().taints = None;
+    node.metadata.labels.as_mut().unwrap().extend([
+        (
+            LABEL_FAILURE_DOMAIN_BETA_ZONE.to_owned(),
+            "old-zone".to_owned(),
+        ),
+        (LABEL_TOPOLOGY_ZONE.to_owned(), "stale".to_owned()),
+    ]);
+    h.create_node(&node).await;
+    start(&h, fast());
+    let node = h
+        .wait_node(&name, WAIT, |n| {
+            label(n, LABEL_TOPOLOGY_ZONE) == Some("old-zone")
+        })
+        .await;
+    assert_eq!(
+        label(&node, LABEL_FAILURE_DOMAIN_BETA_ZONE),
+        Some("old-zone")
+    );
+    assert_eq!(
+        h.cloud.call_count(Method::InstanceMetadata),
+        0,
+        "initialised Nodes are not re-initialised"
+    );
+}
+
+#[tokio::test]
+async fn a_concurrent_taint_change_is_not_overwritten() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    // The cloud is slow; while it thinks, someone adds a taint.
+    h.cloud.set_latency(Duration::from_millis(1500));
+    let node = h.new_node("race");
+    let name = node.metadata.name.clone().unwrap();
+    h.create_node(&node).await;
+    start(&h, fast());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h.cloud.call_count(Method::InstanceMetadata) == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.nodes()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "add", "path": "/spec/taints/-", "value": {"key": "example.com/added-meanwhile", "effect": "NoSchedule"}}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(own_taint_keys(&node), vec!["example.com/added-meanwhile"]);
+    assert_eq!(
+        h.cloud.call_count(Method::InstanceMetadata),
+        1,
+        "the retry reused the answer"
+    );
+}
+
+#[tokio::test]
+async fn a_node_without_labels_is_initialized_in_three_requests() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let mut node = h.new_node("bare");
+    let name = node.metadata.name.clone().unwrap();
+    node.metadata.labels = None;
+    h.create_node(&node).await;
+    // No labels to select on: watch this one Node by name.
+    let informer = ccm_runtime::informer::Informer::new(
+        kube::Api::all(h.client.clone()),
+        kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}")),
+        ccm_runtime::informer::trim_node,
+    );
+    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
+    let controller =
+        CloudNodeController::new(h.client.clone(), &provider, informer.clone(), fast())
+            .expect("instances supported");
+    h.start_informer(&informer);
+    tokio::spawn(controller.run(h.cancel.clone()));
+
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
+    h.wait_event(&name, REASON_SYNCED, WAIT).await;
+    // The labels are added as a whole map guarded by the resourceVersion the status patch
+    // returned: no conflict, no re-read.
+    assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
+    assert_eq!(h.api.counters().count("PATCH", "nodes"), 1);
+    assert_eq!(h.api.counters().count("GET", "nodes"), 0);
+}

@@ -1,0 +1,1158 @@
+//! The service controller against a real kube-apiserver + etcd, with the fake cloud.
+//!
+//! Each test has its own namespace (its Services) and its own labelled Nodes, so the tests
+//! of this binary share one control plane and run concurrently.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ccm_fake_cloud::{FakeCloud, FakeLoadBalancer, Fault, Method};
+use ccm_provider::well_known::{
+    FINALIZER_LOAD_BALANCER_CLEANUP, LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS,
+    TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
+};
+use ccm_provider::{CloudProvider, CloudResult, LoadBalancer, default_load_balancer_name};
+use ccm_runtime::controllers::service::{
+    REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING, REASON_SYNC_FAILED,
+    REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED, ServiceController,
+    ServiceControllerConfig, ServiceKey,
+};
+use ccm_runtime::metrics::{ControllerMetrics, Metrics};
+use ccm_runtime::workqueue::{Queue, RateLimit};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::*;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+const CLUSTER: &str = "ccm-test";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Fast settings for tests: small backoff, short debounce, no periodic node sync.
+fn config() -> ServiceControllerConfig {
+    ServiceControllerConfig::default()
+        .with_workers(2)
+        .with_cluster_name(CLUSTER)
+        .with_rate_limit(RateLimit::exponential(ms(100), ms(2000)))
+        .with_node_sync_debounce(ms(200))
+        .with_node_sync_period(None)
+}
+
+/// A running controller with its own informers, stopped by `cancel` or by aborting `task`.
+struct Running {
+    queue: Queue<ServiceKey>,
+    metrics: ControllerMetrics,
+    registry: Metrics,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the controller as a crash or a lost lease would: its future is dropped
+    /// wherever it is, in the middle of a cloud call if need be.
+    async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        self.cancel.cancel();
+    }
+}
+
+/// Starts a controller with its own informers, and returns once they have listed (so the
+/// Services a test creates afterwards reach the controller as events, in order).
+async fn start(
+    h: &Harness,
+    namespace: &str,
+    provider: Arc<dyn CloudProvider>,
+    config: ServiceControllerConfig,
+) -> Running {
+    let cancel = h.cancel.child_token();
+    let services = h.service_informer(namespace);
+    let nodes = h.node_informer();
+    let registry = Metrics::new();
+    let metrics = registry.controllers().clone();
+    let controller = ServiceController::new(
+        h.client.clone(),
+        &provider,
+        services.clone(),
+        nodes.clone(),
+        config.with_metrics(metrics.clone()),
+    )
+    .expect("load balancers supported");
+    let queue = controller.queue().clone();
+    h.run_service_informer(&services, cancel.clone());
+    h.run_node_informer(&nodes, cancel.clone());
+    let task = tokio::spawn(controller.run(cancel.clone()));
+    let synced = tokio::time::timeout(WAIT, async {
+        services.wait_synced().await && nodes.wait_synced().await
+    });
+    assert!(synced.await.expect("informers synced in time"));
+    Running {
+        queue,
+        metrics,
+        registry,
+        cancel,
+        task,
+    }
+}
+
+/// How many node-sync passes ran, read from the exported metrics text.
+fn node_sync_passes(ctl: &Running) -> u64 {
+    let text = ctl.registry.encode();
+    text.lines()
+        .find_map(|l| l.strip_prefix("service_controller_nodesync_latency_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no nodesync latency count in:\n{text}"))
+}
+
+fn fake(h: &Harness) -> Arc<dyn CloudProvider> {
+    h.cloud.clone()
+}
+
+async fn create_service(h: &Harness, ns: &str, svc: &Service) -> Service {
+    h.services(ns)
+        .create(&PostParams::default(), svc)
+        .await
+        .expect("create service")
+}
+
+async fn patch_service(h: &Harness, ns: &str, name: &str, patch: serde_json::Value) -> Service {
+    h.services(ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("patch service")
+}
+
+/// A Node of this run with a provider ID.
+async fn create_node(h: &Harness, prefix: &str) -> String {
+    let mut node = h.new_node(prefix);
+    let name = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().provider_id = Some(format!("fake://{name}"));
+    h.create_node(&node).await;
+    name
+}
+
+async fn patch_node(h: &Harness, name: &str, patch: serde_json::Value) {
+    h.nodes()
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("patch node");
+}
+
+fn lb_of(h: &Harness, svc: &Service) -> Option<FakeLoadBalancer> {
+    h.cloud.load_balancer(&default_load_balancer_name(svc))
+}
+
+/// Waits until `check` holds.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
+/// Waits until the fake cloud's load balancer of `svc` has exactly `nodes`.
+async fn until_lb_nodes(h: &Harness, svc: &Service, nodes: &[&String]) {
+    let mut want: Vec<String> = nodes.iter().map(|n| (*n).clone()).collect();
+    want.sort();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = lb_of(h, svc).map(|lb| lb.nodes.to_vec());
+        if got.as_ref() == Some(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "load balancer nodes: want {want:?}, got {got:?}"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
+/// The fake cloud's calls of `method` about `ns/name`.
+fn calls_for(h: &Harness, method: Method, ns: &str, name: &str) -> usize {
+    let target = format!("{ns}/{name}");
+    h.cloud
+        .calls()
+        .iter()
+        .filter(|c| c.method == method && c.target == target)
+        .count()
+}
+
+fn has_ingress(svc: &Service) -> bool {
+    !ingress_of(svc).is_empty()
+}
+
+#[tokio::test]
+async fn creates_a_load_balancer_then_follows_a_port_edit() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-create").await.unwrap();
+    let n1 = create_node(&h, "create").await;
+    let n2 = create_node(&h, "create").await;
+    let ctl = start(&h, &ns, fake(&h), config()).await;
+    let created = create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    assert!(has_lb_finalizer(&svc));
+    let lb = lb_of(&h, &svc).expect("a load balancer named after the UID");
+    assert_eq!(lb.cluster_name, CLUSTER);
+    assert_eq!(lb.service, format!("{ns}/web"));
+    let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+        .node_port
+        .unwrap();
+    assert_eq!(lb.ports, vec![format!("TCP:80->{node_port}")]);
+    let mut want_nodes = vec![n1.clone(), n2.clone()];
+    want_nodes.sort();
+    assert_eq!(
+        *lb.nodes, want_nodes,
+        "every eligible Node, readiness aside"
+    );
+    assert_eq!(ingress_of(&svc), vec![lb.ingress_ip.clone()]);
+    assert_eq!(svc.metadata.uid, created.metadata.uid);
+    h.wait_event_in(&ns, "web", REASON_ENSURING, WAIT).await;
+    h.wait_event_in(&ns, "web", REASON_ENSURED, WAIT).await;
+    assert_eq!(h.cloud.call_count(Method::EnsureLoadBalancer), 1);
+    assert_eq!(h.cloud.call_count(Method::UpdateLoadBalancer), 0);
+    assert_eq!(
+        h.api.counters().count("PATCH", "services"),
+        1,
+        "the finalizer"
+    );
+    assert_eq!(
+        h.api.counters().count("PATCH", "services/status"),
+        1,
+        "the ingress"
+    );
+
+    // A port edit: the load balancer is ensured again with the new port; the ingress is
+    // the same, so the status is not written again.
+    let mut ports = svc.spec.as_ref().unwrap().ports.clone().unwrap();
+    ports[0].port = 8080;
+    patch_service(&h, &ns, "web", json!({"spec": {"ports": ports}})).await;
+    until("the load balancer has the new port", || {
+        lb_of(&h, &svc).is_some_and(|lb| lb.ports == vec![format!("TCP:8080->{node_port}")])
+    })
+    .await;
+    until("the second ensure is over", || {
+        h.cloud.call_count(Method::EnsureLoadBalancer) == 2
+    })
+    .await;
+    // The second EnsuredLoadBalancer comes after the ensure; once it is there, nothing more
+    // is written.
+    let deadline = Instant::now() + WAIT;
+    while h.event_count(&ns, "web", REASON_ENSURED).await < 2 {
+        assert!(Instant::now() < deadline, "no second EnsuredLoadBalancer");
+        tokio::time::sleep(ms(50)).await;
+    }
+    let svc = h.services(&ns).get("web").await.unwrap();
+    assert_eq!(ingress_of(&svc), vec![lb.ingress_ip.clone()]);
+    assert_eq!(h.api.counters().count("PATCH", "services/status"), 1);
+    assert_eq!(h.api.counters().count("PATCH", "services"), 1);
+    assert_eq!(h.cloud.load_balancers().len(), 1);
+    assert_eq!(ctl.metrics.loadbalancer_sync.get(), 2, "two ensures");
+}
+
+#[tokio::test]
+async fn type_change_away_deletes_the_load_balancer_finalizer_and_status() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-type").await.unwrap();
+    create_node(&h, "type").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    assert!(lb_of(&h, &svc).is_some());
+
+    patch_service(&h, &ns, "web", json!({"spec": {"type": "ClusterIP"}})).await;
+    let after = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            !has_lb_finalizer(s) && ingress_of(s).is_empty()
+        })
+        .await;
+    assert!(lb_of(&h, &svc).is_none(), "the load balancer is gone");
+    assert_eq!(after.metadata.uid, svc.metadata.uid);
+    h.wait_event_in(&ns, "web", REASON_DELETING, WAIT).await;
+    h.wait_event_in(&ns, "web", REASON_DELETED, WAIT).await;
+    let note = h.wait_event_in(&ns, "web", "Type", WAIT).await;
+    assert_eq!(note, "LoadBalancer -> ClusterIP");
+    assert_eq!(h.cloud.call_count(Method::EnsureLoadBalancerDeleted), 1);
+}
+
+#[tokio::test]
+async fn deleting_a_service_deletes_its_load_balancer_before_the_finalizer_goes() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-delete").await.unwrap();
+    create_node(&h, "delete").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+
+    // Another controller's finalizer keeps the Service visible after ours is removed.
+    let mut kept = lb_service("kept", &[("http", 80)]);
+    kept.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    create_service(&h, &ns, &kept).await;
+    create_service(&h, &ns, &lb_service("plain", &[("http", 80)])).await;
+    let kept = h.wait_service(&ns, "kept", WAIT, has_ingress).await;
+    assert_eq!(
+        kept.metadata.finalizers.as_deref().unwrap(),
+        ["example.com/keep", FINALIZER_LOAD_BALANCER_CLEANUP],
+        "ours is appended, the other kept"
+    );
+    let plain = h.wait_service(&ns, "plain", WAIT, has_ingress).await;
+
+    h.services(&ns)
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleting = h
+        .wait_service(&ns, "kept", WAIT, |s| !has_lb_finalizer(s))
+        .await;
+    // Our finalizer went only after the load balancer was gone.
+    assert!(lb_of(&h, &kept).is_none());
+    assert_eq!(
+        deleting.metadata.finalizers.as_deref().unwrap(),
+        ["example.com/keep"]
+    );
+    let deleting = h
+        .wait_service(&ns, "kept", WAIT, |s| ingress_of(s).is_empty())
+        .await;
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    h.wait_event_in(&ns, "kept", REASON_DELETED, WAIT).await;
+    patch_service(&h, &ns, "kept", json!({"metadata": {"finalizers": null}})).await;
+    h.wait_service_gone(&ns, "kept", WAIT).await;
+
+    // Without another finalizer the Service is gone once the load balancer is.
+    h.services(&ns)
+        .delete("plain", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_service_gone(&ns, "plain", WAIT).await;
+    assert!(lb_of(&h, &plain).is_none());
+    assert!(h.cloud.load_balancers().is_empty());
+    h.wait_event_in(&ns, "plain", REASON_DELETED, WAIT).await;
+}
+
+#[tokio::test]
+async fn a_load_balancer_class_gets_no_cloud_call_and_no_nodes_warn() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-class").await.unwrap();
+    // One worker: Services are synced in the order they came, so once the second one is
+    // done, the first would have been too.
+    let _ctl = start(&h, &ns, fake(&h), config().with_workers(1)).await;
+    let mut classed = lb_service("classed", &[("http", 80)]);
+    classed.spec.as_mut().unwrap().load_balancer_class = Some("example.com/other-lb".into());
+    create_service(&h, &ns, &classed).await;
+    create_service(&h, &ns, &lb_service("plain", &[("http", 80)])).await;
+
+    // No Node at all: a Warning, and the load balancer is ensured anyway.
+    let plain = h.wait_service(&ns, "plain", WAIT, has_ingress).await;
+    let note = h
+        .wait_event_in(&ns, "plain", REASON_UNAVAILABLE, WAIT)
+        .await;
+    assert_eq!(note, "There are no available nodes for LoadBalancer");
+    assert!(lb_of(&h, &plain).unwrap().nodes.is_empty());
+
+    let classed = h.services(&ns).get("classed").await.unwrap();
+    assert!(!has_lb_finalizer(&classed));
+    assert!(ingress_of(&classed).is_empty());
+    let target = format!("{ns}/classed");
+    assert!(
+        h.cloud.calls().iter().all(|c| c.target != target),
+        "no cloud call about the classed Service: {:?}",
+        h.cloud.calls()
+    );
+    assert!(h.events_in(&ns, "classed").await.is_empty());
+}
+
+#[tokio::test]
+async fn node_changes_update_the_load_balancer_with_the_new_set() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-nodes").await.unwrap();
+    let n1 = create_node(&h, "nodes").await;
+    let n2 = create_node(&h, "nodes").await;
+    let ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    until_lb_nodes(&h, &svc, &[&n1, &n2]).await;
+    let updates = || h.cloud.call_count(Method::UpdateLoadBalancer);
+    assert_eq!(updates(), 0);
+
+    // A new Node (without a provider ID yet).
+    let mut node = h.new_node("nodes");
+    let n3 = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().taints = None;
+    h.create_node(&node).await;
+    until_lb_nodes(&h, &svc, &[&n1, &n2, &n3]).await;
+    assert_eq!(updates(), 1);
+    h.wait_event_in(&ns, "web", REASON_UPDATED, WAIT).await;
+
+    // Its provider ID arrives: the set (name → provider ID) changed.
+    patch_node(
+        &h,
+        &n3,
+        json!({"spec": {"providerID": format!("fake://{n3}")}}),
+    )
+    .await;
+    until("an update for the provider ID", || updates() == 2).await;
+
+    // The exclude label.
+    patch_node(
+        &h,
+        &n1,
+        json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "true"}}}),
+    )
+    .await;
+    until_lb_nodes(&h, &svc, &[&n2, &n3]).await;
+    assert_eq!(updates(), 3);
+
+    // The cluster-autoscaler's taint.
+    patch_node(
+        &h,
+        &n2,
+        json!({"spec": {"taints": [{"key": TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER, "value": "1700000000", "effect": "NoSchedule"}]}}),
+    )
+    .await;
+    until_lb_nodes(&h, &svc, &[&n3]).await;
+    assert_eq!(updates(), 4);
+
+    // A Ready flip is no reason to call the cloud, and the NotReady Node stays in. Then an
+    // exclude label that parses as false brings n1 back: exactly one more update.
+    h.nodes()
+        .patch_status(
+            &n3,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Test"}]}})),
+        )
+        .await
+        .unwrap();
+    patch_node(
+        &h,
+        &n1,
+        json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "false"}}}),
+    )
+    .await;
+    until_lb_nodes(&h, &svc, &[&n1, &n3]).await;
+    assert_eq!(updates(), 5);
+
+    // An empty label value excludes, as does deleting the Node: no Node left.
+    patch_node(
+        &h,
+        &n1,
+        json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""}}}),
+    )
+    .await;
+    h.nodes()
+        .delete(&n3, &DeleteParams::default())
+        .await
+        .unwrap();
+    until_lb_nodes(&h, &svc, &[]).await;
+    h.wait_event_in(&ns, "web", REASON_UNAVAILABLE, WAIT).await;
+
+    let counts = h.cloud.call_counts();
+    assert_eq!(
+        counts.get(&Method::EnsureLoadBalancer),
+        Some(&1),
+        "{counts:?}"
+    );
+    assert_eq!(counts.get(&Method::GetLoadBalancer), None, "{counts:?}");
+    assert_eq!(ctl.metrics.nodesync_error.get(), 0);
+}
+
+#[tokio::test]
+async fn a_burst_of_node_adds_costs_few_updates() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-burst").await.unwrap();
+    let first = create_node(&h, "burst").await;
+    let debounce = Duration::from_secs(1);
+    let ctl = start(
+        &h,
+        &ns,
+        fake(&h),
+        config().with_node_sync_debounce(debounce),
+    )
+    .await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    until_lb_nodes(&h, &svc, &[&first]).await;
+    let passes_before = node_sync_passes(&ctl);
+
+    let started = Instant::now();
+    let mut names = vec![first];
+    for _ in 0..50 {
+        names.push(create_node(&h, "burst").await);
+    }
+    let creating = started.elapsed();
+    let all: Vec<&String> = names.iter().collect();
+    until_lb_nodes(&h, &svc, &all).await;
+    let updates = h.cloud.call_count(Method::UpdateLoadBalancer);
+    let passes = node_sync_passes(&ctl) - passes_before;
+    // 50 Node events. Passes start at least a debounce apart, so however slow the machine,
+    // there are at most (creation time / debounce) + 3 of them (the trailing one, and one
+    // each side of the window), each with at most one update for this load balancer.
+    let bound = (creating.as_secs_f64() / debounce.as_secs_f64()).floor() as u64 + 3;
+    println!("50 Node adds in {creating:?}: {passes} node-sync passes, {updates} updates");
+    assert!(
+        passes <= bound,
+        "{passes} passes for 50 Node adds in {creating:?} (debounce {debounce:?})"
+    );
+    assert!(updates <= passes, "{updates} updates, {passes} passes");
+    assert!(updates >= 1);
+    assert!(updates < 10, "{updates} updates for 50 Node adds");
+}
+
+/// The fake cloud with hooks: records when each `ensure_load_balancer` was called, and can
+/// hang a Service's ensure before or after the cloud acts.
+struct TestCloud {
+    fake: Arc<FakeCloud>,
+    hooks: Mutex<Hooks>,
+}
+
+#[derive(Default)]
+struct Hooks {
+    ensure_calls: Vec<(String, Instant)>,
+    hang_before: HashSet<String>,
+    hang_after: HashSet<String>,
+    /// Hands the cloud only the TCP ports, as a provider that cannot balance others would.
+    tcp_only: bool,
+    /// Runs (once) inside the next `ensure_load_balancer_deleted`, before the cloud acts.
+    before_delete: Option<futures::future::BoxFuture<'static, ()>>,
+}
+
+impl TestCloud {
+    fn new(fake: Arc<FakeCloud>) -> Arc<Self> {
+        Arc::new(Self {
+            fake,
+            hooks: Mutex::default(),
+        })
+    }
+
+    fn hooks(&self) -> std::sync::MutexGuard<'_, Hooks> {
+        self.hooks.lock().unwrap()
+    }
+
+    /// The times `ensure_load_balancer` was called for the Service `name`.
+    fn ensure_times(&self, name: &str) -> Vec<Instant> {
+        self.hooks()
+            .ensure_calls
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+}
+
+impl CloudProvider for TestCloud {
+    fn provider_name(&self) -> &str {
+        "fake"
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for TestCloud {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        self.fake.get_load_balancer(cluster_name, service).await
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        let name = service.metadata.name.clone().unwrap_or_default();
+        let (before, after, tcp_only) = {
+            let mut hooks = self.hooks();
+            hooks.ensure_calls.push((name.clone(), Instant::now()));
+            (
+                hooks.hang_before.contains(&name),
+                hooks.hang_after.contains(&name),
+                hooks.tcp_only,
+            )
+        };
+        let mut service = service.clone();
+        if tcp_only && let Some(ports) = service.spec.as_mut().and_then(|s| s.ports.as_mut()) {
+            ports.retain(|p| p.protocol.as_deref() == Some("TCP"));
+        }
+        if before {
+            std::future::pending::<()>().await;
+        }
+        let result = self
+            .fake
+            .ensure_load_balancer(cluster_name, &service, nodes)
+            .await;
+        if after {
+            std::future::pending::<()>().await;
+        }
+        result
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        self.fake
+            .update_load_balancer(cluster_name, service, nodes)
+            .await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
+        let hook = self.hooks().before_delete.take();
+        if let Some(hook) = hook {
+            hook.await;
+        }
+        self.fake
+            .ensure_load_balancer_deleted(cluster_name, service)
+            .await
+    }
+}
+
+#[tokio::test]
+async fn cloud_failures_back_off_with_growing_delays_then_converge() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-backoff").await.unwrap();
+    create_node(&h, "backoff").await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    let base = ms(400);
+    let ctl = start(
+        &h,
+        &ns,
+        cloud.clone(),
+        config()
+            .with_workers(1)
+            .with_rate_limit(RateLimit::exponential(base, Duration::from_secs(30))),
+    )
+    .await;
+    h.cloud.inject_times(
+        Method::EnsureLoadBalancer,
+        Fault::Error("the cloud is down".into()),
+        3,
+    );
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    assert!(has_lb_finalizer(&svc));
+    assert!(lb_of(&h, &svc).is_some());
+
+    let times = cloud.ensure_times("web");
+    assert_eq!(times.len(), 4, "three failures, then success");
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    // The queue hands a key out no earlier than its backoff: 400ms, 800ms, 1600ms. (Upper
+    // bounds depend on the machine's load; only the lower ones are exact.)
+    for (i, gap) in gaps.iter().enumerate() {
+        let backoff = base * 2u32.pow(u32::try_from(i).unwrap());
+        assert!(
+            *gap >= backoff,
+            "gap {i} is {gap:?}, below its backoff {backoff:?}: {gaps:?}"
+        );
+    }
+    assert!(gaps[2] > gaps[0], "the delays grow: {gaps:?}");
+
+    // Three identical Warnings: the event, then its series at 2; the third is counted by
+    // the recorder and written with the series' next refresh (client-go's events library).
+    wait_event_count(&h, &ns, "web", REASON_SYNC_FAILED, 2).await;
+    let note = h.wait_event_in(&ns, "web", REASON_SYNC_FAILED, WAIT).await;
+    assert_eq!(
+        note,
+        "Error syncing load balancer: failed to ensure load balancer: the cloud is down"
+    );
+    h.wait_event_in(&ns, "web", REASON_ENSURED, WAIT).await;
+    assert_eq!(
+        ctl.queue.num_requeues(&ServiceKey::new(&ns, "web")),
+        0,
+        "success forgets the failures"
+    );
+    assert_eq!(ctl.queue.metrics().retries_total(), 3);
+}
+
+#[tokio::test]
+async fn retry_after_is_a_fixed_delay_without_backoff() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-retry-after").await.unwrap();
+    create_node(&h, "retry-after").await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    // A backoff far longer than the test: if RetryAfter were treated as an ordinary
+    // failure, the second attempt would come after 20s.
+    let ctl = start(
+        &h,
+        &ns,
+        cloud.clone(),
+        config().with_rate_limit(RateLimit::exponential(
+            Duration::from_secs(20),
+            Duration::from_secs(60),
+        )),
+    )
+    .await;
+    h.cloud
+        .inject_times(Method::EnsureLoadBalancer, Fault::RetryAfter(ms(300)), 3);
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let times = cloud.ensure_times("web");
+    assert_eq!(times.len(), 4);
+    for gap in times.windows(2).map(|w| w[1] - w[0]) {
+        assert!(gap >= ms(300), "{gap:?}");
+        assert!(gap < Duration::from_secs(15), "{gap:?}: no backoff growth");
+    }
+    assert_eq!(ctl.queue.metrics().retries_total(), 0, "never rate-limited");
+    wait_event_count(&h, &ns, "web", REASON_SYNC_FAILED, 2).await;
+}
+
+/// Waits until the events with `reason` about `ns/name` count `want` on the server (they
+/// are written asynchronously), then checks that no more arrive.
+async fn wait_event_count(h: &Harness, ns: &str, name: &str, reason: &str, want: i32) {
+    let deadline = Instant::now() + WAIT;
+    while h.event_count(ns, name, reason).await < want {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {want} {reason} events"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(h.event_count(ns, name, reason).await, want);
+}
+
+#[tokio::test]
+async fn implemented_elsewhere_is_success_without_status_or_event() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-elsewhere").await.unwrap();
+    create_node(&h, "elsewhere").await;
+    let _ctl = start(&h, &ns, fake(&h), config().with_workers(1)).await;
+    h.cloud
+        .inject_times(Method::EnsureLoadBalancer, Fault::ImplementedElsewhere, 1);
+    create_service(&h, &ns, &lb_service("elsewhere", &[("http", 80)])).await;
+    create_service(&h, &ns, &lb_service("here", &[("http", 80)])).await;
+    // One worker, in order: once "here" is done, "elsewhere" was synced before it.
+    h.wait_service(&ns, "here", WAIT, has_ingress).await;
+    h.wait_event_in(&ns, "here", REASON_ENSURED, WAIT).await;
+
+    let svc = h.services(&ns).get("elsewhere").await.unwrap();
+    assert!(has_lb_finalizer(&svc), "the finalizer came before the call");
+    assert!(ingress_of(&svc).is_empty());
+    assert_eq!(
+        calls_for(&h, Method::EnsureLoadBalancer, &ns, "elsewhere"),
+        1,
+        "no retry"
+    );
+    let reasons: Vec<String> = h
+        .events_in(&ns, "elsewhere")
+        .await
+        .into_iter()
+        .map(|(_, reason, _, _)| reason)
+        .collect();
+    assert_eq!(reasons, [REASON_ENSURING]);
+}
+
+#[tokio::test]
+async fn invalid_ingress_from_the_provider_is_never_written() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-bad-ingress").await.unwrap();
+    create_node(&h, "bad-ingress").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    h.cloud.set_ingress_override(Some("not-an-ip".into()));
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+
+    let note = h.wait_event_in(&ns, "web", REASON_SYNC_FAILED, WAIT).await;
+    assert!(
+        note.contains("\"not-an-ip\" is not a valid IP address"),
+        "{note}"
+    );
+    until("a retry", || {
+        calls_for(&h, Method::EnsureLoadBalancer, &ns, "web") >= 2
+    })
+    .await;
+    let svc = h.services(&ns).get("web").await.unwrap();
+    assert!(ingress_of(&svc).is_empty(), "nothing written");
+    assert!(has_lb_finalizer(&svc));
+
+    // An empty entry is refused too. (Another Service: events.k8s.io series fold a
+    // later note with the same reason into the first event of the object.)
+    h.cloud.set_ingress_override(Some(String::new()));
+    create_service(&h, &ns, &lb_service("blank", &[("http", 80)])).await;
+    let note = h
+        .wait_event_in(&ns, "blank", REASON_SYNC_FAILED, WAIT)
+        .await;
+    assert!(
+        note.contains("ingress[0] has neither an IP nor a hostname"),
+        "{note}"
+    );
+    assert!(ingress_of(&h.services(&ns).get("blank").await.unwrap()).is_empty());
+    assert!(ingress_of(&h.services(&ns).get("web").await.unwrap()).is_empty());
+
+    // Once the provider answers properly, the Service converges.
+    h.cloud.set_ingress_override(None);
+    for name in ["web", "blank"] {
+        let svc = h.wait_service(&ns, name, WAIT, has_ingress).await;
+        assert_eq!(ingress_of(&svc), vec![lb_of(&h, &svc).unwrap().ingress_ip]);
+    }
+}
+
+#[tokio::test]
+async fn a_service_without_ports_cannot_reach_the_provider() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-no-ports").await.unwrap();
+    // The API server refuses a LoadBalancer Service without ports.
+    let err = h
+        .services(&ns)
+        .create(&PostParams::default(), &lb_service("none", &[]))
+        .await
+        .expect_err("the API server requires ports");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_service_the_provider_sees_without_ports_is_warned_and_retried() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-no-tcp").await.unwrap();
+    create_node(&h, "no-tcp").await;
+    // A provider that balances TCP only sees a UDP-only Service as one without ports, and
+    // the fake cloud refuses it.
+    let cloud = TestCloud::new(h.cloud.clone());
+    cloud.hooks().tcp_only = true;
+    let _ctl = start(&h, &ns, cloud.clone(), config()).await;
+    let mut svc = lb_service("dns", &[("dns", 53)]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+    create_service(&h, &ns, &svc).await;
+
+    let note = h.wait_event_in(&ns, "dns", REASON_SYNC_FAILED, WAIT).await;
+    assert!(
+        note.ends_with("has no ports: a load balancer needs at least one"),
+        "{note}"
+    );
+    until("retries with backoff", || {
+        cloud.ensure_times("dns").len() >= 3
+    })
+    .await;
+    let svc = h.services(&ns).get("dns").await.unwrap();
+    assert!(has_lb_finalizer(&svc));
+    assert!(ingress_of(&svc).is_empty());
+    assert!(lb_of(&h, &svc).is_none());
+
+    // A TCP port is added: the Service converges.
+    let mut ports = svc.spec.as_ref().unwrap().ports.clone().unwrap();
+    ports.push(k8s_openapi::api::core::v1::ServicePort {
+        name: Some("dns-tcp".into()),
+        port: 53,
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    });
+    patch_service(&h, &ns, "dns", json!({"spec": {"ports": ports}})).await;
+    let svc = h.wait_service(&ns, "dns", WAIT, has_ingress).await;
+    assert_eq!(lb_of(&h, &svc).unwrap().ports.len(), 1);
+}
+
+#[tokio::test]
+async fn a_concurrent_finalizer_edit_is_kept() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-finalizers").await.unwrap();
+    create_node(&h, "finalizers").await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    let _ctl = start(&h, &ns, cloud.clone(), config()).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+
+    // While the load balancer is being deleted (the type changed away), another controller
+    // adds its finalizer: the controller's copy of the list is stale when it removes ours.
+    let services = h.services(&ns);
+    cloud.hooks().before_delete = Some(Box::pin(async move {
+        services
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP, "example.com/late"]}})),
+            )
+            .await
+            .expect("add a finalizer");
+    }));
+    patch_service(&h, &ns, "web", json!({"spec": {"type": "ClusterIP"}})).await;
+    let after = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            !has_lb_finalizer(s) && ingress_of(s).is_empty()
+        })
+        .await;
+    assert!(cloud.hooks().before_delete.is_none(), "the edit happened");
+    assert_eq!(
+        after.metadata.finalizers.as_deref().unwrap(),
+        ["example.com/late"],
+        "the other finalizer is kept"
+    );
+    assert!(lb_of(&h, &svc).is_none());
+    // The first removal found the list changed, re-read it, and removed ours only. (A
+    // second sync, queued by the other controller's edit, may re-read once more.)
+    assert!(h.api.counters().count("GET", "services") >= 1);
+}
+
+#[tokio::test]
+async fn node_update_failures_warn_and_retry_unless_the_load_balancer_is_gone() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-update-fail").await.unwrap();
+    let n1 = create_node(&h, "update-fail").await;
+    let ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    until_lb_nodes(&h, &svc, &[&n1]).await;
+
+    // The update fails while the load balancer exists: a Warning, and the retry ensures
+    // the load balancer in full, with the new Node.
+    h.cloud.inject_times(
+        Method::UpdateLoadBalancer,
+        Fault::Error("update refused".into()),
+        1,
+    );
+    let n2 = create_node(&h, "update-fail").await;
+    let note = h
+        .wait_event_in(&ns, "web", REASON_UPDATE_FAILED, WAIT)
+        .await;
+    assert!(
+        note.starts_with("Error updating load balancer with new hosts ["),
+        "{note}"
+    );
+    assert!(note.ends_with("update refused"), "{note}");
+    until_lb_nodes(&h, &svc, &[&n1, &n2]).await;
+    until("the full ensure after the failure", || {
+        h.cloud.call_count(Method::EnsureLoadBalancer) == 2
+    })
+    .await;
+    assert_eq!(ctl.metrics.nodesync_error.get(), 1);
+
+    // The load balancer vanishes behind the controller's back: a failed update of a load
+    // balancer that does not exist is no error (Go's rule), so no Warning and no retry.
+    h.cloud
+        .ensure_load_balancer_deleted(CLUSTER, &svc)
+        .await
+        .unwrap();
+    let updates = h.cloud.call_count(Method::UpdateLoadBalancer);
+    let gets = h.cloud.call_count(Method::GetLoadBalancer);
+    create_node(&h, "update-fail").await;
+    until("the update and the existence check", || {
+        h.cloud.call_count(Method::UpdateLoadBalancer) == updates + 1
+            && h.cloud.call_count(Method::GetLoadBalancer) == gets + 1
+    })
+    .await;
+    // Another Node: one more update, and still no retry of the first (which would have
+    // ensured the load balancer again, 100ms after the failure, before this pass).
+    create_node(&h, "update-fail").await;
+    until("the next update", || {
+        h.cloud.call_count(Method::UpdateLoadBalancer) == updates + 2
+    })
+    .await;
+    assert_eq!(h.cloud.call_count(Method::EnsureLoadBalancer), 2);
+    assert!(lb_of(&h, &svc).is_none());
+    assert_eq!(h.event_count(&ns, "web", REASON_UPDATE_FAILED).await, 1);
+    assert_eq!(ctl.metrics.nodesync_error.get(), 1);
+}
+
+#[tokio::test]
+async fn a_replaced_service_gets_the_old_load_balancer_deleted() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-replaced").await.unwrap();
+    create_node(&h, "replaced").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let old = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    assert!(lb_of(&h, &old).is_some());
+
+    // Someone removes our finalizer, deletes the Service and creates it again at once.
+    patch_service(&h, &ns, "web", json!({"metadata": {"finalizers": null}})).await;
+    h.services(&ns)
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+
+    let new = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            has_ingress(s) && s.metadata.uid != old.metadata.uid
+        })
+        .await;
+    until("the old load balancer is gone", || {
+        lb_of(&h, &old).is_none()
+    })
+    .await;
+    assert!(lb_of(&h, &new).is_some());
+    assert_eq!(h.cloud.load_balancers().len(), 1);
+    assert!(has_lb_finalizer(&new));
+}
+
+#[tokio::test]
+async fn a_controller_killed_mid_ensure_leaves_no_duplicate_and_no_orphan() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-restart").await.unwrap();
+    let node = create_node(&h, "restart").await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    let first = start(&h, &ns, cloud.clone(), config().with_workers(4)).await;
+
+    // "a" is done; "b" and "c" hang after the cloud made their load balancers (no status
+    // yet); "d" hangs before the cloud did anything.
+    create_service(&h, &ns, &lb_service("a", &[("http", 80)])).await;
+    let a = h.wait_service(&ns, "a", WAIT, has_ingress).await;
+    {
+        let mut hooks = cloud.hooks();
+        hooks.hang_after.extend(["b".to_owned(), "c".to_owned()]);
+        hooks.hang_before.insert("d".to_owned());
+    }
+    let mut created = Vec::new();
+    for name in ["b", "c", "d"] {
+        created.push(create_service(&h, &ns, &lb_service(name, &[("http", 80)])).await);
+    }
+    until(
+        "b and c have load balancers, d's ensure is in flight",
+        || {
+            lb_of(&h, &created[0]).is_some()
+                && lb_of(&h, &created[1]).is_some()
+                && !cloud.ensure_times("d").is_empty()
+        },
+    )
+    .await;
+    first.kill().await;
+
+    // The finalizer was there before each cloud call.
+    for name in ["a", "b", "c", "d"] {
+        let svc = h.services(&ns).get(name).await.unwrap();
+        assert!(has_lb_finalizer(&svc), "{name}");
+    }
+    let b = h.services(&ns).get("b").await.unwrap();
+    assert!(ingress_of(&b).is_empty(), "b's status was never written");
+    // While no controller runs, "a" and "b" are deleted: the finalizer holds them.
+    for name in ["a", "b"] {
+        h.services(&ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    {
+        let mut hooks = cloud.hooks();
+        hooks.hang_after.clear();
+        hooks.hang_before.clear();
+    }
+    let ensures_before = cloud.ensure_times("c").len();
+    let _second = start(&h, &ns, cloud.clone(), config().with_workers(4)).await;
+    h.wait_service_gone(&ns, "a", WAIT).await;
+    h.wait_service_gone(&ns, "b", WAIT).await;
+    let c = h.wait_service(&ns, "c", WAIT, has_ingress).await;
+    let d = h.wait_service(&ns, "d", WAIT, has_ingress).await;
+
+    assert!(lb_of(&h, &a).is_none(), "a's load balancer is not orphaned");
+    assert!(
+        lb_of(&h, &created[0]).is_none(),
+        "b's load balancer is not orphaned"
+    );
+    let mut lbs: Vec<String> = h
+        .cloud
+        .load_balancers()
+        .into_iter()
+        .map(|lb| lb.service)
+        .collect();
+    lbs.sort();
+    assert_eq!(
+        lbs,
+        [format!("{ns}/c"), format!("{ns}/d")],
+        "one each, no duplicate"
+    );
+    let lb_c = lb_of(&h, &c).unwrap();
+    assert_eq!(ingress_of(&c), vec![lb_c.ingress_ip.clone()]);
+    assert_eq!(*lb_c.nodes, std::slice::from_ref(&node));
+    assert_eq!(
+        cloud.ensure_times("c").len(),
+        ensures_before + 1,
+        "the new controller ensured c once"
+    );
+    assert!(lb_of(&h, &d).is_some());
+}
+
+#[tokio::test]
+async fn stopping_returns_while_cloud_calls_hang() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-stop").await.unwrap();
+    let cloud = TestCloud::new(h.cloud.clone());
+    cloud.hooks().hang_before.insert("web".to_owned());
+    let ctl = start(&h, &ns, cloud.clone(), config()).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    until("the ensure is in flight", || {
+        !cloud.ensure_times("web").is_empty()
+    })
+    .await;
+    // A graceful stop (shutdown, lost lease) abandons the sync stuck in the cloud.
+    ctl.cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(10), ctl.task)
+        .await
+        .expect("the controller stops although its cloud call hangs")
+        .unwrap();
+    assert!(ctl.queue.is_shut_down());
+}
+
+#[tokio::test]
+async fn the_service_annotator_writes_one_key_and_respects_the_uid() {
+    use ccm_provider::ServiceAnnotator;
+    const KEY: &str = "example.com/load-balancer-id";
+
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-annotator").await.unwrap();
+    let mut svc = lb_service("web", &[("http", 80)]);
+    svc.metadata.annotations = Some([("user.example.com/keep".to_owned(), "x".to_owned())].into());
+    let stale = create_service(&h, &ns, &svc).await;
+    // Someone adds an annotation our snapshot does not know about.
+    patch_service(
+        &h,
+        &ns,
+        "web",
+        json!({"metadata": {"annotations": {"other.example.com/late": "y"}}}),
+    )
+    .await;
+    let annotator = ServiceAnnotator::new(h.client.clone());
+    let before = h.api.counters().total();
+    annotator.set(&stale, KEY, "lb-1").await.unwrap();
+    let live = h.services(&ns).get("web").await.unwrap();
+    let annotations = live.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[KEY], "lb-1");
+    assert_eq!(annotations["user.example.com/keep"], "x");
+    assert_eq!(annotations["other.example.com/late"], "y");
+    // Already there: no request.
+    annotator.set(&live, KEY, "lb-1").await.unwrap();
+    assert_eq!(h.api.counters().total() - before, 1, "one patch, then none");
+
+    annotator.remove(&live, KEY).await.unwrap();
+    let live = h.services(&ns).get("web").await.unwrap();
+    let annotations = live.metadata.annotations.clone().unwrap();
+    assert!(!annotations.contains_key(KEY));
+    assert_eq!(annotations["user.example.com/keep"], "x");
+
+    // The Service was deleted and created again under the same name: the old snapshot's
+    // write is refused, the new object is untouched.
+    patch_service(&h, &ns, "web", json!({"metadata": {"finalizers": null}})).await;
+    h.services(&ns)
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_service_gone(&ns, "web", WAIT).await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let err = annotator.set(&live, KEY, "lb-old").await.unwrap_err();
+    let chain = ccm_provider::display_chain(&err);
+    assert!(chain.contains("metadata.uid"), "{chain}");
+    let new = h.services(&ns).get("web").await.unwrap();
+    let annotations = new.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key(KEY), "{annotations:?}");
+}

@@ -19,6 +19,11 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --all-features --locked
 
+step "public API (docs/public-api/*.txt)"
+for crate in ccm_core ccm_provider; do
+  scripts/public-api.py "$crate" --check
+done
+
 step "control-plane binaries (kube-apiserver, etcd, kubectl)"
 KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
 export KUBEBUILDER_ASSETS

@@ -6,9 +6,11 @@
 //! wins the leader election and runs the controllers chosen by `--controllers`: the four
 //! built-in ones and any [`Controller`] of your own, registered the same way.
 
+#[doc(inline)]
 pub use ccm_runtime::app::{
     AppError, CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, Capability,
     CloudControllerManager, Controller, ControllerContext, ControllerFuture, FlagError, Health,
     LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options, SERVICE_LB_CONTROLLER,
 };
+#[doc(inline)]
 pub use ccm_runtime::informer::{Change, Informer};

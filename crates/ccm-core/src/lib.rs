@@ -46,8 +46,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[doc(inline)]
-pub use ccm_provider as provider;
+pub mod provider;
 
 #[doc(inline)]
 pub use ccm_provider::well_known;

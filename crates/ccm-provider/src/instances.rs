@@ -308,7 +308,8 @@ mod tests {
 
     use super::*;
     use crate::mock::MockCloud;
-    use crate::{MockLegacyInstances, MockZones, Zone, node_address};
+    use crate::mock::{MockLegacyInstances, MockZones};
+    use crate::{Zone, node_address};
 
     fn node(name: &str, provider_id: Option<&str>) -> Node {
         let mut n = Node::default();

@@ -73,21 +73,14 @@ pub use self::instances::{
     Instances, LegacyInstances, LegacyInstancesAdapter, get_instance_provider_id, resolve_instances,
 };
 pub use self::load_balancer::{LoadBalancer, default_load_balancer_name};
-pub use self::metrics::{MetricsRegistry, prometheus_client};
+pub use self::metrics::MetricsRegistry;
+#[doc(no_inline)]
+pub use self::metrics::prometheus_client;
 pub use self::provider_id::{ProviderId, ProviderIdError};
 pub use self::registry::{ProviderFactory, ProviderRegistry, RegistryError};
 pub use self::routes::Routes;
 pub use self::types::{InstanceMetadata, Route, Zone, node_address};
 pub use self::zones::{Clusters, Zones};
-
-#[cfg(any(test, feature = "mock"))]
-pub use self::instances::{MockInstances, MockLegacyInstances};
-#[cfg(any(test, feature = "mock"))]
-pub use self::load_balancer::MockLoadBalancer;
-#[cfg(any(test, feature = "mock"))]
-pub use self::routes::MockRoutes;
-#[cfg(any(test, feature = "mock"))]
-pub use self::zones::{MockClusters, MockZones};
 
 /// What [`CloudProvider::initialize`] receives.
 #[derive(Clone)]

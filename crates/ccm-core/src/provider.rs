@@ -1,0 +1,32 @@
+//! The provider surface: what a cloud implements so the generic controllers can drive it.
+//!
+//! A provider is one type implementing [`CloudProvider`]. Each optional capability —
+//! [`Instances`], [`LegacyInstances`], [`Zones`], [`LoadBalancer`], [`Routes`],
+//! [`Clusters`] — is a trait of its own, reached through an accessor that returns `None`
+//! when the cloud does not support it; a controller whose capability is missing does not
+//! start. This is Go's `cloudprovider.Interface` with `(impl, bool)` turned into `Option`.
+//!
+//! Every call is `async` and takes `&self`: the controllers call a provider from many tasks
+//! at once, so implementations are `Send + Sync` and keep their own interior state behind
+//! locks. A call may be cancelled by dropping its future (on shutdown, or when leadership is
+//! lost), so a provider should not leave a half-made cloud resource it cannot find again:
+//! name or tag what it creates so the next call finds it.
+//!
+//! These items live in the `ccm-provider` crate, which depends on nothing else of ours;
+//! `ccm-core` with `default-features = false` is this module (plus [`well_known`](crate::well_known)
+//! and [`mock`](crate::mock)) alone.
+
+#[doc(inline)]
+pub use ccm_provider::{
+    BoxError, Clusters, CloudConfig, CloudError, CloudProvider, CloudResult, ConfigError,
+    InitContext, InstanceMetadata, Instances, LegacyInstances, LegacyInstancesAdapter,
+    LoadBalancer, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError,
+    ProviderRegistry, RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
+    default_load_balancer_name, display_chain, get_instance_provider_id, node_address,
+    resolve_instances,
+};
+
+/// The `prometheus-client` crate that [`MetricsRegistry`] is built on, for metrics of your
+/// own at the same version.
+#[doc(no_inline)]
+pub use ccm_provider::prometheus_client;

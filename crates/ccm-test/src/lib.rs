@@ -17,6 +17,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! To wait for the cluster to reach a state, poll it with [`eventually`]: it panics
+//! with what it waited for, and what it last saw, if the state does not come.
+//!
 //! The binaries are found as envtest finds them ([`Binaries::find`]); build
 //! them with `tools/control-plane/build.sh`. See `docs/control-plane.md`.
 #![forbid(unsafe_code)]
@@ -25,11 +28,13 @@ mod binaries;
 mod control_plane;
 mod pki;
 mod supervisor;
+mod wait;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, default_assets_dir};
 pub use control_plane::{ADMIN_USER, ControlPlane, ControlPlaneBuilder};
+pub use wait::{Outcome, POLL_INTERVAL, eventually};
 
 /// Errors from starting or using a [`ControlPlane`].
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ccm_test::{Binaries, ControlPlane, Error};
+use ccm_test::{Binaries, ControlPlane, Error, eventually};
 
 /// Set in the child process to the way it should end.
 const CHILD_MODE: &str = "CCM_TEST_CLEANUP_CHILD";
@@ -78,19 +78,16 @@ impl Footprint {
         assert!(self.dir.is_dir(), "{} is missing", self.dir.display());
     }
 
-    fn assert_gone_within(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
+    async fn assert_gone_within(&self, timeout: Duration) {
+        eventually("the control plane's clean-up", timeout, || async {
             let left = self.leftovers();
             if left.is_empty() {
-                return;
+                Ok(())
+            } else {
+                Err(format!("still there: {left:?}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "still there after {timeout:?}: {left:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
+        .await;
     }
 }
 
@@ -173,19 +170,19 @@ fn a_panicking_test_leaves_nothing_behind() {
     assert_eq!(footprint.leftovers(), Vec::<String>::new());
 }
 
-#[test]
-fn an_aborted_process_leaves_nothing_behind() {
+#[tokio::test]
+async fn an_aborted_process_leaves_nothing_behind() {
     let (footprint, status) = run_child("abort");
     assert!(!status.success());
     // Nothing ran in the child after the abort: its supervisor cleans up.
-    footprint.assert_gone_within(Duration::from_secs(30));
+    footprint.assert_gone_within(Duration::from_secs(30)).await;
 }
 
-#[test]
-fn an_exiting_process_with_the_shared_instance_leaves_nothing_behind() {
+#[tokio::test]
+async fn an_exiting_process_with_the_shared_instance_leaves_nothing_behind() {
     let (footprint, status) = run_child("exit");
     assert!(status.success());
-    footprint.assert_gone_within(Duration::from_secs(30));
+    footprint.assert_gone_within(Duration::from_secs(30)).await;
 }
 
 /// Not a test of its own: the body of the child processes above.

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ccm_test::{ControlPlane, unique_name};
+use ccm_test::{ControlPlane, eventually, unique_name};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, NodeSpec, Taint};
 use k8s_openapi::api::rbac::v1::{
@@ -41,25 +41,9 @@ fn status_code(result: Result<impl Sized, kube::Error>) -> Option<u16> {
     }
 }
 
-/// Retries `f` until it succeeds: RBAC changes reach the authorizer's cache
-/// within moments, not synchronously.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, kube::Error>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        match f().await {
-            Ok(value) => return value,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!("{what}: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("{what}: still failing after 20 s: {e}"),
-        }
-    }
-}
+/// How long an RBAC change may take to reach the authorizer's cache: moments, but not
+/// synchronously.
+const RBAC_WAIT: Duration = Duration::from_secs(20);
 
 fn node(name: &str) -> Node {
     Node {
@@ -285,7 +269,10 @@ async fn rbac_forbids_a_user_without_binding_and_allows_one_with() {
         .unwrap();
 
     let list = ListParams::default();
-    eventually("listing nodes as the bound group", || as_user.list(&list)).await;
+    eventually("listing nodes as the bound group", RBAC_WAIT, || {
+        as_user.list(&list)
+    })
+    .await;
     // Only what was granted: list, not get or delete.
     let some_node = unique_name("absent-node");
     assert_eq!(status_code(as_user.get(&some_node).await), Some(403));
@@ -357,9 +344,11 @@ async fn rbac_forbids_a_service_account_without_binding_and_allows_one_with() {
         .unwrap();
 
     let list = ListParams::default();
-    eventually("listing configmaps as the bound ServiceAccount", || {
-        as_account.list(&list)
-    })
+    eventually(
+        "listing configmaps as the bound ServiceAccount",
+        RBAC_WAIT,
+        || as_account.list(&list),
+    )
     .await;
     // The binding is namespaced: the default namespace stays closed.
     let elsewhere: Api<ConfigMap> = Api::namespaced(client, "default");

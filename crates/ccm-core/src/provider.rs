@@ -18,10 +18,10 @@
 
 #[doc(inline)]
 pub use ccm_provider::{
-    BoxError, Clusters, CloudConfig, CloudError, CloudProvider, CloudResult, ConfigError,
+    BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, ConfigError,
     InitContext, InstanceMetadata, Instances, LegacyInstances, LegacyInstancesAdapter,
-    LoadBalancer, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError,
-    ProviderRegistry, RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
+    LoadBalancer, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError, ProviderRegistry,
+    RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
     default_load_balancer_name, display_chain, get_instance_provider_id, node_address,
     resolve_instances,
 };

@@ -31,11 +31,11 @@
 //! # }
 //! ```
 
-use crate::{CloudProvider, Clusters, Instances, LegacyInstances, LoadBalancer, Routes, Zones};
 pub use crate::instances::{MockInstances, MockLegacyInstances};
 pub use crate::load_balancer::MockLoadBalancer;
 pub use crate::routes::MockRoutes;
 pub use crate::zones::{MockClusters, MockZones};
+use crate::{CloudProvider, Clusters, Instances, LegacyInstances, LoadBalancer, Routes, Zones};
 
 /// A [`CloudProvider`] made of mocks: each capability is supported when its mock is set.
 #[derive(Default)]

@@ -330,6 +330,28 @@ fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
 }
 
 impl Options {
+    /// Parses command-line arguments (the first is the program name) as the binary does,
+    /// for tests and for binaries that run the manager with
+    /// [`run_with_options`](super::CloudControllerManager::run_with_options).
+    ///
+    /// ```
+    /// use ccm_core::app::Options;
+    /// let o = Options::from_args(["ccm", "--cloud-provider=acme", "--leader-elect=false"]).unwrap();
+    /// assert_eq!(o.cloud_provider, "acme");
+    /// assert!(Options::from_args(["ccm", "--no-such-flag"]).is_err());
+    /// ```
+    pub fn from_args<I, T>(args: I) -> Result<Self, FlagError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        <Self as Parser>::try_parse_from(args).map_err(|e| {
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or_default();
+            bad("arguments", first.trim_start_matches("error: ").to_owned())
+        })
+    }
+
     /// Checks the values clap cannot: ranges and relations between flags. The route
     /// controller's `--cluster-cidr` is checked when that controller is built.
     pub fn validate(&self) -> Result<(), FlagError> {

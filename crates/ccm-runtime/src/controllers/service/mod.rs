@@ -54,9 +54,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{
-    HostsState, NodeSet, eligible_nodes, has_finalizer, hosts_stale, needs_cleanup, needs_update,
-    node_set, node_update_matters, takes_delete_branch, validate_ingress, wanted_on_add,
-    wants_load_balancer,
+    GoneStep, HostsState, Known, LbState, NodeSet, Step, eligible_nodes, has_finalizer,
+    hosts_stale, needs_cleanup, needs_update, node_set, node_update_matters, plan, plan_gone,
+    validate_ingress, wanted_on_add, wants_load_balancer,
 };
 use super::node_util::node_name;
 use crate::events::EventRecorder;
@@ -253,18 +253,6 @@ struct Record {
     syncing: bool,
 }
 
-enum LbState {
-    /// Not known to exist, nor known to be gone.
-    Unknown,
-    /// Ensured (or its Nodes updated) from this version of the Service, with these Nodes.
-    Applied {
-        service: Arc<Service>,
-        hosts: Arc<NodeSet>,
-    },
-    /// Deleted, finalizer removed.
-    Cleaned,
-}
-
 impl Record {
     fn new(service: Arc<Service>) -> Self {
         Self {
@@ -287,14 +275,27 @@ impl Record {
         }
     }
 
-    /// Whether this record's Service may have a load balancer to delete.
-    fn may_have_load_balancer(&self) -> bool {
-        match self.lb {
-            LbState::Cleaned => false,
-            LbState::Applied { .. } => true,
-            LbState::Unknown => wants_load_balancer(&self.service) || has_finalizer(&self.service),
+    /// What a sync decides from: a copy of the record, to read without the lock.
+    fn known(&self) -> Known {
+        Known {
+            service: self.service.clone(),
+            lb: self.lb.clone(),
+            failing: self.failing,
         }
     }
+}
+
+/// Marks the record of `service` as being synced, creating it, or replacing one of another
+/// UID with a new one.
+fn start_sync(records: &mut HashMap<ServiceKey, Record>, key: &ServiceKey, service: &Arc<Service>) {
+    let record = records
+        .entry(key.clone())
+        .or_insert_with(|| Record::new(service.clone()));
+    if record.service.metadata.uid != service.metadata.uid {
+        *record = Record::new(service.clone());
+    }
+    record.service = service.clone();
+    record.syncing = true;
 }
 
 /// Where the controller counts (Go's `service_controller_*` metrics); unregistered
@@ -587,20 +588,18 @@ impl Inner {
     /// The Service is gone from the cache: delete the load balancer its last version may
     /// have had.
     async fn sync_gone(&self, key: &ServiceKey) -> Result<(), SyncError> {
-        let last = {
-            let mut records = lock(&self.records);
-            match records.get_mut(key) {
-                None => return Ok(()),
-                Some(record) if !record.may_have_load_balancer() => {
-                    records.remove(key);
-                    return Ok(());
-                }
-                Some(record) => {
-                    record.syncing = true;
-                    record.service.clone()
-                }
+        let known = lock(&self.records).get(key).map(Record::known);
+        let last = match plan_gone(known.as_ref()) {
+            GoneStep::Nothing => return Ok(()),
+            GoneStep::Forget => {
+                lock(&self.records).remove(key);
+                return Ok(());
             }
+            GoneStep::DeleteLoadBalancer { last } => last,
         };
+        if let Some(record) = lock(&self.records).get_mut(key) {
+            record.syncing = true;
+        }
         let _guard = SyncingGuard {
             records: &self.records,
             key,
@@ -651,59 +650,51 @@ impl Inner {
     }
 
     async fn sync_present(&self, key: &ServiceKey, service: Arc<Service>) -> Result<(), SyncError> {
-        // A different UID under the same name: the Service was deleted and created again
-        // while we looked away. The old one's load balancer goes first.
-        let replaced = {
-            let records = lock(&self.records);
-            records
-                .get(key)
-                .filter(|r| r.service.metadata.uid != service.metadata.uid)
-                .filter(|r| r.may_have_load_balancer())
-                .map(|r| r.service.clone())
-        };
-        if let Some(old) = replaced {
-            tracing::info!(service = %key, "service was replaced; deleting the old load balancer first");
-            self.delete_load_balancer_of(&old).await?;
-            lock(&self.records).remove(key);
-        }
-
-        let fast_path_hosts = {
+        // What the controller knew of the Service when the sync began. Its own record (the
+        // same UID, or a new one) is marked as being synced at once, before the Nodes are
+        // read, so that a node-sync pass from here on queues the Service again; a record of
+        // another UID is left as it is until its load balancer has been dealt with.
+        let (known, marked) = {
             let mut records = lock(&self.records);
-            let record = records
-                .entry(key.clone())
-                .or_insert_with(|| Record::new(service.clone()));
-            if record.service.metadata.uid != service.metadata.uid {
-                *record = Record::new(service.clone());
+            let known = records.get(key).map(Record::known);
+            let own = known
+                .as_ref()
+                .is_none_or(|k| k.service.metadata.uid == service.metadata.uid);
+            if own {
+                start_sync(&mut records, key, &service);
             }
-            record.service = service.clone();
-            record.syncing = true;
-            match &record.lb {
-                LbState::Applied {
-                    service: applied,
-                    hosts,
-                } if !record.failing && needs_update(applied, &service).is_none() => {
-                    Some(hosts.clone())
-                }
-                _ => None,
-            }
+            (known, own)
         };
         let _guard = SyncingGuard {
             records: &self.records,
             key,
         };
+        let nodes = eligible_nodes(self.nodes.store().state());
+        let hosts = self.shared_hosts(&nodes);
+        let plan = plan(&service, known.as_ref(), &hosts);
 
-        if takes_delete_branch(&service) {
-            let result = self.delete_branch(key, service.clone()).await;
-            return self.sync_failed(&service, result).await;
+        // A different UID under the same name: the Service was deleted and created again
+        // while we looked away. The old one's load balancer goes first.
+        if let Some(old) = &plan.delete_replaced {
+            tracing::info!(service = %key, "service was replaced; deleting the old load balancer first");
+            self.delete_load_balancer_of(old).await?;
+            lock(&self.records).remove(key);
         }
-        match fast_path_hosts {
-            // Nothing the load balancer uses changed since it was ensured: at most its
-            // Nodes did.
-            Some(applied) => self.update_hosts(key, &service, &applied).await,
-            None => {
+        if !marked {
+            start_sync(&mut lock(&self.records), key, &service);
+        }
+
+        match plan.step {
+            Step::CleanUp => {
+                let result = self.delete_branch(key, service.clone()).await;
+                self.sync_failed(&service, result).await
+            }
+            Step::UpdateHosts => self.update_hosts(key, &service, &nodes, hosts).await,
+            Step::Ensure => {
                 let result = self.ensure_branch(key, service.clone()).await;
                 self.sync_failed(&service, result).await
             }
+            Step::Nothing => Ok(()),
         }
     }
 
@@ -868,19 +859,15 @@ impl Inner {
         }
     }
 
-    /// Points an ensured load balancer at the eligible Nodes, if they changed since
-    /// (Go's node-sync `UpdateLoadBalancer`).
+    /// Points an ensured load balancer at the eligible `nodes` (whose set is `hosts`), which
+    /// differ from those it was given (Go's node-sync `UpdateLoadBalancer`).
     async fn update_hosts(
         &self,
         key: &ServiceKey,
         service: &Arc<Service>,
-        applied: &Arc<NodeSet>,
+        nodes: &[Arc<Node>],
+        hosts: Arc<NodeSet>,
     ) -> Result<(), SyncError> {
-        let nodes = eligible_nodes(self.nodes.store().state());
-        let hosts = self.shared_hosts(&nodes);
-        if !hosts_stale(HostsState::Applied(applied), &hosts) {
-            return Ok(());
-        }
         let lb = self
             .load_balancer()
             .map_err(|e| SyncError::cloud("failed to update load balancer hosts", &e))?;
@@ -889,7 +876,7 @@ impl Inner {
         self.metrics.load_balancer_syncs.inc();
         let started = tokio::time::Instant::now();
         let result = lb
-            .update_load_balancer(self.cluster(), service, &nodes)
+            .update_load_balancer(self.cluster(), service, nodes)
             .await;
         self.metrics
             .update_host_latency
@@ -1087,7 +1074,7 @@ mod tests {
     fn records_report_their_hosts_state() {
         let mut r = Record::new(svc("u", true));
         assert_eq!(r.hosts_state(), HostsState::None);
-        assert!(r.may_have_load_balancer());
+        assert!(r.known().may_have_load_balancer());
         let hosts = NodeSet::from([("a".into(), String::new())]);
         r.lb = LbState::Applied {
             service: svc("u", true),
@@ -1099,8 +1086,56 @@ mod tests {
         r.syncing = true;
         assert_eq!(r.hosts_state(), HostsState::Syncing);
         r.lb = LbState::Cleaned;
-        assert!(!r.may_have_load_balancer());
-        assert!(!Record::new(svc("u", false)).may_have_load_balancer());
+        assert!(!r.known().may_have_load_balancer());
+        assert!(
+            !Record::new(svc("u", false))
+                .known()
+                .may_have_load_balancer()
+        );
+    }
+
+    #[test]
+    fn a_record_copy_carries_what_the_plan_reads() {
+        let mut r = Record::new(svc("u", true));
+        let hosts = Arc::new(NodeSet::from([("a".into(), String::new())]));
+        r.lb = LbState::Applied {
+            service: svc("u", true),
+            hosts: hosts.clone(),
+        };
+        r.failing = true;
+        r.syncing = true;
+        let known = r.known();
+        assert!(Arc::ptr_eq(&known.service, &r.service));
+        assert!(known.failing);
+        assert!(matches!(&known.lb, LbState::Applied { hosts: h, .. } if Arc::ptr_eq(h, &hosts)));
+    }
+
+    #[test]
+    fn starting_a_sync_marks_the_record_and_replaces_one_of_another_uid() {
+        let key = ServiceKey::new("ns", "a");
+        let mut records = HashMap::new();
+        // No record yet: a new one, marked.
+        let first = svc("u1", true);
+        start_sync(&mut records, &key, &first);
+        let r = &records[&key];
+        assert!(r.syncing && !r.failing && matches!(r.lb, LbState::Unknown));
+        assert!(Arc::ptr_eq(&r.service, &first));
+        // The same UID: the state is kept, the version is the new one.
+        let r = records.get_mut(&key).unwrap();
+        r.syncing = false;
+        r.failing = true;
+        r.lb = LbState::Cleaned;
+        let edited = svc("u1", false);
+        start_sync(&mut records, &key, &edited);
+        let r = &records[&key];
+        assert!(r.syncing && r.failing && matches!(r.lb, LbState::Cleaned));
+        assert!(Arc::ptr_eq(&r.service, &edited));
+        // Another UID: a new record.
+        let replaced = svc("u2", true);
+        start_sync(&mut records, &key, &replaced);
+        let r = &records[&key];
+        assert!(r.syncing && !r.failing && matches!(r.lb, LbState::Unknown));
+        assert!(Arc::ptr_eq(&r.service, &replaced));
     }
 
     fn queued(q: &Queue<ServiceKey>) -> usize {

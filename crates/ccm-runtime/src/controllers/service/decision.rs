@@ -1459,12 +1459,11 @@ mod tests {
         ] {
             assert_eq!(plan(&new, Some(&record), &now), just(Step::Ensure));
         }
-        // A record of another UID says nothing of this one's load balancer, even if its
-        // applied state would have matched.
+        // It had a class: its load balancer, if any, is another controller's to delete.
         let classed_old = with_spec(lb_service(), |s| {
             s.load_balancer_class = Some("x".into());
         });
-        let record = known(&classed_old, LbState::Cleaned, false);
+        let record = known(&classed_old, LbState::Unknown, false);
         assert_eq!(plan(&new, Some(&record), &now), just(Step::Ensure));
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ccm_fake_cloud::FakeCloud;
 use ccm_runtime::events::EventRecorder;
+use ccm_test::eventually;
 use support::Harness;
 
 #[tokio::test]
@@ -19,8 +20,8 @@ async fn repeats_aggregate_and_new_messages_stay_separate() {
     recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
     recorder.warning(&node, "SyncFailed", "Sync", "quota exceeded");
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = "the repeat counted twice and the new message once";
+    let events = eventually(what, Duration::from_secs(10), || async {
         let events = h.events_about(&name).await;
         let count = |note: &str| {
             events
@@ -29,18 +30,16 @@ async fn repeats_aggregate_and_new_messages_stay_separate() {
                 .map(|e| e.series.as_ref().map_or(1, |s| s.count))
         };
         if count("cloud API unavailable") == Some(2) && count("quota exceeded") == Some(1) {
-            assert_eq!(events.len(), 2, "{events:#?}");
-            for e in &events {
-                assert_eq!(e.reporting_controller.as_deref(), Some("test-controller"));
-                assert_eq!(e.type_.as_deref(), Some("Warning"));
-            }
-            break;
+            Ok(events)
+        } else {
+            Err(format!("events: {events:#?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "events: {events:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await;
+    assert_eq!(events.len(), 2, "{events:#?}");
+    for e in &events {
+        assert_eq!(e.reporting_controller.as_deref(), Some("test-controller"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
     }
 }
 
@@ -67,32 +66,26 @@ async fn publishing_does_not_wait_for_the_rate_limited_api() {
     );
 
     // They are all written, in order, at the client's pace.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let mut notes: Vec<String> = h
+    let (mut notes, written_in) = eventually("five events", Duration::from_secs(15), || async {
+        let notes: Vec<String> = h
             .events_about(&name)
             .await
             .into_iter()
             .filter_map(|e| e.note)
             .collect();
         if notes.len() == 5 {
-            notes.sort();
-            assert_eq!(
-                notes,
-                (0..5).map(|i| format!("step {i}")).collect::<Vec<_>>()
-            );
-            assert!(
-                started.elapsed() >= Duration::from_secs(1),
-                "the rate limit held"
-            );
-            break;
+            Ok((notes, started.elapsed()))
+        } else {
+            Err(format!("only {notes:?} written"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "only {notes:?} written"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    notes.sort();
+    assert_eq!(
+        notes,
+        (0..5).map(|i| format!("step {i}")).collect::<Vec<_>>()
+    );
+    assert!(written_in >= Duration::from_secs(1), "the rate limit held");
 }
 
 #[tokio::test]
@@ -127,19 +120,16 @@ async fn wait_for_events(
     name: &str,
     n: usize,
 ) -> Vec<k8s_openapi::api::events::v1::Event> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("{n} events about {name}");
+    eventually(&what, Duration::from_secs(10), || async {
         let events = h.events_about(name).await;
         if events.len() == n {
-            return events;
+            Ok(events)
+        } else {
+            Err(format!("{} events: {events:#?}", events.len()))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} events about {name}, not {n}",
-            events.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -155,14 +145,16 @@ async fn a_running_series_is_written_twice_then_counted_locally() {
     }
     let events = wait_for_events(&h, &name, 1).await;
     // The event, then its series at 2; the four after that stay local for 30 minutes.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while h.api.counters().total() - before < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the series was not written"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the series written", Duration::from_secs(10), || async {
+        let written = h.api.counters().total() - before;
+        if written >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{written} requests"))
+        }
+    })
+    .await;
+    // Nothing more for a while: not a wait for something to happen.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(h.api.counters().total() - before, 2, "{events:#?}");
     let events = h.events_about(&name).await;

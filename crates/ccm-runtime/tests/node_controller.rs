@@ -14,6 +14,7 @@ use ccm_provider::{CloudProvider, node_address};
 use ccm_runtime::controllers::node::{
     CloudNodeController, NodeControllerConfig, REASON_INITIALIZATION_FAILED, REASON_SYNCED,
 };
+use ccm_test::eventually;
 use k8s_openapi::api::core::v1::{NodeSpec, Taint};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -187,14 +188,11 @@ async fn nil_metadata_leaves_the_node_alone() {
     let name = node.metadata.name.clone().unwrap();
     h.create_node(&node).await;
     start(&h, fast());
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while h.cloud.call_count(Method::InstanceMetadata) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the controller never asked"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the controller to ask the cloud", WAIT, || async {
+        h.cloud.call_count(Method::InstanceMetadata) > 0
+    })
+    .await;
+    // Then nothing more for a while: not a wait for something to happen.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let node = h.nodes().get(&name).await.unwrap();
     assert!(!is_initialized(&node));
@@ -472,11 +470,10 @@ async fn a_concurrent_taint_change_is_not_overwritten() {
     let name = node.metadata.name.clone().unwrap();
     h.create_node(&node).await;
     start(&h, fast());
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while h.cloud.call_count(Method::InstanceMetadata) == 0 {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the controller to ask the cloud", WAIT, || async {
+        h.cloud.call_count(Method::InstanceMetadata) > 0
+    })
+    .await;
     h.nodes()
         .patch(
             &name,

@@ -19,6 +19,7 @@ use ccm_runtime::controllers::route::{
 };
 use ccm_runtime::informer::Informer;
 use ccm_runtime::metrics::Metrics;
+use ccm_test::eventually;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -78,7 +79,12 @@ fn route_set(h: &Harness, cluster: &str) -> BTreeSet<(String, String)> {
 /// Waits until `cluster`'s routes are exactly `want`.
 async fn wait_routes(h: &Harness, cluster: &str, want: &BTreeSet<(String, String)>) {
     eventually(&format!("routes {want:?}"), WAIT, || async {
-        route_set(h, cluster) == *want
+        let routes = route_set(h, cluster);
+        if routes == *want {
+            Ok(())
+        } else {
+            Err(format!("{routes:?}"))
+        }
     })
     .await;
 }
@@ -111,7 +117,12 @@ async fn wait_condition(h: &Harness, names: &[String], status: &str, reason: &st
 async fn wait_passes(h: &Harness, passes: u64) {
     let target = h.cloud.call_count(Method::ListRoutes) + passes;
     eventually(&format!("{passes} more reconciles"), WAIT, || async {
-        h.cloud.call_count(Method::ListRoutes) >= target
+        let listed = h.cloud.call_count(Method::ListRoutes);
+        if listed >= target {
+            Ok(())
+        } else {
+            Err(format!("{listed} route lists of {target}"))
+        }
     })
     .await;
 }

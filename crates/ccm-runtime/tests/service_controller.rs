@@ -23,6 +23,7 @@ use ccm_runtime::controllers::service::{
 };
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
 use ccm_runtime::workqueue::{Queue, RateLimit};
+use ccm_test::eventually;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -152,31 +153,19 @@ fn lb_of(h: &Harness, svc: &Service) -> Option<FakeLoadBalancer> {
     h.cloud.load_balancer(&default_load_balancer_name(svc))
 }
 
-/// Waits until `check` holds.
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(ms(50)).await;
-    }
-}
-
 /// Waits until the fake cloud's load balancer of `svc` has exactly `nodes`.
 async fn until_lb_nodes(h: &Harness, svc: &Service, nodes: &[&String]) {
     let mut want: Vec<String> = nodes.iter().map(|n| (*n).clone()).collect();
     want.sort();
-    let deadline = Instant::now() + WAIT;
-    loop {
+    eventually(&format!("load balancer nodes {want:?}"), WAIT, || async {
         let got = lb_of(h, svc).map(|lb| lb.nodes.to_vec());
         if got.as_ref() == Some(&want) {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "load balancer nodes: want {want:?}, got {got:?}"
-        );
-        tokio::time::sleep(ms(50)).await;
-    }
+    })
+    .await;
 }
 
 /// The fake cloud's calls of `method` about `ns/name`.
@@ -239,21 +228,23 @@ async fn creates_a_load_balancer_then_follows_a_port_edit() {
     let mut ports = svc.spec.as_ref().unwrap().ports.clone().unwrap();
     ports[0].port = 8080;
     patch_service(&h, &ns, "web", json!({"spec": {"ports": ports}})).await;
-    until("the load balancer has the new port", || {
+    eventually("the load balancer has the new port", WAIT, || async {
         lb_of(&h, &svc).is_some_and(|lb| lb.ports == vec![format!("TCP:8080->{node_port}")])
     })
     .await;
-    until("the second ensure is over", || {
-        h.cloud.call_count(Method::EnsureLoadBalancer) == 2
+    eventually("the second ensure is over", WAIT, || async {
+        match h.cloud.call_count(Method::EnsureLoadBalancer) {
+            2 => Ok(()),
+            n => Err(format!("{n} ensures")),
+        }
     })
     .await;
     // The second EnsuredLoadBalancer comes after the ensure; once it is there, nothing more
     // is written.
-    let deadline = Instant::now() + WAIT;
-    while h.event_count(&ns, "web", REASON_ENSURED).await < 2 {
-        assert!(Instant::now() < deadline, "no second EnsuredLoadBalancer");
-        tokio::time::sleep(ms(50)).await;
-    }
+    eventually("a second EnsuredLoadBalancer", WAIT, || async {
+        h.event_count(&ns, "web", REASON_ENSURED).await >= 2
+    })
+    .await;
     let svc = h.services(&ns).get("web").await.unwrap();
     assert_eq!(ingress_of(&svc), vec![lb.ingress_ip.clone()]);
     assert_eq!(h.api.counters().count("PATCH", "services/status"), 1);
@@ -400,7 +391,13 @@ async fn node_changes_update_the_load_balancer_with_the_new_set() {
         json!({"spec": {"providerID": format!("fake://{n3}")}}),
     )
     .await;
-    until("an update for the provider ID", || updates() == 2).await;
+    eventually("an update for the provider ID", WAIT, || async {
+        match updates() {
+            2 => Ok(()),
+            n => Err(format!("{n} updates")),
+        }
+    })
+    .await;
 
     // The exclude label.
     patch_node(
@@ -719,14 +716,14 @@ async fn retry_after_is_a_fixed_delay_without_backoff() {
 /// Waits until the events with `reason` about `ns/name` count `want` on the server (they
 /// are written asynchronously), then checks that no more arrive.
 async fn wait_event_count(h: &Harness, ns: &str, name: &str, reason: &str, want: i32) {
-    let deadline = Instant::now() + WAIT;
-    while h.event_count(ns, name, reason).await < want {
-        assert!(
-            Instant::now() < deadline,
-            "fewer than {want} {reason} events"
-        );
-        tokio::time::sleep(ms(100)).await;
-    }
+    eventually(&format!("{want} {reason} events"), WAIT, || async {
+        match h.event_count(ns, name, reason).await {
+            n if n >= want => Ok(()),
+            n => Err(format!("{n} events")),
+        }
+    })
+    .await;
+    // Then no more for a while: not a wait for something to happen.
     tokio::time::sleep(ms(300)).await;
     assert_eq!(h.event_count(ns, name, reason).await, want);
 }
@@ -776,7 +773,7 @@ async fn invalid_ingress_from_the_provider_is_never_written() {
         note.contains("\"not-an-ip\" is not a valid IP address"),
         "{note}"
     );
-    until("a retry", || {
+    eventually("a retry", WAIT, || async {
         calls_for(&h, Method::EnsureLoadBalancer, &ns, "web") >= 2
     })
     .await;
@@ -841,7 +838,7 @@ async fn a_service_the_provider_sees_without_ports_is_warned_and_retried() {
         note.ends_with("has no ports: a load balancer needs at least one"),
         "{note}"
     );
-    until("retries with backoff", || {
+    eventually("retries with backoff", WAIT, || async {
         cloud.ensure_times("dns").len() >= 3
     })
     .await;
@@ -931,8 +928,11 @@ async fn node_update_failures_warn_and_retry_unless_the_load_balancer_is_gone() 
     );
     assert!(note.ends_with("update refused"), "{note}");
     until_lb_nodes(&h, &svc, &[&n1, &n2]).await;
-    until("the full ensure after the failure", || {
-        h.cloud.call_count(Method::EnsureLoadBalancer) == 2
+    eventually("the full ensure after the failure", WAIT, || async {
+        match h.cloud.call_count(Method::EnsureLoadBalancer) {
+            2 => Ok(()),
+            n => Err(format!("{n} ensures")),
+        }
     })
     .await;
     assert_eq!(ctl.metrics.nodesync_error.get(), 1);
@@ -946,16 +946,29 @@ async fn node_update_failures_warn_and_retry_unless_the_load_balancer_is_gone() 
     let updates = h.cloud.call_count(Method::UpdateLoadBalancer);
     let gets = h.cloud.call_count(Method::GetLoadBalancer);
     create_node(&h, "update-fail").await;
-    until("the update and the existence check", || {
-        h.cloud.call_count(Method::UpdateLoadBalancer) == updates + 1
-            && h.cloud.call_count(Method::GetLoadBalancer) == gets + 1
+    eventually("the update and the existence check", WAIT, || async {
+        let seen = (
+            h.cloud.call_count(Method::UpdateLoadBalancer),
+            h.cloud.call_count(Method::GetLoadBalancer),
+        );
+        if seen == (updates + 1, gets + 1) {
+            Ok(())
+        } else {
+            Err(format!(
+                "(updates, gets) {seen:?}, from {:?}",
+                (updates, gets)
+            ))
+        }
     })
     .await;
     // Another Node: one more update, and still no retry of the first (which would have
     // ensured the load balancer again, 100ms after the failure, before this pass).
     create_node(&h, "update-fail").await;
-    until("the next update", || {
-        h.cloud.call_count(Method::UpdateLoadBalancer) == updates + 2
+    eventually("the next update", WAIT, || async {
+        match h.cloud.call_count(Method::UpdateLoadBalancer) {
+            n if n == updates + 2 => Ok(()),
+            n => Err(format!("{n} updates, from {updates}")),
+        }
     })
     .await;
     assert_eq!(h.cloud.call_count(Method::EnsureLoadBalancer), 2);
@@ -987,7 +1000,7 @@ async fn a_replaced_service_gets_the_old_load_balancer_deleted() {
             has_ingress(s) && s.metadata.uid != old.metadata.uid
         })
         .await;
-    until("the old load balancer is gone", || {
+    eventually("the old load balancer is gone", WAIT, || async {
         lb_of(&h, &old).is_none()
     })
     .await;
@@ -1017,9 +1030,10 @@ async fn a_controller_killed_mid_ensure_leaves_no_duplicate_and_no_orphan() {
     for name in ["b", "c", "d"] {
         created.push(create_service(&h, &ns, &lb_service(name, &[("http", 80)])).await);
     }
-    until(
+    eventually(
         "b and c have load balancers, d's ensure is in flight",
-        || {
+        WAIT,
+        || async {
             lb_of(&h, &created[0]).is_some()
                 && lb_of(&h, &created[1]).is_some()
                 && !cloud.ensure_times("d").is_empty()
@@ -1091,7 +1105,7 @@ async fn stopping_returns_while_cloud_calls_hang() {
     cloud.hooks().hang_before.insert("web".to_owned());
     let ctl = start(&h, &ns, cloud.clone(), config()).await;
     create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    until("the ensure is in flight", || {
+    eventually("the ensure is in flight", WAIT, || async {
         !cloud.ensure_times("web").is_empty()
     })
     .await;

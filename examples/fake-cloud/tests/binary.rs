@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ccm_test::{ControlPlane, unique_name};
+use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, Taint};
 use kube::api::{Api, PostParams};
@@ -42,7 +42,7 @@ impl Ccm {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        read_log(&self.log)
     }
 
     fn signal(&self, signal: &str) {
@@ -54,19 +54,19 @@ impl Ccm {
     }
 
     async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "did not exit; log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // A check without await: it borrows the child mutably, so it answers a ready future.
+        let (child, log) = (&mut self.child, &self.log);
+        eventually("the controller manager to exit", timeout, || {
+            let exited = child.try_wait().unwrap();
+            std::future::ready(exited.ok_or_else(|| format!("running; log:\n{}", read_log(log))))
+        })
+        .await
     }
+}
+
+/// The controller manager's log so far.
+fn read_log(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
 }
 
 impl Drop for Ccm {
@@ -116,21 +116,30 @@ fn tainted_node(name: &str) -> Node {
 }
 
 async fn wait_initialized(nodes: &Api<Node>, name: &str, ccm: &Ccm) -> Node {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    eventually(&format!("node {name} initialised"), WAIT, || async {
         let node = nodes.get(name).await.unwrap();
         if node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
             == Some(&format!("fake://{name}"))
         {
-            return node;
+            Ok(node)
+        } else {
+            Err(format!("{:#?}\nccm log:\n{}", node.spec, ccm.log()))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "node {name} not initialised; ccm log:\n{}",
-            ccm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
+}
+
+/// Waits until the controller manager logs that it starts a controller.
+async fn wait_started(ccm: &Ccm) {
+    eventually("a controller to start", WAIT, || async {
+        let log = ccm.log();
+        if log.contains("starting controller") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    })
+    .await;
 }
 
 /// A kubeconfig for the ServiceAccount: the admin one with the user swapped for a token.
@@ -212,40 +221,34 @@ async fn runs_under_the_shipped_least_privilege_role() {
     }))
     .unwrap();
     services.create(&PostParams::default(), &svc).await.unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let svc = eventually("an ingress", WAIT, || async {
         let svc = services.get(&svc_name).await.unwrap();
         let ingress = svc
             .status
-            .and_then(|s| s.load_balancer)
-            .and_then(|lb| lb.ingress)
-            .unwrap_or_default();
-        if !ingress.is_empty() {
-            let finalizers = svc.metadata.finalizers.unwrap_or_default();
-            assert!(
-                finalizers
-                    .iter()
-                    .any(|f| f == "service.kubernetes.io/load-balancer-cleanup")
-            );
-            break;
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref());
+        if ingress.is_some_and(|i| !i.is_empty()) {
+            Ok(svc)
+        } else {
+            Err(format!("no ingress:\n{}", ccm.log()))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no ingress:\n{}",
-            ccm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    let finalizers = svc.metadata.finalizers.unwrap_or_default();
+    assert!(
+        finalizers
+            .iter()
+            .any(|f| f == "service.kubernetes.io/load-balancer-cleanup")
+    );
 
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while nodes.get_opt(&gone).await.unwrap().is_some() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the orphan Node was not deleted:\n{}",
-            ccm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the orphan Node deleted", WAIT, || async {
+        match nodes.get_opt(&gone).await.unwrap() {
+            None => Ok(()),
+            Some(_) => Err(format!("it is still there:\n{}", ccm.log())),
+        }
+    })
+    .await;
     // Give the event and the lease renewals time to happen, then look for refusals.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let log = ccm.log();
@@ -279,24 +282,7 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     ]);
     let mut a = Ccm::start(&args, &[("HOSTNAME", "replica-a")]);
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
-    let holder = || async {
-        leases
-            .get_opt(&lease_name)
-            .await
-            .unwrap()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .unwrap_or_default()
-    };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !holder().await.starts_with("replica-a_") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a never led:\n{}",
-            a.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_leader(&leases, &lease_name, "replica-a", &a, WAIT).await;
     // The standby serves its endpoints, so its cloud-call counters can be read.
     let b_port = free_port();
     let mut b_args: Vec<String> = args
@@ -319,7 +305,7 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     );
     assert_eq!(http_get(b_port, "/readyz").0, 200, "a standby is ready");
     assert!(
-        holder().await.starts_with("replica-a_"),
+        holder(&leases, &lease_name).await.starts_with("replica-a_"),
         "the standby does not steal the Lease"
     );
     assert!(
@@ -331,15 +317,9 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     // Kill the leader without a chance to release: the standby takes over within the lease.
     a.signal("KILL");
     a.wait_exit(WAIT).await;
-    let killed = tokio::time::Instant::now();
-    while !holder().await.starts_with("replica-b_") {
-        assert!(
-            killed.elapsed() < Duration::from_secs(3) + Duration::from_secs(5),
-            "b did not take over within the lease duration (+ slack):\n{}",
-            b.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Within the lease duration (3 s) plus slack.
+    let takeover = Duration::from_secs(3) + Duration::from_secs(5);
+    wait_leader(&leases, &lease_name, "replica-b", &b, takeover).await;
     assert!(b.log().contains("starting controller"));
 
     // The new leader works.
@@ -357,6 +337,39 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     );
 }
 
+/// The holder of the Lease `lease`, or "".
+async fn holder(leases: &Api<Lease>, lease: &str) -> String {
+    leases
+        .get_opt(lease)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default()
+}
+
+/// Waits until `ccm`, started with `HOSTNAME=replica`, holds the Lease `lease`.
+async fn wait_leader(
+    leases: &Api<Lease>,
+    lease: &str,
+    replica: &str,
+    ccm: &Ccm,
+    timeout: Duration,
+) {
+    eventually(&format!("{replica} to lead"), timeout, || async {
+        let holder = holder(leases, lease).await;
+        if holder.starts_with(&format!("{replica}_")) {
+            Ok(())
+        } else {
+            Err(format!(
+                "holder {holder:?}; {replica}'s log:\n{}",
+                ccm.log()
+            ))
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn sigterm_releases_the_lease_and_exits_zero() {
     let cp = &control_plane().await;
@@ -366,11 +379,7 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
     args.push(format!("--leader-elect-resource-name={lease_name}"));
     let mut ccm = Ccm::start(&args, &[]);
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !ccm.log().contains("starting controller") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", ccm.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_started(&ccm).await;
     ccm.signal("TERM");
     let status = ccm.wait_exit(WAIT).await;
     assert!(status.success(), "exit {status:?}:\n{}", ccm.log());
@@ -392,11 +401,7 @@ async fn a_disabled_controller_does_not_run() {
         "--controllers=*,-cloud-node".to_owned(),
     ]);
     let ccm = Ccm::start(&args, &[]);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !ccm.log().contains("starting controller") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", ccm.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_started(&ccm).await;
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     let name = unique_name("disabled");
     nodes
@@ -584,20 +589,14 @@ async fn endpoints_report_readiness_and_metrics() {
         .unwrap();
     wait_initialized(&nodes, &name, &ccm).await;
 
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (status, body) = http_get(port, "/readyz");
-        if status == 200 {
-            assert_eq!(body.trim(), "ok");
-            break;
+    let body = eventually("/readyz 200", WAIT, || async {
+        match http_get(port, "/readyz") {
+            (200, body) => Ok(body),
+            (status, body) => Err(format!("not ready: {status} {body}\n{}", ccm.log())),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not ready: {status} {body}\n{}",
-            ccm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(body.trim(), "ok");
     let (status, body) = http_get(port, "/readyz?verbose");
     assert_eq!(status, 200);
     assert!(
@@ -635,23 +634,20 @@ async fn endpoints_report_readiness_and_metrics() {
     }))
     .unwrap();
     services.create(&PostParams::default(), &svc).await.unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let what = "the fake cloud's LB metrics to show one LB on one Node";
+    let metrics = eventually(what, WAIT, || async {
         let (_, metrics) = http_get(port, "/metrics");
         if metrics.contains("fake_cloud_load_balancers 1")
             && metrics.contains("fake_cloud_load_balancer_hosts_min 1")
         {
-            assert!(
-                metrics.contains("fake_cloud_duplicate_route_creates_total 0"),
-                "{metrics}"
-            );
-            break;
+            Ok(metrics)
+        } else {
+            Err(format!("{metrics}\n{}", ccm.log()))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the fake cloud's LB metrics did not show one LB on one Node:\n{metrics}\n{}",
-            ccm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert!(
+        metrics.contains("fake_cloud_duplicate_route_creates_total 0"),
+        "{metrics}"
+    );
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ccm_fake_cloud::FakeCloud;
 use ccm_runtime::client::{ApiLayer, build_client};
 use ccm_runtime::informer::{Informer, trim_node};
-use ccm_test::{ControlPlane, unique_name};
+use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
@@ -109,41 +109,29 @@ impl Harness {
         timeout: Duration,
         pred: impl Fn(&Node) -> bool,
     ) -> Node {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let node = self.nodes().get_opt(name).await.expect("get node");
-            if let Some(node) = node {
-                if pred(&node) {
-                    return node;
+        eventually(
+            &format!("node {name} to reach the expected state"),
+            timeout,
+            || async {
+                match self.nodes().get_opt(name).await.expect("get node") {
+                    Some(node) if pred(&node) => Ok(node),
+                    Some(node) => Err(format!("{node:#?}")),
+                    None => Err(format!("node {name} is gone")),
                 }
-                if tokio::time::Instant::now() > deadline {
-                    panic!(
-                        "node {name} did not reach the expected state in {timeout:?}: {node:#?}"
-                    );
-                }
-            } else if tokio::time::Instant::now() > deadline {
-                panic!("node {name} is gone");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            },
+        )
+        .await
     }
 
     /// Polls until `name` no longer exists.
     pub async fn wait_node_gone(&self, name: &str, timeout: Duration) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self
-            .nodes()
-            .get_opt(name)
-            .await
-            .expect("get node")
-            .is_some()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "node {name} still exists after {timeout:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(&format!("node {name} to be gone"), timeout, || async {
+            match self.nodes().get_opt(name).await.expect("get node") {
+                None => Ok(()),
+                Some(node) => Err(format!("it still exists: {:#?}", node.metadata)),
+            }
+        })
+        .await;
     }
 
     /// Events about the object named `name`, in any namespace.
@@ -176,23 +164,14 @@ impl Harness {
 
     /// Polls until an event with `reason` about `name` exists; returns its note.
     pub async fn wait_event(&self, name: &str, reason: &str, timeout: Duration) -> String {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some((_, _, note)) = self
-                .events_for(name)
-                .await
-                .into_iter()
-                .find(|(_, r, _)| r == reason)
-            {
-                return note;
+        eventually(&format!("a {reason} event for {name}"), timeout, || async {
+            let events = self.events_for(name).await;
+            match events.iter().find(|(_, r, _)| r == reason) {
+                Some((_, _, note)) => Ok(note.clone()),
+                None => Err(format!("events: {events:?}")),
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {reason} event for {name} in {timeout:?}; events: {:?}",
-                self.events_for(name).await
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 }
 
@@ -249,22 +228,6 @@ pub fn addresses(node: &Node) -> Vec<(String, String)> {
 }
 
 // ----- Route controller helpers (appended) -----
-
-/// Polls `check` every 100 ms until it holds, for up to `timeout`; panics with `what`.
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// The Node's condition of type `type_`, as (status, reason).
 pub fn node_condition(node: &Node, type_: &str) -> Option<(String, String)> {
@@ -384,7 +347,20 @@ impl Harness {
         Api::namespaced(self.admin.clone(), namespace)
     }
 
-    /// Polls the Service until `pred` holds, for up to `timeout`.
+    /// The Service `namespace/name`, if it exists.
+    pub async fn service(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<k8s_openapi::api::core::v1::Service> {
+        self.services(namespace)
+            .get_opt(name)
+            .await
+            .expect("get service")
+    }
+
+    /// Polls the Service until `pred` holds, for up to `timeout`; panics at once if it is
+    /// gone.
     pub async fn wait_service(
         &self,
         namespace: &str,
@@ -392,40 +368,27 @@ impl Harness {
         timeout: Duration,
         pred: impl Fn(&k8s_openapi::api::core::v1::Service) -> bool,
     ) -> k8s_openapi::api::core::v1::Service {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let svc = self
-                .services(namespace)
-                .get_opt(name)
-                .await
-                .expect("get service");
-            match svc {
-                Some(svc) if pred(&svc) => return svc,
-                Some(svc) => assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "service {namespace}/{name} did not reach the expected state in {timeout:?}: {svc:#?}"
-                ),
+        let what = format!("service {namespace}/{name} to reach the expected state");
+        eventually(&what, timeout, || async {
+            match self.service(namespace, name).await {
+                Some(svc) if pred(&svc) => Ok(svc),
+                Some(svc) => Err(format!("{svc:#?}")),
                 None => panic!("service {namespace}/{name} is gone"),
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// Polls until the Service no longer exists.
     pub async fn wait_service_gone(&self, namespace: &str, name: &str, timeout: Duration) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while let Some(svc) = self
-            .services(namespace)
-            .get_opt(name)
-            .await
-            .expect("get service")
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "service {namespace}/{name} still exists after {timeout:?}: {svc:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!("service {namespace}/{name} to be gone");
+        eventually(&what, timeout, || async {
+            match self.service(namespace, name).await {
+                None => Ok(()),
+                Some(svc) => Err(format!("it still exists: {svc:#?}")),
+            }
+        })
+        .await;
     }
 
     /// Events about the object `name` in `namespace`, as (type, reason, note, count), where
@@ -468,17 +431,14 @@ impl Harness {
         reason: &str,
         timeout: Duration,
     ) -> String {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        let what = format!("a {reason} event for {namespace}/{name}");
+        eventually(&what, timeout, || async {
             let events = self.events_in(namespace, name).await;
-            if let Some((_, _, note, _)) = events.iter().find(|(_, r, _, _)| r == reason) {
-                return note.clone();
+            match events.iter().find(|(_, r, _, _)| r == reason) {
+                Some((_, _, note, _)) => Ok(note.clone()),
+                None => Err(format!("events: {events:?}")),
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {reason} event for {namespace}/{name} in {timeout:?}; events: {events:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 }

@@ -125,16 +125,7 @@ pub(crate) fn valid_dns_name(name: &str) -> bool {
         })
 }
 
-pub(crate) fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
-}
-
-pub(crate) fn spec_provider_id(node: &Node) -> Option<&str> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|s| !s.is_empty())
-}
+pub(crate) use ccm_core::provider::{node_name, node_provider_id as spec_provider_id};
 
 pub(crate) fn with_provider_id(node: &Node, provider_id: &str) -> Node {
     let mut node = node.clone();

@@ -22,8 +22,8 @@ pub use ccm_provider::{
     InitContext, InstanceMetadata, Instances, LegacyInstances, LegacyInstancesAdapter,
     LoadBalancer, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError, ProviderRegistry,
     RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
-    default_load_balancer_name, display_chain, get_instance_provider_id, node_address,
-    resolve_instances,
+    default_load_balancer_name, display_chain, get_instance_provider_id, node_address, node_name,
+    node_provider_id, resolve_instances,
 };
 
 /// The `prometheus-client` crate that [`MetricsRegistry`] is built on, for metrics of your

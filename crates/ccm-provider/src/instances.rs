@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
-use super::{CloudError, CloudProvider, CloudResult, InstanceMetadata};
+use super::{CloudError, CloudProvider, CloudResult, InstanceMetadata, node_name};
 
 /// Instance questions asked with a Node in hand (Go's `cloudprovider.InstancesV2`).
 ///
@@ -185,10 +185,6 @@ impl LegacyInstancesAdapter {
             }
         }
     }
-}
-
-fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
 }
 
 /// Calls `by_id` when there is a provider ID, and `by_name` when there is none or `by_id`

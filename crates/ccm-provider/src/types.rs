@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::NodeAddress;
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 /// What the cloud knows about the instance behind a Node (Go's `cloudprovider.InstanceMetadata`).
 ///
@@ -94,6 +94,33 @@ pub fn node_address(type_: impl Into<String>, address: impl Into<String>) -> Nod
         type_: type_.into(),
         address: address.into(),
     }
+}
+
+/// The Node's name (`metadata.name`; empty if unset, which the API server never allows).
+///
+/// ```
+/// let mut node = k8s_openapi::api::core::v1::Node::default();
+/// node.metadata.name = Some("worker-1".into());
+/// assert_eq!(ccm_core::provider::node_name(&node), "worker-1");
+/// ```
+pub fn node_name(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The Node's `spec.providerID`, if set and not empty.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Node, NodeSpec};
+/// let mut node = Node::default();
+/// assert_eq!(ccm_core::provider::node_provider_id(&node), None);
+/// node.spec = Some(NodeSpec { provider_id: Some("acme://i-1".into()), ..NodeSpec::default() });
+/// assert_eq!(ccm_core::provider::node_provider_id(&node), Some("acme://i-1"));
+/// ```
+pub fn node_provider_id(node: &Node) -> Option<&str> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|id| !id.is_empty())
 }
 
 /// A zone and region (Go's `cloudprovider.Zone`).

@@ -140,8 +140,8 @@ impl Metrics {
     /// [`has_cluster_id`](CloudProvider::has_cluster_id) and
     /// [`initialize`](CloudProvider::initialize) (the latter timed as method `initialize`).
     /// `method` is the trait method's name (`instance_metadata`, `ensure_load_balancer`…);
-    /// [`LoadBalancer::get_load_balancer_name`] is not a cloud call and is not counted.
-    /// `result` is `success`, or the [`CloudError`] kind: `not_implemented`,
+    /// [`LoadBalancer::get_load_balancer_name`](ccm_provider::LoadBalancer::get_load_balancer_name) is not a cloud call and is not counted.
+    /// `result` is `success`, or the [`CloudError`](ccm_provider::CloudError) kind: `not_implemented`,
     /// `instance_not_found`, `implemented_elsewhere`, `retry_after`, `error`; or
     /// `cancelled` when the caller dropped the call before it finished.
     pub fn instrument(&self, provider: Arc<dyn CloudProvider>) -> Arc<dyn CloudProvider> {

@@ -8,16 +8,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::{FakeCloud, FakeInstance, InstanceState, Method, PROVIDER_NAME, lock};
 
-fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
-}
-
-fn spec_provider_id(node: &Node) -> Option<&str> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|id| !id.is_empty())
-}
+use ccm_core::provider::{node_name, node_provider_id as spec_provider_id};
 
 /// The `<id>` of a provider ID, or a clear error naming it.
 fn parse_id(provider_id: &str) -> CloudResult<String> {

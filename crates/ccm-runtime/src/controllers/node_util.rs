@@ -2,10 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 
-/// The Node's name.
-pub(crate) fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
-}
+pub(crate) use ccm_provider::node_name;
 
 /// The Node's taints.
 pub(crate) fn taints(node: &Node) -> &[Taint] {

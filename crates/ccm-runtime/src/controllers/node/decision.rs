@@ -77,12 +77,7 @@ pub(crate) struct InitPlan {
 
 pub(crate) use super::super::node_util::{node_name, taints};
 
-pub(crate) fn spec_provider_id(node: &Node) -> Option<&str> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|id| !id.is_empty())
-}
+pub(crate) use ccm_provider::node_provider_id as spec_provider_id;
 
 fn labels(node: &Node) -> Option<&BTreeMap<String, String>> {
     node.metadata.labels.as_ref()

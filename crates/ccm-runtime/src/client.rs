@@ -126,15 +126,17 @@ fn resource_of(path: &str) -> String {
     }
 }
 
-/// A token bucket: `qps` tokens a second, at most `burst` saved, starting full.
+/// The client's request limiter (client-go's `tokenBucketRateLimiter`): a token bucket of
+/// `qps` tokens a second, at most `burst` saved, starting full; a request waits for a token.
+/// (The work queue's `TokenBucket` computes delays instead of waiting.)
 #[derive(Debug)]
-struct TokenBucket {
+struct QpsLimiter {
     qps: f64,
     burst: f64,
     state: Mutex<(f64, Instant)>,
 }
 
-impl TokenBucket {
+impl QpsLimiter {
     fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
@@ -165,7 +167,7 @@ impl TokenBucket {
 #[derive(Clone, Debug, Default)]
 pub struct ApiLayer {
     counters: Arc<ApiCounters>,
-    bucket: Option<Arc<TokenBucket>>,
+    bucket: Option<Arc<QpsLimiter>>,
 }
 
 impl ApiLayer {
@@ -177,8 +179,7 @@ impl ApiLayer {
     /// Allows `qps` requests a second with bursts of `burst` (client-go's token bucket). A
     /// `qps` that is not finite and positive means no limit.
     pub fn with_rate_limit(mut self, qps: f64, burst: u32) -> Self {
-        self.bucket =
-            (qps.is_finite() && qps > 0.0).then(|| Arc::new(TokenBucket::new(qps, burst)));
+        self.bucket = (qps.is_finite() && qps > 0.0).then(|| Arc::new(QpsLimiter::new(qps, burst)));
         self
     }
 
@@ -296,7 +297,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn bucket_allows_bursts_then_the_rate() {
-        let bucket = TokenBucket::new(10.0, 3);
+        let bucket = QpsLimiter::new(10.0, 3);
         for _ in 0..3 {
             assert!(bucket.try_take().is_ok());
         }

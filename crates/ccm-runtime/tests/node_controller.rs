@@ -12,7 +12,7 @@ use ccm_provider::well_known::{
 };
 use ccm_provider::{CloudProvider, node_address};
 use ccm_runtime::controllers::node::{
-    CloudNodeController, NodeControllerConfig, REASON_INITIALIZATION_FAILED, REASON_SYNCED,
+    CloudNodeController, CloudNodeControllerConfig, REASON_INITIALIZATION_FAILED, REASON_SYNCED,
 };
 use ccm_test::eventually;
 use k8s_openapi::api::core::v1::{NodeSpec, Taint};
@@ -22,7 +22,7 @@ use support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn start(h: &Harness, config: NodeControllerConfig) {
+fn start(h: &Harness, config: CloudNodeControllerConfig) {
     let informer = h.node_informer();
     let provider: Arc<dyn CloudProvider> = h.cloud.clone();
     let controller =
@@ -33,8 +33,8 @@ fn start(h: &Harness, config: NodeControllerConfig) {
     tokio::spawn(controller.run(cancel));
 }
 
-fn fast() -> NodeControllerConfig {
-    NodeControllerConfig::default().with_workers(4)
+fn fast() -> CloudNodeControllerConfig {
+    CloudNodeControllerConfig::default().with_workers(4)
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use ccm_fake_cloud::{FakeCloud, FakeInstance, Fault, InstancesShape, Method};
 use ccm_provider::CloudProvider;
 use ccm_provider::well_known::{LABEL_EXCLUDE_FROM_LIFECYCLE_MANAGEMENT, TAINT_SHUTDOWN};
 use ccm_runtime::controllers::node_lifecycle::{
-    NodeLifecycleConfig, NodeLifecycleController, REASON_DELETING_NODE,
+    NodeLifecycleController, NodeLifecycleControllerConfig, REASON_DELETING_NODE,
 };
 use ccm_test::eventually;
 use kube::api::{Patch, PatchParams};
@@ -26,7 +26,7 @@ fn start(h: &Harness) {
         h.client.clone(),
         &provider,
         informer.clone(),
-        NodeLifecycleConfig::default().with_monitor_period(Duration::from_millis(200)),
+        NodeLifecycleControllerConfig::default().with_monitor_period(Duration::from_millis(200)),
     )
     .expect("instances supported");
     h.start_informer(&informer);

@@ -7,8 +7,8 @@ use ccm_provider::BoxError;
 use super::controller::{Capability, Controller, ControllerFuture};
 use super::manager::ControllerContext;
 use super::options::{FlagError, Options};
-use crate::controllers::node::{CloudNodeController, NodeControllerConfig};
-use crate::controllers::node_lifecycle::{NodeLifecycleConfig, NodeLifecycleController};
+use crate::controllers::node::{CloudNodeController, CloudNodeControllerConfig};
+use crate::controllers::node_lifecycle::{NodeLifecycleController, NodeLifecycleControllerConfig};
 use crate::controllers::route::{RouteConfigError, RouteController, RouteControllerConfig};
 use crate::controllers::service::{ServiceController, ServiceControllerConfig};
 
@@ -48,7 +48,7 @@ fn missing(capability: Capability) -> BoxError {
 
 fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let o = &ctx.options;
-    let config = NodeControllerConfig::default()
+    let config = CloudNodeControllerConfig::default()
         .with_workers(o.concurrent_node_syncs.unsigned_abs() as usize)
         .with_status_update_workers(o.concurrent_node_status_updates.unsigned_abs() as usize)
         .with_status_update_frequency(o.node_status_update_frequency)
@@ -61,8 +61,8 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
 }
 
 fn start_node_lifecycle(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
-    let config =
-        NodeLifecycleConfig::default().with_monitor_period(ctx.options.node_monitor_period);
+    let config = NodeLifecycleControllerConfig::default()
+        .with_monitor_period(ctx.options.node_monitor_period);
     let c =
         NodeLifecycleController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
             .ok_or_else(|| missing(Capability::Instances))?;

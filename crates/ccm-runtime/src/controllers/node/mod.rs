@@ -54,7 +54,7 @@ const CONFLICT_RETRIES: usize = 5;
 /// Settings of the cloud-node controller.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub struct NodeControllerConfig {
+pub struct CloudNodeControllerConfig {
     /// Workers initialising Nodes (`--concurrent-node-syncs`).
     pub workers: usize,
     /// Workers refreshing addresses (`--concurrent-node-status-updates`; 0 means `workers`).
@@ -67,7 +67,7 @@ pub struct NodeControllerConfig {
     pub metrics: Option<ControllerMetrics>,
 }
 
-impl Default for NodeControllerConfig {
+impl Default for CloudNodeControllerConfig {
     fn default() -> Self {
         Self {
             workers: 1,
@@ -79,7 +79,7 @@ impl Default for NodeControllerConfig {
     }
 }
 
-impl NodeControllerConfig {
+impl CloudNodeControllerConfig {
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).
     pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
         self.metrics = Some(metrics);
@@ -118,7 +118,7 @@ struct Inner {
     nodes: Informer<Node>,
     recorder: EventRecorder,
     queue: Queue<String>,
-    config: NodeControllerConfig,
+    config: CloudNodeControllerConfig,
     /// Nodes (name, UID) this controller initialised whose untainted version the cache has
     /// not shown yet: a sync in that window must not initialise them again.
     initialized: Arc<Mutex<HashSet<(String, String)>>>,
@@ -136,7 +136,7 @@ impl CloudNodeController {
         client: Client,
         provider: &Arc<dyn CloudProvider>,
         nodes: Informer<Node>,
-        config: NodeControllerConfig,
+        config: CloudNodeControllerConfig,
     ) -> Option<Self> {
         let instances = resolve_instances(provider)?;
         let queue = Queue::new("Nodes", config.rate_limit);

@@ -41,14 +41,14 @@ pub const REASON_DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
 /// Settings of the cloud-node-lifecycle controller.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub struct NodeLifecycleConfig {
+pub struct NodeLifecycleControllerConfig {
     /// How often Nodes are checked (`--node-monitor-period`).
     pub monitor_period: Duration,
     /// How many NotReady Nodes are checked with the cloud at once.
     pub workers: usize,
 }
 
-impl Default for NodeLifecycleConfig {
+impl Default for NodeLifecycleControllerConfig {
     fn default() -> Self {
         Self {
             monitor_period: Duration::from_secs(5),
@@ -57,7 +57,7 @@ impl Default for NodeLifecycleConfig {
     }
 }
 
-impl NodeLifecycleConfig {
+impl NodeLifecycleControllerConfig {
     /// Sets how often Nodes are checked.
     pub fn with_monitor_period(mut self, period: Duration) -> Self {
         self.monitor_period = period;
@@ -77,7 +77,7 @@ pub struct NodeLifecycleController {
     instances: Arc<dyn Instances>,
     nodes: Informer<Node>,
     recorder: EventRecorder,
-    config: NodeLifecycleConfig,
+    config: NodeLifecycleControllerConfig,
 }
 
 impl NodeLifecycleController {
@@ -87,7 +87,7 @@ impl NodeLifecycleController {
         client: Client,
         provider: &Arc<dyn CloudProvider>,
         nodes: Informer<Node>,
-        config: NodeLifecycleConfig,
+        config: NodeLifecycleControllerConfig,
     ) -> Option<Self> {
         Some(Self {
             nodes_api: Api::all(client.clone()),

@@ -1,0 +1,678 @@
+//! `ccm-chaos`: the reliability suite. Runs the DigitalOcean-like CCM
+//! (`do-like-cloud-controller-manager`) as a process against a real kube-apiserver + etcd
+//! and the API simulator, breaks things on purpose, and prints what was left behind:
+//!
+//! - `kill`: Services are created and deleted while the CCM is SIGKILLed and restarted;
+//! - `faults`: Services are created while the cloud answers 30 % 5xx and bursts of 429;
+//! - `pause`: two replicas with leader election; the leader is SIGSTOPped past its Lease,
+//!   the standby takes over, and the paused one is resumed.
+//!
+//! For each: load balancers per Service (orphans, duplicates), Services missing an ingress,
+//! deleted Services stuck on their finalizer, and the seconds from the end of the disruption
+//! until everything converged. A benchmark-like tool, not a test: it reports, and exits 1
+//! only when an experiment did not converge or left something behind.
+//!
+//! ```sh
+//! cargo build -p ccm-do-like-cloud -p ccm-chaos && target/debug/ccm-chaos
+//! ```
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ccm_core::provider::default_load_balancer_name;
+use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
+use ccm_test::ControlPlane;
+use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
+
+const TOKEN: &str = "chaos-token";
+const CLUSTER: &str = "chaos";
+const NAMESPACE: &str = "chaos";
+const NODES: usize = 3;
+
+/// The reliability suite (see the crate docs).
+#[derive(Clone, Debug, Parser)]
+#[command(name = "ccm-chaos")]
+struct Options {
+    /// Experiments to run, comma-separated: kill, faults, pause.
+    #[arg(long, value_delimiter = ',', default_value = "kill,faults,pause")]
+    experiments: Vec<String>,
+    /// LoadBalancer Services created per experiment.
+    #[arg(long, default_value_t = 60)]
+    services: usize,
+    /// SIGKILLs of the CCM in `kill` (spread over the Service creations).
+    #[arg(long, default_value_t = 10)]
+    kills: usize,
+    /// How long the cloud misbehaves in `faults`, in seconds.
+    #[arg(long, default_value_t = 20)]
+    fault_secs: u64,
+    /// The leader's Lease duration in `pause`, in seconds (renew deadline 2/3 of it, retry
+    /// period 1/7); the leader is paused for twice this.
+    #[arg(long, default_value_t = 6)]
+    lease_secs: u64,
+    /// How long an experiment may take to converge, in seconds.
+    #[arg(long, default_value_t = 180)]
+    timeout_secs: u64,
+    /// Seed of the kill schedule and of which Services are deleted.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The CCM binary (default: `do-like-cloud-controller-manager` next to this one).
+    #[arg(long)]
+    ccm: Option<PathBuf>,
+    /// Write the results as JSON here too.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// What an experiment left behind, and how long it took to get there.
+#[derive(Clone, Debug, Default)]
+struct Outcome {
+    experiment: &'static str,
+    services: usize,
+    deleted: usize,
+    disruptions: usize,
+    load_balancers: usize,
+    orphans: usize,
+    duplicates: usize,
+    missing_ingress: usize,
+    stuck_finalizers: usize,
+    converged_secs: Option<f64>,
+    /// Cloud mutations (POST, PUT, DELETE) the resumed leader made (`pause` only).
+    mutations_after_resume: Option<u64>,
+    /// Seconds from SIGSTOP to another holder of the Lease (`pause` only).
+    takeover_secs: Option<f64>,
+}
+
+impl Outcome {
+    fn clean(&self) -> bool {
+        self.converged_secs.is_some()
+            && self.orphans == 0
+            && self.duplicates == 0
+            && self.missing_ingress == 0
+            && self.stuck_finalizers == 0
+            && self.mutations_after_resume.unwrap_or(0) == 0
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "experiment": self.experiment,
+            "services": self.services,
+            "deleted": self.deleted,
+            "disruptions": self.disruptions,
+            "load_balancers": self.load_balancers,
+            "orphans": self.orphans,
+            "duplicates": self.duplicates,
+            "missing_ingress": self.missing_ingress,
+            "stuck_finalizers": self.stuck_finalizers,
+            "converged_secs": self.converged_secs,
+            "mutations_after_resume": self.mutations_after_resume,
+            "takeover_secs": self.takeover_secs,
+        })
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so a run can be repeated with `--seed`.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// One CCM process; SIGKILLed on drop. Its stderr goes to a file.
+struct Ccm {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Ccm {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .stderr(Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(format!("kill -{signal} {} failed", self.pid()).into());
+        }
+        Ok(())
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        let _ = self.signal("CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A control plane, the simulator with one droplet per Node, and the Nodes.
+struct Cluster {
+    cp: ControlPlane,
+    sim: RunningSimulator,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    ccm_binary: PathBuf,
+    started: usize,
+}
+
+impl Cluster {
+    async fn start(ccm_binary: &Path) -> Result<Self> {
+        let cp = ControlPlane::start().await.map_err(|e| {
+            format!(
+                "a real control plane (tools/control-plane/build.sh, or KUBEBUILDER_ASSETS): {e}"
+            )
+        })?;
+        let mut cfg = SimulatorConfig::new(TOKEN);
+        cfg.lb_activation_delay = Duration::from_millis(300);
+        let sim = RunningSimulator::start(cfg).await?;
+        let dir = tempfile::tempdir()?;
+        let token = dir.path().join("token");
+        std::fs::write(&token, format!("{TOKEN}\n"))?;
+        let config = dir.path().join("do-like.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiUrl: {}\ntokenFile: {}\nregion: ams3\ncacheTtlSeconds: 1\nrequestsPerSecond: 200\nmaxRetryAfterSeconds: 2\n",
+                sim.url(),
+                token.display()
+            ),
+        )?;
+        let client = cp.client()?;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))?;
+        namespaces.create(&PostParams::default(), &ns).await?;
+        let nodes: Api<Node> = Api::all(client);
+        for i in 0..NODES {
+            let name = format!("chaos-node-{i}");
+            sim.handle().create_droplet(&name, "s-2vcpu-4gb", "ams3");
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"taints": [{
+                    "key": ccm_core::well_known::TAINT_UNINITIALIZED,
+                    "value": "true",
+                    "effect": "NoSchedule"
+                }]},
+            }))?;
+            nodes.create(&PostParams::default(), &node).await?;
+        }
+        Ok(Self {
+            cp,
+            sim,
+            dir,
+            config,
+            ccm_binary: ccm_binary.to_owned(),
+            started: 0,
+        })
+    }
+
+    /// Starts a CCM with the common flags and `extra`.
+    fn ccm(&mut self, extra: &[String]) -> Result<Ccm> {
+        self.started += 1;
+        let log = self.dir.path().join(format!("ccm-{}.log", self.started));
+        let child = Command::new(&self.ccm_binary)
+            .args([
+                "--cloud-provider=digitalocean".to_owned(),
+                format!("--cloud-config={}", self.config.display()),
+                format!("--kubeconfig={}", self.cp.kubeconfig_path().display()),
+                format!("--cluster-name={CLUSTER}"),
+                "--configure-cloud-routes=false".to_owned(),
+                "--secure-port=0".to_owned(),
+                "--concurrent-service-syncs=4".to_owned(),
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", self.ccm_binary.display()))?;
+        Ok(Ccm { child, log })
+    }
+
+    fn services(&self) -> Result<Api<Service>> {
+        Ok(Api::namespaced(self.cp.client()?, NAMESPACE))
+    }
+
+    async fn create_service(&self, name: &str) -> Result<()> {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"app": name},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+            },
+        }))?;
+        self.services()?
+            .create(&PostParams::default(), &svc)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_service(&self, name: &str) -> Result<()> {
+        self.services()?
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+
+    /// The cloud mutations the simulator has answered so far.
+    fn mutations(&self) -> u64 {
+        self.sim
+            .handle()
+            .request_counts()
+            .iter()
+            .filter(|(key, _)| {
+                ["POST ", "PUT ", "DELETE "]
+                    .iter()
+                    .any(|m| key.starts_with(m))
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The state now: what is left behind, compared with the live Services.
+    async fn inspect(&self, outcome: &mut Outcome) -> Result<bool> {
+        let services = self.services()?.list(&ListParams::default()).await?;
+        let mut wanted = BTreeSet::new();
+        let mut stuck = 0;
+        let mut missing = 0;
+        for svc in &services.items {
+            if svc.metadata.deletion_timestamp.is_some() {
+                stuck += 1;
+                continue;
+            }
+            wanted.insert(default_load_balancer_name(svc));
+            let has_ingress = svc
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .is_some_and(|i| !i.is_empty());
+            if !has_ingress {
+                missing += 1;
+            }
+        }
+        let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
+        let lbs = self.sim.handle().load_balancers();
+        for lb in &lbs {
+            *by_name.entry(lb.spec.name.clone()).or_default() += 1;
+        }
+        outcome.load_balancers = lbs.len();
+        outcome.orphans = by_name.keys().filter(|n| !wanted.contains(*n)).count();
+        outcome.duplicates = by_name.values().map(|n| n.saturating_sub(1)).sum();
+        outcome.missing_ingress =
+            missing + wanted.iter().filter(|n| !by_name.contains_key(*n)).count();
+        outcome.stuck_finalizers = stuck;
+        Ok(outcome.orphans == 0
+            && outcome.duplicates == 0
+            && outcome.missing_ingress == 0
+            && outcome.stuck_finalizers == 0)
+    }
+
+    /// Waits until nothing is left behind; records the seconds since `since`.
+    async fn converge(
+        &self,
+        outcome: &mut Outcome,
+        since: Instant,
+        timeout: Duration,
+    ) -> Result<()> {
+        loop {
+            if self.inspect(outcome).await? {
+                outcome.converged_secs = Some(since.elapsed().as_secs_f64());
+                return Ok(());
+            }
+            if since.elapsed() > timeout {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// Creates Services one by one and deletes about one in four a little later.
+#[derive(Default)]
+struct Churn {
+    pending_delete: Vec<String>,
+    deleted: usize,
+}
+
+impl Churn {
+    /// Creates Service `i` of `total`, and deletes what is due.
+    async fn step(
+        &mut self,
+        cluster: &Cluster,
+        i: usize,
+        total: usize,
+        rng: &mut Rng,
+    ) -> Result<()> {
+        let name = format!("svc-{i}");
+        cluster.create_service(&name).await?;
+        if rng.below(4) == 0 {
+            self.pending_delete.push(name);
+        }
+        if self.pending_delete.len() > 1 || (i + 1 == total && !self.pending_delete.is_empty()) {
+            for name in self.pending_delete.drain(..) {
+                cluster.delete_service(&name).await?;
+                self.deleted += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(())
+    }
+}
+
+/// SIGKILL and restart the CCM at random points while Services come and go.
+async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
+    let mut cluster = Cluster::start(ccm_binary).await?;
+    let flags = ["--leader-elect=false".to_owned()];
+    let mut rng = Rng(opts.seed.max(1));
+    let mut kill_at: BTreeSet<usize> = BTreeSet::new();
+    while kill_at.len() < opts.kills.min(opts.services) {
+        kill_at.insert(usize::try_from(rng.below(opts.services as u64)).unwrap_or(0));
+    }
+    let mut ccm = cluster.ccm(&flags)?;
+    let mut churn = Churn::default();
+    for i in 0..opts.services {
+        churn.step(&cluster, i, opts.services, &mut rng).await?;
+        if kill_at.contains(&i) {
+            ccm.child.kill()?;
+            ccm.child.wait()?;
+            // Down for up to a second, as a crash-looping pod would be.
+            tokio::time::sleep(Duration::from_millis(rng.below(1000))).await;
+            ccm = cluster.ccm(&flags)?;
+        }
+    }
+    let mut outcome = Outcome {
+        experiment: "kill",
+        services: opts.services,
+        deleted: churn.deleted,
+        disruptions: kill_at.len(),
+        ..Outcome::default()
+    };
+    cluster
+        .converge(
+            &mut outcome,
+            Instant::now(),
+            Duration::from_secs(opts.timeout_secs),
+        )
+        .await?;
+    if outcome.converged_secs.is_none() {
+        eprintln!("kill: did not converge; CCM log tail:\n{}", ccm.log_tail());
+    }
+    Ok(outcome)
+}
+
+/// 30 % 5xx and bursts of 429 while Services come and go; converged after the faults end.
+async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
+    let mut cluster = Cluster::start(ccm_binary).await?;
+    let ccm = cluster.ccm(&["--leader-elect=false".to_owned()])?;
+    let mut rng = Rng(opts.seed.max(1).wrapping_add(1));
+    let mut faults = Faults::default();
+    faults.error_rate = 0.3;
+    faults.burst_429 = 5;
+    faults.retry_after_secs = 1;
+    cluster.sim.handle().set_faults(faults);
+    let until = Instant::now() + Duration::from_secs(opts.fault_secs);
+    let mut churn = Churn::default();
+    for i in 0..opts.services {
+        churn.step(&cluster, i, opts.services, &mut rng).await?;
+    }
+    let remaining = until.saturating_duration_since(Instant::now());
+    tokio::time::sleep(remaining).await;
+    cluster.sim.handle().set_faults(Faults::default());
+    let mut outcome = Outcome {
+        experiment: "faults",
+        services: opts.services,
+        deleted: churn.deleted,
+        disruptions: 1,
+        ..Outcome::default()
+    };
+    cluster
+        .converge(
+            &mut outcome,
+            Instant::now(),
+            Duration::from_secs(opts.timeout_secs),
+        )
+        .await?;
+    if outcome.converged_secs.is_none() {
+        eprintln!(
+            "faults: did not converge; CCM log tail:\n{}",
+            ccm.log_tail()
+        );
+    }
+    Ok(outcome)
+}
+
+/// The holder of the CCM's Lease, if any.
+async fn lease_holder(cluster: &Cluster) -> Result<Option<String>> {
+    let leases: Api<Lease> = Api::namespaced(cluster.cp.client()?, "kube-system");
+    Ok(leases
+        .get_opt("cloud-controller-manager")
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+/// Polls `check` every 100 ms until it answers `Some`, for at most `timeout`.
+async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(Some(v));
+        }
+        if start.elapsed() > timeout {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Two replicas; the leader is SIGSTOPped past its Lease, the standby takes over and
+/// converges, then the paused one is resumed: it must not act on the cloud.
+async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
+    let mut cluster = Cluster::start(ccm_binary).await?;
+    let lease = opts.lease_secs.max(3);
+    let timing = [
+        "--leader-elect=true".to_owned(),
+        format!("--leader-elect-lease-duration={lease}s"),
+        format!("--leader-elect-renew-deadline={}ms", lease * 2000 / 3),
+        format!(
+            "--leader-elect-retry-period={}ms",
+            (lease * 1000 / 7).max(200)
+        ),
+    ];
+    let timeout = Duration::from_secs(opts.timeout_secs);
+    let mut leader = cluster.ccm(&timing)?;
+    let first = wait_for(timeout, || lease_holder(&cluster))
+        .await?
+        .ok_or("pause: nobody took the Lease")?;
+    let standby = cluster.ccm(&timing)?;
+    let mut rng = Rng(opts.seed.max(1).wrapping_add(2));
+    let mut churn = Churn::default();
+    for i in 0..opts.services {
+        churn.step(&cluster, i, opts.services, &mut rng).await?;
+    }
+    let mut outcome = Outcome {
+        experiment: "pause",
+        services: opts.services,
+        deleted: churn.deleted,
+        disruptions: 1,
+        ..Outcome::default()
+    };
+    cluster
+        .converge(&mut outcome, Instant::now(), timeout)
+        .await?;
+
+    // Work the paused leader will find queued when it wakes: Services created while it
+    // sleeps reach it as watch events after SIGCONT.
+    leader.signal("STOP")?;
+    let stopped = Instant::now();
+    for i in opts.services..opts.services + 3 {
+        cluster.create_service(&format!("svc-{i}")).await?;
+    }
+    let takeover = wait_for(timeout, || async {
+        Ok(lease_holder(&cluster).await?.filter(|h| *h != first))
+    })
+    .await?;
+    outcome.takeover_secs = takeover.map(|_| stopped.elapsed().as_secs_f64());
+    outcome.services += 3;
+    cluster
+        .converge(&mut outcome, Instant::now(), timeout)
+        .await?;
+    // Keep it paused well past its Lease, then let the new leader go quiet.
+    tokio::time::sleep(Duration::from_secs(lease * 2).saturating_sub(stopped.elapsed())).await;
+    let mut quiet = cluster.mutations();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = cluster.mutations();
+        if now == quiet {
+            break;
+        }
+        quiet = now;
+    }
+    leader.signal("CONT")?;
+    // The resumed replica finds out it lost the Lease and exits; anything it sent to the
+    // cloud before that counts (the new leader is quiet: nothing has changed).
+    let _ = wait_for(Duration::from_secs(lease * 2), || {
+        let exited = leader.exited();
+        async move { Ok(exited.then_some(())) }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    outcome.mutations_after_resume = Some(cluster.mutations() - quiet);
+    if !leader.exited() {
+        eprintln!(
+            "pause: the resumed leader did not exit; its log tail:\n{}",
+            leader.log_tail()
+        );
+    }
+    drop(standby);
+    Ok(outcome)
+}
+
+fn print(outcomes: &[Outcome]) {
+    println!(
+        "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16}",
+        "scenario",
+        "services",
+        "deleted",
+        "disruptions",
+        "lbs",
+        "orphans",
+        "duplicates",
+        "missing_ingress",
+        "stuck_finalizers",
+        "converged_s",
+        "takeover_s",
+        "mutations_resumed"
+    );
+    let secs = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{s:.1}"));
+    for o in outcomes {
+        println!(
+            "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16}",
+            o.experiment,
+            o.services,
+            o.deleted,
+            o.disruptions,
+            o.load_balancers,
+            o.orphans,
+            o.duplicates,
+            o.missing_ingress,
+            o.stuck_finalizers,
+            o.converged_secs
+                .map_or("never".to_owned(), |s| format!("{s:.1}")),
+            secs(o.takeover_secs),
+            o.mutations_after_resume
+                .map_or("-".to_owned(), |n| n.to_string()),
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> std::process::ExitCode {
+    let opts = Options::parse();
+    let ccm = opts.ccm.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .unwrap_or_default()
+            .with_file_name("do-like-cloud-controller-manager")
+    });
+    if !ccm.exists() {
+        eprintln!(
+            "ccm-chaos: {} not found; build it with `cargo build -p ccm-do-like-cloud` or pass --ccm",
+            ccm.display()
+        );
+        return std::process::ExitCode::from(2);
+    }
+    let mut outcomes = Vec::new();
+    for experiment in &opts.experiments {
+        eprintln!("ccm-chaos: {experiment}");
+        let result = match experiment.as_str() {
+            "kill" => kill(&opts, &ccm).await,
+            "faults" => faults(&opts, &ccm).await,
+            "pause" => pause(&opts, &ccm).await,
+            other => Err(format!("unknown experiment {other:?} (kill, faults, pause)").into()),
+        };
+        match result {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(err) => {
+                eprintln!("ccm-chaos: {experiment}: {err}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    print(&outcomes);
+    if let Some(out) = &opts.out {
+        let json = serde_json::json!({
+            "options": {
+                "services": opts.services, "kills": opts.kills, "fault_secs": opts.fault_secs,
+                "lease_secs": opts.lease_secs, "seed": opts.seed,
+            },
+            "results": outcomes.iter().map(Outcome::json).collect::<Vec<_>>(),
+        });
+        if let Err(err) = std::fs::write(out, format!("{json:#}\n")) {
+            eprintln!("ccm-chaos: {}: {err}", out.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    if outcomes.iter().all(Outcome::clean) {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}

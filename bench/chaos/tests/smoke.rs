@@ -1,0 +1,61 @@
+//! CI runs the reliability suite small: every experiment end to end, with the real
+//! `do-like-cloud-controller-manager` (built by `cargo test --workspace` for the DO-like
+//! provider's own tests), a real control plane and the simulator. It checks what was left
+//! behind (nothing), never how long anything took.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const CHAOS: &str = env!("CARGO_BIN_EXE_ccm-chaos");
+
+#[test]
+fn every_experiment_runs_small_and_leaves_nothing_behind() {
+    let ccm = PathBuf::from(CHAOS).with_file_name("do-like-cloud-controller-manager");
+    // A missing part fails the test; it never skips.
+    assert!(
+        ccm.exists(),
+        "{} is not built; run `cargo build -p ccm-do-like-cloud` or `cargo test --workspace`",
+        ccm.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("chaos.json");
+    let output = Command::new(CHAOS)
+        .args(["--services", "6", "--kills", "2", "--fault-secs", "3"])
+        .args(["--lease-secs", "4", "--timeout-secs", "120"])
+        .arg("--ccm")
+        .arg(&ccm)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "ccm-chaos reported something left behind:\n{stdout}\n{stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let results = report["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["experiment"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kill", "faults", "pause"], "{report:#}");
+    for r in results {
+        for field in [
+            "orphans",
+            "duplicates",
+            "missing_ingress",
+            "stuck_finalizers",
+        ] {
+            assert_eq!(r[field], 0, "{field} in {r:#}");
+        }
+        assert!(r["converged_secs"].is_number(), "converged: {r:#}");
+    }
+    let kill = &results[0];
+    assert_eq!(kill["disruptions"], 2, "{kill:#}");
+    let pause = &results[2];
+    assert_eq!(pause["mutations_after_resume"], 0, "{pause:#}");
+    assert!(pause["takeover_secs"].is_number(), "{pause:#}");
+}

@@ -67,10 +67,30 @@ pub struct ControlPlane {
     ca: Ca,
     admin: pki::ClientCert,
     kubeconfig_path: PathBuf,
-    etcd_pid: Option<u32>,
-    apiserver_pid: Option<u32>,
+    /// How long a server may take to become ready, at start and at a restart.
+    start_timeout: Duration,
     startup: Duration,
     supervisor: Mutex<Supervisor>,
+}
+
+/// One of the two servers of a [`ControlPlane`], to stop and start again: see
+/// [`ControlPlane::restart_server`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Server {
+    /// etcd; its data stays in the control plane's folder.
+    Etcd,
+    /// kube-apiserver; it comes back on the same port with the same certificates.
+    KubeApiserver,
+}
+
+impl Server {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Etcd => ETCD,
+            Self::KubeApiserver => KUBE_APISERVER,
+        }
+    }
 }
 
 /// Options for starting a [`ControlPlane`]; see [`ControlPlane::builder`].
@@ -178,7 +198,7 @@ impl ControlPlaneBuilder {
         let server_url = format!("https://127.0.0.1:{apiserver_port}");
 
         // From here on the supervisor owns the folder and removes it.
-        let mut supervisor = Supervisor::spawn(&dir)?;
+        let supervisor = Mutex::new(Supervisor::spawn(&dir)?);
         let _ = temp.keep();
 
         let etcd_args = vec![
@@ -191,8 +211,8 @@ impl ControlPlaneBuilder {
             format!("--initial-cluster=default={peer_url}"),
             "--unsafe-no-fsync=true".to_owned(),
         ];
-        supervisor.start(ETCD, &binaries.etcd, &etcd_args)?;
-        wait_ready(&mut supervisor, &dir, ETCD, deadline, move || {
+        lock(&supervisor).start(ETCD, &binaries.etcd, &etcd_args)?;
+        wait_ready(&supervisor, &dir, ETCD, deadline, move || {
             etcd_healthy(etcd_port)
         })
         .await?;
@@ -220,14 +240,14 @@ impl ControlPlaneBuilder {
             format!("--client-ca-file={}", dir.join("client-ca.crt").display()),
         ];
         apiserver_args.extend(self.extra_apiserver_args.iter().cloned());
-        supervisor.start(KUBE_APISERVER, &binaries.kube_apiserver, &apiserver_args)?;
+        lock(&supervisor).start(KUBE_APISERVER, &binaries.kube_apiserver, &apiserver_args)?;
 
         // The API server writes its self-signed serving certificate (followed
         // by the CA that signed it) into --cert-dir before it listens.
         let serving_cert = cert_dir.join("apiserver.crt");
         let serving_cert = &serving_cert;
         let serving_ca_pem = wait_ready(
-            &mut supervisor,
+            &supervisor,
             &dir,
             KUBE_APISERVER,
             deadline,
@@ -250,41 +270,15 @@ impl ControlPlaneBuilder {
             serving_ca_pem,
             ca,
             admin,
-            etcd_pid: None,
-            apiserver_pid: None,
+            start_timeout: self.start_timeout,
             startup: Duration::ZERO,
-            supervisor: Mutex::new(supervisor),
+            supervisor,
         };
-        let mut config = cp.admin_config()?;
-        config.default_retry = false;
-        config.connect_timeout = Some(Duration::from_secs(2));
-        config.read_timeout = Some(Duration::from_secs(5));
-        let probe = Client::try_from(config)?;
-        {
-            let probe = &probe;
-            let supervisor = cp.supervisor.get_mut().unwrap_or_else(|e| e.into_inner());
-            wait_ready(
-                supervisor,
-                &cp.dir,
-                KUBE_APISERVER,
-                deadline,
-                move || async move {
-                    let request = http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .map_err(|e| e.to_string())?;
-                    match probe.request_text(request).await {
-                        Ok(body) if body.trim() == "ok" => Ok(()),
-                        Ok(body) => Err(format!("/readyz answered {body:?}")),
-                        Err(e) => Err(format!("/readyz: {e}")),
-                    }
-                },
-            )
-            .await?;
-            cp.etcd_pid = supervisor.pid(ETCD);
-            cp.apiserver_pid = supervisor.pid(KUBE_APISERVER);
-        }
-        drop(probe);
-        write(&cp.kubeconfig_path, &cp.admin_kubeconfig())?;
+        cp.wait_apiserver_ready(deadline).await?;
+        write(
+            &cp.kubeconfig_path,
+            &cp.kubeconfig_with(ADMIN_USER, &cp.admin),
+        )?;
         cp.startup = started.elapsed();
         tracing::info!(
             startup_ms = u64::try_from(cp.startup.as_millis()).unwrap_or(u64::MAX),
@@ -466,6 +460,27 @@ impl ControlPlane {
         Ok(name)
     }
 
+    /// Writes a kubeconfig for `user` in `groups` (a new client certificate, as
+    /// [`client_for_user`](Self::client_for_user) makes) into the control plane's folder
+    /// and returns its path: for a process under test that must appear in the API server's
+    /// audit log, or pass RBAC, as a user of its own.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Certificate`] for an empty user name; [`Error::InvalidArgument`] for a
+    /// name that is not a plain file name; I/O errors.
+    pub fn kubeconfig_for_user(&self, user: &str, groups: &[&str]) -> Result<PathBuf, Error> {
+        if user.contains(['/', '\\']) || user.starts_with('.') {
+            return Err(Error::InvalidArgument(format!(
+                "user {user:?}: not usable as a file name"
+            )));
+        }
+        let cert = self.ca.issue_client(user, groups)?;
+        let path = self.dir.join(format!("{user}.kubeconfig"));
+        write(&path, &self.kubeconfig_with(user, &cert))?;
+        Ok(path)
+    }
+
     /// The path of an admin kubeconfig, e.g. for `kubectl --kubeconfig`.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig_path
@@ -512,9 +527,140 @@ impl ControlPlane {
     }
 
     /// Process ids of etcd and kube-apiserver (for diagnostics and for tests
-    /// of the clean-up).
+    /// of the clean-up); new ones after [`ControlPlane::restart_server`].
     pub fn process_ids(&self) -> (Option<u32>, Option<u32>) {
-        (self.etcd_pid, self.apiserver_pid)
+        let supervisor = lock(&self.supervisor);
+        (supervisor.pid(ETCD), supervisor.pid(KUBE_APISERVER))
+    }
+
+    /// Stops `server` (SIGTERM, SIGKILL after 5 s) and waits until it has exited. Clients
+    /// keep their configuration; their requests fail until
+    /// [`start_server`](Self::start_server).
+    ///
+    /// Only on a control plane of the test's own ([`ControlPlane::start`]): the shared one
+    /// serves other tests.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] on the shared control plane; [`Error::Start`] if the
+    /// server has not exited after the supervisor's SIGKILL (30 s).
+    pub async fn stop_server(&self, server: Server) -> Result<(), Error> {
+        self.refuse_shared()?;
+        let name = server.name();
+        lock(&self.supervisor).stop_server(name)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let ServerState::Exited(_) = lock(&self.supervisor).state(name) {
+                tracing::info!(server = name, "stopped");
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Start {
+                    component: name,
+                    reason: "did not exit within 30 s of being told to stop".to_owned(),
+                    tail: log_tail(&self.dir.join(format!("{name}.log"))),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts `server` again after [`stop_server`](Self::stop_server), with the same
+    /// flags: the same ports, certificates, keys and etcd data, so every client made before
+    /// reconnects. Returns when it is ready (etcd's `/health`, kube-apiserver's `/readyz`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] on the shared control plane or when `server` is running;
+    /// [`Error::Start`] as for a first start.
+    pub async fn start_server(&self, server: Server) -> Result<(), Error> {
+        self.refuse_shared()?;
+        let name = server.name();
+        let deadline = Instant::now() + self.start_timeout;
+        {
+            let mut supervisor = lock(&self.supervisor);
+            if let ServerState::Running = supervisor.state(name) {
+                return Err(Error::InvalidArgument(format!(
+                    "{name} is running: stop it first"
+                )));
+            }
+            supervisor.forget_exit(name)?;
+            supervisor.restart(name)?;
+        }
+        let started = Instant::now();
+        match server {
+            Server::Etcd => {
+                let port = self
+                    .etcd_url
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .ok_or_else(|| Error::InvalidArgument(format!("etcd URL {}", self.etcd_url)))?;
+                wait_ready(&self.supervisor, &self.dir, ETCD, deadline, move || {
+                    etcd_healthy(port)
+                })
+                .await?;
+            }
+            Server::KubeApiserver => self.wait_apiserver_ready(deadline).await?,
+        }
+        tracing::info!(
+            server = name,
+            ready_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "started again"
+        );
+        Ok(())
+    }
+
+    /// [`stop_server`](Self::stop_server) then [`start_server`](Self::start_server): an
+    /// outage as short as the server's shutdown and start-up.
+    ///
+    /// # Errors
+    ///
+    /// As those two.
+    pub async fn restart_server(&self, server: Server) -> Result<(), Error> {
+        self.stop_server(server).await?;
+        self.start_server(server).await
+    }
+
+    fn refuse_shared(&self) -> Result<(), Error> {
+        let shared = SHARED
+            .get()
+            .and_then(|r| r.as_ref().ok())
+            .is_some_and(|shared| std::ptr::eq(shared, self));
+        if shared {
+            return Err(Error::InvalidArgument(
+                "the shared control plane serves other tests: stop and start the servers of \
+                 a control plane of the test's own (ControlPlane::start)"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits until kube-apiserver's `/readyz` answers `ok`.
+    async fn wait_apiserver_ready(&self, deadline: Instant) -> Result<(), Error> {
+        let mut config = self.admin_config()?;
+        config.default_retry = false;
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(5));
+        let probe = &Client::try_from(config)?;
+        wait_ready(
+            &self.supervisor,
+            &self.dir,
+            KUBE_APISERVER,
+            deadline,
+            move || async move {
+                let request = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .map_err(|e| e.to_string())?;
+                match probe.request_text(request).await {
+                    Ok(body) if body.trim() == "ok" => Ok(()),
+                    Ok(body) => Err(format!("/readyz answered {body:?}")),
+                    Err(e) => Err(format!("/readyz: {e}")),
+                }
+            },
+        )
+        .await
     }
 
     /// How long the start took, from the first process spawned to
@@ -534,7 +680,7 @@ impl ControlPlane {
         Ok(config)
     }
 
-    fn admin_kubeconfig(&self) -> String {
+    fn kubeconfig_with(&self, user: &str, cert: &pki::ClientCert) -> String {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         format!(
             "apiVersion: v1
@@ -559,9 +705,8 @@ current-context: ccm-test
 ",
             server = self.server_url,
             ca = b64(&self.serving_ca_pem),
-            user = ADMIN_USER,
-            cert = b64(&self.admin.cert_pem),
-            key = b64(&self.admin.key_pem),
+            cert = b64(&cert.cert_pem),
+            key = b64(&cert.key_pem),
         )
     }
 }
@@ -624,7 +769,7 @@ fn free_ports() -> Result<[u16; 3], Error> {
 /// Polls `probe` every 50 ms until it succeeds, the server exits, or the
 /// deadline passes; the two failures quote the server's log.
 async fn wait_ready<T, F, Fut>(
-    supervisor: &mut Supervisor,
+    supervisor: &Mutex<Supervisor>,
     dir: &Path,
     name: &'static str,
     deadline: Instant,
@@ -639,7 +784,8 @@ where
             Ok(value) => return Ok(value),
             Err(e) => e,
         };
-        let failure = match supervisor.state(name) {
+        let state = lock(supervisor).state(name);
+        let failure = match state {
             ServerState::Exited(status) => {
                 Some(format!("it exited ({status}); last check: {last}"))
             }
@@ -662,6 +808,13 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The supervisor, even if a panic poisoned its lock (its state is a child process).
+fn lock(supervisor: &Mutex<Supervisor>) -> std::sync::MutexGuard<'_, Supervisor> {
+    supervisor
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn log_tail(path: &Path) -> String {

@@ -33,7 +33,7 @@ mod wait;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, default_assets_dir};
-pub use control_plane::{ADMIN_USER, ControlPlane, ControlPlaneBuilder};
+pub use control_plane::{ADMIN_USER, ControlPlane, ControlPlaneBuilder, Server};
 pub use wait::{Outcome, POLL_INTERVAL, eventually};
 
 /// Errors from starting or using a [`ControlPlane`].

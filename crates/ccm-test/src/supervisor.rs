@@ -2,7 +2,8 @@
 //!
 //! The test process talks to it through a pipe on its standard input:
 //! `start NAME` runs the command whose arguments are in `DIR/NAME.args`
-//! (one per line). When the pipe reaches end of input, because the
+//! (one per line); `stop NAME` stops that server (SIGTERM, then SIGKILL after
+//! a grace period) and waits for it, so it can be started again. When the pipe reaches end of input, because the
 //! [`ControlPlane`](crate::ControlPlane) was dropped *or because the test
 //! process died in any way* (panic, `exit`, abort, SIGKILL: the kernel closes
 //! the pipe), the supervisor stops the servers (newest first; SIGTERM, then
@@ -27,21 +28,25 @@ const SCRIPT: &str = r#"
 set -u
 dir=$1
 names=
-stop() {
-    for name in $names; do
-        sub=$(cat "$dir/$name.sub" 2>/dev/null) || continue
-        # The pid file is written right after the server is started.
-        while [ ! -s "$dir/$name.pid" ] && kill -0 "$sub" 2>/dev/null; do sleep 0.05; done
-        pid=$(cat "$dir/$name.pid" 2>/dev/null) || continue
-        kill -TERM "$pid" 2>/dev/null
-        i=0
-        while kill -0 "$pid" 2>/dev/null; do
-            i=$((i + 1))
-            # SIGKILL after 5 s (100 x 0.05 s).
-            if [ "$i" -eq 100 ]; then kill -KILL "$pid" 2>/dev/null; fi
-            sleep 0.05
-        done
+stop_one() {
+    name=$1
+    sub=$(cat "$dir/$name.sub" 2>/dev/null) || return
+    # The pid file is written right after the server is started.
+    while [ ! -s "$dir/$name.pid" ] && kill -0 "$sub" 2>/dev/null; do sleep 0.05; done
+    pid=$(cat "$dir/$name.pid" 2>/dev/null) || return
+    kill -TERM "$pid" 2>/dev/null
+    i=0
+    while kill -0 "$pid" 2>/dev/null; do
+        i=$((i + 1))
+        # SIGKILL after 5 s (100 x 0.05 s).
+        if [ "$i" -eq 100 ]; then kill -KILL "$pid" 2>/dev/null; fi
+        sleep 0.05
     done
+    # The server's subshell writes NAME.exit, then ends.
+    wait "$sub" 2>/dev/null
+}
+stop() {
+    for name in $names; do stop_one "$name"; done
     wait
     rm -rf "$dir"
 }
@@ -59,7 +64,13 @@ while IFS= read -r line; do
             echo $? >"$dir/$name.exit"
         ) &
         echo $! >"$dir/$name.sub"
-        names="$name $names"
+        case " $names " in
+        *" $name "*) ;;
+        *) names="$name $names" ;;
+        esac
+        ;;
+    "stop "*)
+        stop_one "${line#stop }"
         ;;
     esac
 done
@@ -131,14 +142,41 @@ impl Supervisor {
         }
         std::fs::write(self.dir.join(format!("{name}.args")), lines)
             .map_err(|e| Error::io(format!("writing {name}.args"), e))?;
+        self.restart(name)
+    }
+
+    /// Starts the server `name` again with the arguments it was first started with.
+    pub(crate) fn restart(&mut self, name: &str) -> Result<(), Error> {
+        self.send(&format!("start {name}\n"), name)
+    }
+
+    /// Asks the supervisor to stop the server `name` (SIGTERM, SIGKILL after 5 s). It is
+    /// stopped once [`state`](Self::state) says it exited.
+    pub(crate) fn stop_server(&mut self, name: &str) -> Result<(), Error> {
+        self.send(&format!("stop {name}\n"), name)
+    }
+
+    /// Forgets how the server `name` ended, before it is started again.
+    pub(crate) fn forget_exit(&self, name: &str) -> Result<(), Error> {
+        for file in [format!("{name}.exit"), format!("{name}.pid")] {
+            match std::fs::remove_file(self.dir.join(&file)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("removing {file}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, command: &str, name: &str) -> Result<(), Error> {
         let stdin = self
             .stdin
             .as_mut()
             .ok_or_else(|| Error::InvalidArgument("the supervisor is stopped".into()))?;
         stdin
-            .write_all(format!("start {name}\n").as_bytes())
+            .write_all(command.as_bytes())
             .and_then(|()| stdin.flush())
-            .map_err(|e| Error::io(format!("asking the supervisor to start {name}"), e))
+            .map_err(|e| Error::io(format!("asking the supervisor about {name}"), e))
     }
 
     /// Whether the server `name` is still running.

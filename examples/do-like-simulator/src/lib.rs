@@ -15,25 +15,33 @@
 //! `ratelimit-remaining` and `ratelimit-reset`; past the limit it answers 429 with
 //! `Retry-After`. Errors have DigitalOcean's shape: `{"id": "not_found", "message": "..."}`.
 //!
-//! Under `/admin` (no auth: the simulator only binds loopback addresses) it creates, deletes,
-//! powers off and on droplets, injects faults ([`Faults`]: an error rate, latency, bursts of
-//! 429 and of malformed JSON) and reports request counts (`GET /admin/stats`).
+//! Under `/admin` it creates, deletes, powers off and on droplets, injects faults ([`Faults`]:
+//! an error rate, latency, bursts of 429, of 503 and of malformed JSON) and reports request
+//! counts (`GET /admin/stats`). It needs no token unless
+//! [`SimulatorConfig::admin_token`] is set; it is reachable from this machine only: the
+//! simulator binds loopback addresses only.
+//!
+//! A web page open in a browser on the same machine could still send it requests, so every
+//! request (`/v2` and `/admin`) is refused with 403 when its `Host` is not a loopback address
+//! or `localhost` with the simulator's port (DNS rebinding), when it has an `Origin` other
+//! than the simulator's own (`http://` + such a host), or when its `Sec-Fetch-Site` says
+//! another site sent it.
 //!
 //! State is kept in a JSON file, written atomically (a temporary file, then a rename), when
 //! [`SimulatorConfig::state_file`] is set.
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -54,6 +62,8 @@ pub struct SimulatorConfig {
     pub listen: SocketAddr,
     /// The Bearer token clients must present.
     pub token: String,
+    /// The Bearer token `/admin` requires; `None` (the default) requires none.
+    pub admin_token: Option<String>,
     /// Where state is kept across restarts; `None` keeps it in memory only.
     pub state_file: Option<PathBuf>,
     /// How long a new load balancer stays `new` before it is `active` with an IP.
@@ -70,6 +80,7 @@ impl SimulatorConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: token.into(),
+            admin_token: None,
             state_file: None,
             lb_activation_delay: Duration::from_secs(1),
             rate_limit: 5000,
@@ -89,7 +100,9 @@ pub struct Faults {
     pub latency_ms: u64,
     /// The next this-many requests are answered 429.
     pub burst_429: u32,
-    /// The `Retry-After` (seconds) of injected 429s.
+    /// Then the next this-many requests are answered 503 (with `Retry-After`).
+    pub burst_503: u32,
+    /// The `Retry-After` (seconds) of injected 429s and 503s.
     pub retry_after_secs: u64,
     /// The next this-many requests are answered 200 with a body that is not JSON.
     pub malformed: u32,
@@ -105,11 +118,27 @@ struct Data {
     routes: BTreeMap<u64, XRoute>,
 }
 
+/// One `/v2` request the simulator answered, for tests that check when requests came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestRecord {
+    /// When it arrived, since the simulator started.
+    pub at: Duration,
+    /// Its method and route, e.g. `GET /v2/droplets/{id}` (the keys of the counters).
+    pub route: String,
+    /// The status it was answered with.
+    pub status: u16,
+}
+
+/// How many [`RequestRecord`]s the simulator keeps (the latest).
+const REQUEST_LOG_LEN: usize = 10_000;
+
 #[derive(Debug)]
 struct Inner {
     data: Data,
     faults: Faults,
     requests: BTreeMap<String, u64>,
+    log: VecDeque<RequestRecord>,
     window_start_ms: u64,
     window_count: u32,
     rng: u64,
@@ -118,6 +147,9 @@ struct Inner {
 #[derive(Debug)]
 struct Shared {
     config: SimulatorConfig,
+    /// The bound address: its port is the one a request's `Host` must name.
+    addr: SocketAddr,
+    started: Instant,
     inner: Mutex<Inner>,
 }
 
@@ -143,21 +175,22 @@ pub enum SimulatorError {
     /// Only loopback addresses may be bound.
     #[error("refusing to bind {0}: the simulator binds loopback addresses only")]
     NotLoopback(SocketAddr),
-    /// Binding or reading state failed.
-    #[error("{context}: {source}")]
+    /// Binding or reading state failed. The message includes the cause (which is therefore
+    /// not also a `source()`, so that printing the chain does not say it twice).
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done.
         context: String,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    /// The state file is not valid JSON.
-    #[error("state file {path}: {source}")]
+    /// The state file is not valid JSON (the message includes the cause).
+    #[error("state file {}: {cause}", path.display())]
     State {
         /// The file.
         path: PathBuf,
         /// The cause.
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -182,32 +215,35 @@ impl RunningSimulator {
         if let Some(path) = &config.state_file
             && path.exists()
         {
-            let bytes = std::fs::read(path).map_err(|source| SimulatorError::Io {
+            let bytes = std::fs::read(path).map_err(|cause| SimulatorError::Io {
                 context: format!("reading state file {}", path.display()),
-                source,
+                cause,
             })?;
-            data = serde_json::from_slice(&bytes).map_err(|source| SimulatorError::State {
+            data = serde_json::from_slice(&bytes).map_err(|cause| SimulatorError::State {
                 path: path.clone(),
-                source,
+                cause,
             })?;
         }
         let listener =
             TcpListener::bind(config.listen)
                 .await
-                .map_err(|source| SimulatorError::Io {
+                .map_err(|cause| SimulatorError::Io {
                     context: format!("binding {}", config.listen),
-                    source,
+                    cause,
                 })?;
-        let addr = listener.local_addr().map_err(|source| SimulatorError::Io {
+        let addr = listener.local_addr().map_err(|cause| SimulatorError::Io {
             context: "reading the bound address".into(),
-            source,
+            cause,
         })?;
         let shared = Arc::new(Shared {
             config,
+            addr,
+            started: Instant::now(),
             inner: Mutex::new(Inner {
                 data,
                 faults: Faults::default(),
                 requests: BTreeMap::new(),
+                log: VecDeque::new(),
                 window_start_ms: now_ms(),
                 window_count: 0,
                 rng: 0x9E37_79B9_7F4A_7C15,
@@ -366,9 +402,18 @@ impl SimulatorHandle {
         self.inner().requests.clone()
     }
 
-    /// Zeroes the request counters.
+    /// Zeroes the request counters and empties the request log.
     pub fn reset_request_counts(&self) {
-        self.inner().requests.clear();
+        let mut inner = self.inner();
+        inner.requests.clear();
+        inner.log.clear();
+    }
+
+    /// The latest `/v2` requests (at most 10 000), in the order they arrived.
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        let mut log: Vec<RequestRecord> = self.inner().log.iter().cloned().collect();
+        log.sort_by_key(|r| r.at);
+        log
     }
 }
 
@@ -425,23 +470,105 @@ fn router(handle: SimulatorHandle) -> Router {
         .route("/admin/droplets/{id}/power_off", post(admin_power_off))
         .route("/admin/droplets/{id}/power_on", post(admin_power_on))
         .route("/admin/faults", put(admin_faults))
-        .route("/admin/stats", get(admin_stats));
-    v2.merge(admin).with_state(handle)
+        .route("/admin/stats", get(admin_stats))
+        .layer(middleware::from_fn_with_state(handle.clone(), admin_auth));
+    v2.merge(admin)
+        .layer(middleware::from_fn_with_state(
+            handle.clone(),
+            same_origin_only,
+        ))
+        .with_state(handle)
 }
 
-/// Auth, rate limit, faults and counters for `/v2`.
-async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Response {
-    let key = format!("{} {}", req.method(), route_key(req.uri().path()));
-    let cfg = &h.shared.config;
-    let authorized = req
-        .headers()
-        .get("authorization")
+/// Refuses what a web page could send: a `Host` that does not name this simulator (DNS
+/// rebinding), an `Origin` that is not its own, a `Sec-Fetch-Site` of another site.
+async fn same_origin_only(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Response {
+    let port = h.shared.addr.port();
+    let headers = req.headers();
+    let text = |name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let host = text(header::HOST).or(req.uri().authority().map(|a| a.as_str()));
+    let refusal = if !host.is_some_and(|host| is_own_host(host, port)) {
+        Some(format!(
+            "the Host header must be a loopback address or localhost with port {port}"
+        ))
+    } else if text(header::ORIGIN).is_some_and(|origin| {
+        !origin
+            .strip_prefix("http://")
+            .is_some_and(|host| is_own_host(host, port))
+    }) {
+        Some("cross-origin requests are refused".to_owned())
+    } else if text(HeaderName::from_static("sec-fetch-site"))
+        .is_some_and(|site| site != "same-origin" && site != "none")
+    {
+        Some("requests sent by another site are refused".to_owned())
+    } else {
+        None
+    };
+    match refusal {
+        Some(message) => {
+            *h.inner().requests.entry("403".into()).or_default() += 1;
+            error(StatusCode::FORBIDDEN, "forbidden", message)
+        }
+        None => next.run(req).await,
+    }
+}
+
+/// Whether `host` (a `Host` header, or an origin without its scheme) is a loopback address or
+/// `localhost`, with `port` (a missing port is 80).
+fn is_own_host(host: &str, port: u16) -> bool {
+    let (name, rest) = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((ip, rest)) => (ip, rest),
+            None => return false,
+        },
+        None => match host.find(':') {
+            Some(colon) => host.split_at(colon),
+            None => (host, ""),
+        },
+    };
+    let port_ok = match rest {
+        "" => port == 80,
+        _ => rest
+            .strip_prefix(':')
+            .and_then(|p| p.parse::<u16>().ok())
+            .is_some_and(|p| p == port),
+    };
+    let name_ok = name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    port_ok && name_ok
+}
+
+/// `Authorization: Bearer <admin token>` on `/admin`, when the simulator has an admin token.
+async fn admin_auth(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Response {
+    if let Some(token) = &h.shared.config.admin_token
+        && bearer(req.headers()) != Some(token.as_str())
+    {
+        *h.inner().requests.entry("401".into()).or_default() += 1;
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "The admin interface needs its own token.",
+        );
+    }
+    next.run(req).await
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == cfg.token);
+}
+
+/// Auth, rate limit, faults, counters and the request log for `/v2`.
+async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Response {
+    let arrived = h.shared.started.elapsed();
+    let key = format!("{} {}", req.method(), route_key(req.uri().path()));
+    let cfg = &h.shared.config;
+    let authorized = bearer(req.headers()) == Some(cfg.token.as_str());
     let (latency, verdict, remaining, reset) = {
         let mut inner = h.inner();
-        *inner.requests.entry(key).or_default() += 1;
+        *inner.requests.entry(key.clone()).or_default() += 1;
         let now = now_ms();
         let window = cfg.rate_limit_window.as_millis().max(1) as u64;
         if now >= inner.window_start_ms + window {
@@ -460,6 +587,9 @@ async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Res
         } else if inner.faults.burst_429 > 0 {
             inner.faults.burst_429 -= 1;
             Verdict::TooMany(inner.faults.retry_after_secs)
+        } else if inner.faults.burst_503 > 0 {
+            inner.faults.burst_503 -= 1;
+            Verdict::Unavailable(inner.faults.retry_after_secs)
         } else if inner.window_count > cfg.rate_limit {
             Verdict::TooMany(
                 (inner.window_start_ms + window)
@@ -477,6 +607,7 @@ async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Res
         match verdict {
             Verdict::Unauthorized => *inner.requests.entry("401".into()).or_default() += 1,
             Verdict::TooMany(_) => *inner.requests.entry("429".into()).or_default() += 1,
+            Verdict::Unavailable(_) => *inner.requests.entry("503".into()).or_default() += 1,
             Verdict::ServerError => *inner.requests.entry("500".into()).or_default() += 1,
             _ => {}
         }
@@ -491,17 +622,22 @@ async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Res
             "unauthorized",
             "Unable to authenticate you.",
         ),
-        Verdict::TooMany(after) => {
-            let mut r = error(
+        Verdict::TooMany(after) => with_retry_after(
+            error(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_requests",
                 "API Rate limit exceeded.",
-            );
-            if let Ok(v) = HeaderValue::from_str(&after.to_string()) {
-                r.headers_mut().insert("retry-after", v);
-            }
-            r
-        }
+            ),
+            after,
+        ),
+        Verdict::Unavailable(after) => with_retry_after(
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "The service is temporarily unavailable (injected).",
+            ),
+            after,
+        ),
         Verdict::ServerError => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "server_error",
@@ -520,6 +656,22 @@ async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Res
             headers.insert(name, v);
         }
     }
+    let mut inner = h.inner();
+    if inner.log.len() >= REQUEST_LOG_LEN {
+        inner.log.pop_front();
+    }
+    inner.log.push_back(RequestRecord {
+        at: arrived,
+        route: key,
+        status: resp.status().as_u16(),
+    });
+    drop(inner);
+    resp
+}
+
+fn with_retry_after(mut resp: Response, secs: u64) -> Response {
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     resp
 }
 
@@ -527,6 +679,7 @@ enum Verdict {
     Pass,
     Unauthorized,
     TooMany(u64),
+    Unavailable(u64),
     ServerError,
     Malformed,
 }
@@ -803,7 +956,36 @@ async fn delete_route(State(h): State<SimulatorHandle>, Path(id): Path<String>) 
 
 #[cfg(test)]
 mod tests {
-    use super::route_key;
+    use super::{is_own_host, route_key};
+
+    #[test]
+    fn own_hosts() {
+        for host in [
+            "127.0.0.1:8080",
+            "127.9.0.1:8080",
+            "localhost:8080",
+            "LocalHost:8080",
+            "[::1]:8080",
+        ] {
+            assert!(is_own_host(host, 8080), "{host}");
+        }
+        for host in [
+            "127.0.0.1:8081",
+            "127.0.0.1",
+            "evil.example:8080",
+            "localhost.evil.example:8080",
+            "10.0.0.1:8080",
+            "[::2]:8080",
+            "[::1:8080",
+            "::1:8080",
+            "127.0.0.1:8080/x",
+            "127.0.0.1:",
+            "",
+        ] {
+            assert!(!is_own_host(host, 8080), "{host}");
+        }
+        assert!(is_own_host("localhost", 80));
+    }
 
     #[test]
     fn route_keys() {

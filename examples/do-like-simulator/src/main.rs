@@ -6,12 +6,13 @@
 //! ```
 //!
 //! Prints `listening on http://<addr>` once bound. The token comes from `--token-file` or
-//! the `DO_LIKE_TOKEN` environment variable. `--droplets N` creates `node-1` .. `node-N`
-//! when the state is empty. Stops on Ctrl-C or SIGTERM.
+//! the `DO_LIKE_TOKEN` environment variable; `--admin-token-file` makes `/admin` require a
+//! token of its own. `--droplets N` creates `node-1` .. `node-N` when the state is empty.
+//! Stops on Ctrl-C or SIGTERM.
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -20,8 +21,10 @@ use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
 fn usage() -> ExitCode {
     eprintln!(
         "usage: do-like-api-simulator [--listen 127.0.0.1:PORT] [--token-file FILE] \
-         [--state-file FILE] [--lb-activation-ms MS] [--rate-limit N] [--droplets N]\n\
-         The token is read from --token-file or $DO_LIKE_TOKEN."
+         [--admin-token-file FILE] [--state-file FILE] [--lb-activation-ms MS] \
+         [--rate-limit N] [--droplets N]\n\
+         The token is read from --token-file or $DO_LIKE_TOKEN; /admin needs the token in \
+         --admin-token-file when it is given."
     );
     ExitCode::from(2)
 }
@@ -34,6 +37,7 @@ async fn main() -> ExitCode {
         .init();
     let mut config = SimulatorConfig::new(String::new());
     let mut token_file = None;
+    let mut admin_token_file = None;
     let mut droplets = 0u32;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -48,42 +52,55 @@ async fn main() -> ExitCode {
             eprintln!("error: {flag} needs a value");
             return usage();
         };
-        let ok = match flag.as_str() {
-            "--listen" => value.parse().map(|v| config.listen = v).is_ok(),
+        let parsed: Result<(), String> = match flag.as_str() {
+            "--listen" => value
+                .parse()
+                .map(|v| config.listen = v)
+                .map_err(|e: std::net::AddrParseError| e.to_string()),
             "--token-file" => {
-                token_file = Some(value);
-                true
+                token_file = Some(value.clone());
+                Ok(())
+            }
+            "--admin-token-file" => {
+                admin_token_file = Some(value.clone());
+                Ok(())
             }
             "--state-file" => {
-                config.state_file = Some(value.into());
-                true
+                config.state_file = Some(value.clone().into());
+                Ok(())
             }
-            "--lb-activation-ms" => value
-                .parse()
-                .map(|v| config.lb_activation_delay = Duration::from_millis(v))
-                .is_ok(),
-            "--rate-limit" => value.parse().map(|v| config.rate_limit = v).is_ok(),
-            "--droplets" => value.parse().map(|v| droplets = v).is_ok(),
+            "--lb-activation-ms" => number(&value).map(|v| {
+                config.lb_activation_delay = Duration::from_millis(v);
+            }),
+            "--rate-limit" => number(&value).map(|v| config.rate_limit = v),
+            "--droplets" => number(&value).map(|v| droplets = v),
             _ => {
                 eprintln!("error: unknown flag {flag}");
                 return usage();
             }
         };
-        if !ok {
-            eprintln!("error: invalid value for {flag}");
+        if let Err(e) = parsed {
+            eprintln!("error: invalid value {value:?} for {flag}: {e}");
             return usage();
         }
     }
     config.token = match token_file {
-        Some(path) => match std::fs::read_to_string(&path) {
-            Ok(t) => t.trim().to_owned(),
-            Err(e) => {
-                eprintln!("error: --token-file {path}: {e}");
-                return ExitCode::FAILURE;
-            }
+        Some(path) => match read_token("--token-file", &path) {
+            Ok(t) => t,
+            Err(code) => return code,
         },
         None => std::env::var("DO_LIKE_TOKEN").unwrap_or_default(),
     };
+    if let Some(path) = admin_token_file {
+        match read_token("--admin-token-file", &path) {
+            Ok(t) if !t.is_empty() => config.admin_token = Some(t),
+            Ok(_) => {
+                eprintln!("error: --admin-token-file {path} is empty");
+                return ExitCode::FAILURE;
+            }
+            Err(code) => return code,
+        }
+    }
     if config.token.is_empty() {
         eprintln!("error: no token: set --token-file or DO_LIKE_TOKEN");
         return ExitCode::FAILURE;
@@ -106,6 +123,35 @@ async fn main() -> ExitCode {
     wait_for_signal().await;
     sim.shutdown().await;
     ExitCode::SUCCESS
+}
+
+fn number<T: std::str::FromStr<Err = std::num::ParseIntError>>(value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|e: std::num::ParseIntError| e.to_string())
+}
+
+/// A token file's content, trimmed: a regular file of at most 64 KiB. Prints the error (with
+/// its cause) otherwise.
+fn read_token(flag: &str, path: &str) -> Result<String, ExitCode> {
+    const MAX: u64 = 64 * 1024;
+    let read = || -> std::io::Result<String> {
+        let file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        if meta.len() > MAX {
+            return Err(std::io::Error::other(format!("larger than {MAX} bytes")));
+        }
+        let mut token = String::new();
+        file.take(MAX).read_to_string(&mut token)?;
+        Ok(token.trim().to_owned())
+    };
+    read().map_err(|e| {
+        eprintln!("error: {flag} {path}: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 async fn wait_for_signal() {

@@ -1,5 +1,5 @@
 //! The `do-like-api-simulator` binary: prints its address, keeps its state across restarts
-//! and stops on SIGTERM.
+//! and stops on SIGTERM; a bind failure says why.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -68,4 +68,24 @@ async fn the_simulator_binary_prints_its_address_keeps_state_and_stops_on_sigter
         }
     }
     assert!(state.exists());
+}
+
+#[tokio::test]
+async fn the_simulator_binary_says_why_it_cannot_bind() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_do-like-api-simulator"))
+        .args(["--listen", &addr.to_string()])
+        .env("DO_LIKE_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The cause, once: `error: binding 127.0.0.1:PORT: Address already in use (os error 98)`.
+    assert!(
+        stderr.starts_with(&format!("error: binding {addr}: ")) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");
 }

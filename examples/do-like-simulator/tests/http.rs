@@ -1,9 +1,10 @@
 //! The simulator over HTTP, started in-process on 127.0.0.1:0: its rate limit and headers,
-//! loopback-only binding, and the admin interface.
+//! loopback-only binding, the admin interface, the refusal of what a web page could send, the
+//! admin token, bind errors, injected 503s and the request log.
 
 use std::time::Duration;
 
-use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
+use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 
 const TOKEN: &str = "dop_v1_s3cr3t-token-do-not-log";
 
@@ -113,5 +114,164 @@ async fn admin_interface_powers_off_and_injects_faults() {
         .unwrap();
     assert_eq!(resp.status(), 204);
     assert!(sim.handle().droplets().is_empty());
+    sim.shutdown().await;
+}
+
+/// A web page can make a browser send requests to the simulator: `Origin`, `Host` (DNS
+/// rebinding) and `Sec-Fetch-Site` that are not the simulator's own are refused, on `/admin`
+/// and `/v2`, and nothing changes.
+#[tokio::test]
+async fn requests_a_web_page_could_send_are_refused() {
+    let sim = sim(|_| {}).await;
+    let id = sim.handle().create_droplet("d1", "s", "nyc1").id;
+    let port = sim.addr().port();
+    let http = raw_client();
+    let power_off = format!("{}/admin/droplets/{id}/power_off", sim.url());
+    let refused: [(&str, String); 9] = [
+        ("origin", "http://evil.example".into()),
+        ("origin", "null".into()),
+        ("origin", format!("https://127.0.0.1:{port}")),
+        (
+            "origin",
+            format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+        ),
+        ("host", format!("evil.example:{port}")),
+        ("host", format!("localhost.evil.example:{port}")),
+        ("host", format!("127.0.0.1:{}", port.wrapping_add(1))),
+        ("host", "127.0.0.1".into()),
+        ("sec-fetch-site", "cross-site".into()),
+    ];
+    for (name, value) in &refused {
+        let resp = http
+            .post(&power_off)
+            .header(*name, value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 403, "{name}: {value}");
+        assert!(!resp.headers().contains_key("access-control-allow-origin"));
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["id"], "forbidden", "{name}: {value}");
+    }
+    assert_eq!(sim.handle().droplets()[0].status, "active");
+
+    // The same for `/v2`, even with the token, and for reading `/admin/stats`.
+    let resp = http
+        .get(format!("{}/v2/droplets", sim.url()))
+        .bearer_auth(TOKEN)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    let resp = http
+        .get(format!("{}/admin/stats", sim.url()))
+        .header("host", format!("evil.example:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    // A CORS preflight gets no permission either.
+    let resp = http
+        .request(reqwest::Method::OPTIONS, &power_off)
+        .header("origin", "http://evil.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(!resp.status().is_success(), "{}", resp.status());
+    assert!(!resp.headers().contains_key("access-control-allow-origin"));
+    assert_eq!(sim.handle().request_count("403"), refused.len() as u64 + 3);
+
+    // The simulator's own origin, under any loopback name with its port, is served.
+    for (host, origin) in [
+        (
+            format!("127.0.0.1:{port}"),
+            format!("http://127.0.0.1:{port}"),
+        ),
+        (
+            format!("localhost:{port}"),
+            format!("http://localhost:{port}"),
+        ),
+        (format!("[::1]:{port}"), format!("http://[::1]:{port}")),
+    ] {
+        let resp = http
+            .post(&power_off)
+            .header("host", &host)
+            .header("origin", &origin)
+            .header("sec-fetch-site", "same-origin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 204, "{host} {origin}");
+    }
+    assert_eq!(sim.handle().droplets()[0].status, "off");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_admin_token_guards_the_admin_interface() {
+    let sim = sim(|c| c.admin_token = Some("admin-s3cr3t".into())).await;
+    let http = raw_client();
+    let stats = format!("{}/admin/stats", sim.url());
+    for token in [None, Some(TOKEN), Some("wrong")] {
+        let mut req = http.get(&stats);
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 401, "{token:?}");
+    }
+    let resp = http.get(&stats).bearer_auth("admin-s3cr3t").send().await;
+    assert_eq!(resp.unwrap().status(), 200);
+    // `/v2` still takes the API token, not the admin one.
+    let v2 = format!("{}/v2/droplets", sim.url());
+    let resp = http.get(&v2).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = http.get(&v2).bearer_auth("admin-s3cr3t").send().await;
+    assert_eq!(resp.unwrap().status(), 401);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_bind_failure_says_why_once() {
+    let first = sim(|_| {}).await;
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.listen = first.addr();
+    let err = RunningSimulator::start(cfg).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("binding {}: ", first.addr())) && text.contains("in use"),
+        "{text}"
+    );
+    // The cause is in the message, not also a source that a chain would print again.
+    assert!(std::error::Error::source(&err).is_none());
+    first.shutdown().await;
+}
+
+#[tokio::test]
+async fn injected_503s_carry_retry_after_and_requests_are_logged() {
+    let sim = sim(|_| {}).await;
+    let mut faults = Faults::default();
+    faults.burst_503 = 1;
+    faults.retry_after_secs = 4;
+    sim.handle().set_faults(faults);
+    let http = raw_client();
+    let url = format!("{}/v2/droplets", sim.url());
+    let resp = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "4");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["id"], "service_unavailable");
+    let resp = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(sim.handle().request_count("503"), 1);
+    let log = sim.handle().request_log();
+    let statuses: Vec<(&str, u16)> = log.iter().map(|r| (r.route.as_str(), r.status)).collect();
+    assert_eq!(
+        statuses,
+        [("GET /v2/droplets", 503), ("GET /v2/droplets", 200)]
+    );
+    assert!(log[0].at <= log[1].at);
     sim.shutdown().await;
 }

@@ -1,12 +1,14 @@
-//! A typed client of the DigitalOcean-like API: timeouts, `Retry-After` honoured (with a cap),
+//! A typed client of the DigitalOcean-like API: timeouts, one back-off for the whole client
+//! (`Retry-After` of a 429 or 503, `ratelimit-remaining: 0` until `ratelimit-reset`; capped),
 //! a client-side rate limit, retries of 5xx (not of a POST, which may have been applied), and
 //! a short-TTL cache of the droplet list.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -44,8 +46,13 @@ pub struct ClientOptions {
     pub requests_per_second: f64,
     /// Retries of a 429 or 5xx before giving up.
     pub max_retries: u32,
-    /// The longest `Retry-After` waited in place; a longer one is returned to the caller.
+    /// The longest back-off waited in place (a `Retry-After`, or what remains of the client's
+    /// hold); a longer one is returned to the caller as [`ApiError::RateLimited`].
     pub max_retry_after: Duration,
+    /// The longest one answer can hold the client (its `Retry-After`, or its
+    /// `ratelimit-reset` when `ratelimit-remaining` is 0): a longer value, from a misbehaving
+    /// server or a skewed clock, is cut to this.
+    pub retry_after_cap: Duration,
     /// How long a droplet list answers lookups.
     pub cache_ttl: Duration,
     /// The page size of lists.
@@ -53,8 +60,8 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
-    /// Defaults: 10 s timeout, 10 requests/s, 4 retries, waits of at most 10 s, 10 s cache,
-    /// pages of 200.
+    /// Defaults: 10 s timeout, 10 requests/s, 4 retries, waits of at most 10 s, holds of at
+    /// most 5 minutes, 10 s cache, pages of 200.
     pub fn new(api_url: impl Into<String>, token: ApiToken) -> Self {
         Self {
             api_url: api_url.into().trim_end_matches('/').to_owned(),
@@ -63,6 +70,7 @@ impl ClientOptions {
             requests_per_second: 10.0,
             max_retries: 4,
             max_retry_after: Duration::from_secs(10),
+            retry_after_cap: Duration::from_secs(300),
             cache_ttl: Duration::from_secs(10),
             per_page: 200,
         }
@@ -79,7 +87,8 @@ pub enum ApiError {
     /// 401: the token is wrong.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
-    /// 429 past the retries or with a wait longer than the cap.
+    /// 429 past the retries, or a back-off of the client longer than
+    /// [`ClientOptions::max_retry_after`] (the request was then not sent).
     #[error("rate limited by the API; retry after {0:?}")]
     RateLimited(Duration),
     /// Any other error answer, with DigitalOcean's `id` and `message`.
@@ -92,11 +101,11 @@ pub enum ApiError {
         /// Its message.
         message: String,
     },
-    /// The request did not complete (connection, timeout).
-    #[error("request failed: {0}")]
+    /// The request did not complete (connection, timeout); the cause is the source.
+    #[error("request failed")]
     Transport(#[source] reqwest::Error),
-    /// The answer is not the JSON expected.
-    #[error("malformed answer from {path}: {source}")]
+    /// The answer is not the JSON expected; the cause is the source.
+    #[error("malformed answer from {path}")]
     Decode {
         /// The request path.
         path: String,
@@ -131,7 +140,7 @@ struct Pages {
 pub struct Client {
     http: reqwest::Client,
     opts: ClientOptions,
-    next_slot: Mutex<Instant>,
+    pacer: Pacer,
     cache: Mutex<Option<(Instant, Arc<Vec<Droplet>>)>>,
     refresh: tokio::sync::Mutex<()>,
     hits: AtomicU64,
@@ -159,8 +168,8 @@ impl Client {
             .map_err(ApiError::Transport)?;
         Ok(Self {
             http,
+            pacer: Pacer::new(opts.requests_per_second),
             opts,
-            next_slot: Mutex::new(Instant::now()),
             cache: Mutex::new(None),
             refresh: tokio::sync::Mutex::new(()),
             hits: AtomicU64::new(0),
@@ -173,15 +182,33 @@ impl Client {
         &self.opts
     }
 
-    async fn pace(&self) {
-        let interval = Duration::from_secs_f64(1.0 / self.opts.requests_per_second.max(0.001));
-        let at = {
-            let mut next = self.next_slot.lock().unwrap_or_else(|e| e.into_inner());
-            let at = (*next).max(Instant::now());
-            *next = at + interval;
-            at
+    /// Holds every request of this client for what the answer asks (capped at
+    /// [`ClientOptions::retry_after_cap`]); returns the `Retry-After` of a 429 (1 s when it
+    /// has none) or of a 503 that has one.
+    fn note_backoff(
+        &self,
+        path: &str,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Option<Duration> {
+        let cap = self.opts.retry_after_cap;
+        let now = SystemTime::now();
+        let retry_after = match status {
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => headers
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry_after(v, now))
+                .or((status == StatusCode::TOO_MANY_REQUESTS).then_some(Duration::from_secs(1)))
+                // A zero wait still spaces the retry a little.
+                .map(|after| after.max(Duration::from_millis(50)).min(cap)),
+            _ => None,
         };
-        tokio::time::sleep_until(at).await;
+        let reset = exhausted_until(headers, now).map(|d| d.min(cap));
+        if let Some(hold) = retry_after.max(reset) {
+            tracing::debug!(path, %status, ?hold, "the API asked to wait: holding every request");
+            self.pacer.hold_until(Instant::now() + hold);
+        }
+        retry_after
     }
 
     /// Sends one request with retries; `None` for an empty answer (204).
@@ -198,7 +225,12 @@ impl Client {
         let idempotent = method != Method::POST;
         let mut attempt = 0;
         loop {
-            self.pace().await;
+            // Waits for a pacing slot outside any hold of the client; a hold longer than the
+            // longest wait in place goes back to the caller without sending anything.
+            self.pacer
+                .wait(self.opts.max_retry_after)
+                .await
+                .map_err(ApiError::RateLimited)?;
             let mut req = self
                 .http
                 .request(method.clone(), &url)
@@ -223,21 +255,18 @@ impl Client {
                 Err(err) => return Err(ApiError::Transport(err.without_url())),
             };
             let status = resp.status();
-            if status == StatusCode::TOO_MANY_REQUESTS {
-                let after = resp
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs)
-                    .unwrap_or(Duration::from_secs(1));
-                tracing::debug!(path, ?after, "API rate limit: 429");
-                if attempt < self.opts.max_retries && after <= self.opts.max_retry_after {
+            if let Some(after) = self.note_backoff(path, status, resp.headers()) {
+                // The retry waits in `Pacer::wait` for the hold just set, with every other
+                // request of this client. A 503 to a POST is not retried (it may have been
+                // applied); it is reported below like any other error answer.
+                let retry = status == StatusCode::TOO_MANY_REQUESTS || idempotent;
+                if retry && attempt < self.opts.max_retries && after <= self.opts.max_retry_after {
                     attempt += 1;
-                    tokio::time::sleep(after.max(Duration::from_millis(50))).await;
                     continue;
                 }
-                return Err(ApiError::RateLimited(after));
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    return Err(ApiError::RateLimited(after));
+                }
             }
             if status.is_server_error() && idempotent && attempt < self.opts.max_retries {
                 attempt += 1;
@@ -482,6 +511,155 @@ struct LbOne {
     load_balancer: LoadBalancerObject,
 }
 
+/// When this client's requests may start: spaced to `requests_per_second`, and never inside a
+/// hold (a back-off the API asked for). One per [`Client`], shared by all its requests.
+#[derive(Debug)]
+struct Pacer {
+    interval: Duration,
+    state: Mutex<PaceState>,
+}
+
+#[derive(Debug)]
+struct PaceState {
+    /// The next free pacing slot.
+    next_slot: Instant,
+    /// No request starts before this: the end of the latest hold.
+    not_before: Instant,
+}
+
+impl Pacer {
+    fn new(requests_per_second: f64) -> Self {
+        let now = Instant::now();
+        Self {
+            interval: Duration::from_secs_f64(1.0 / requests_per_second.max(0.001)),
+            state: Mutex::new(PaceState {
+                next_slot: now,
+                not_before: now,
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, PaceState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for this request's slot. A hold set while it waits (a 429 to another request)
+    /// holds it too: it takes a new slot after the hold. When the hold has longer to run than
+    /// `max_wait`, returns what remains of it at once. Dropping the future cancels the wait.
+    async fn wait(&self, max_wait: Duration) -> Result<(), Duration> {
+        loop {
+            let at = {
+                let mut state = self.state();
+                let now = Instant::now();
+                let held = state.not_before.saturating_duration_since(now);
+                if held > max_wait {
+                    return Err(held);
+                }
+                let at = state.next_slot.max(state.not_before).max(now);
+                state.next_slot = at + self.interval;
+                at
+            };
+            tokio::time::sleep_until(at).await;
+            if self.state().not_before <= Instant::now() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Starts no request before `until` (a later hold already set stays).
+    fn hold_until(&self, until: Instant) {
+        let mut state = self.state();
+        state.not_before = state.not_before.max(until);
+    }
+}
+
+/// A `Retry-After` value: delay-seconds, or an HTTP-date (a date past is no wait).
+fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    Some(until_unix(http_date(value)?, now))
+}
+
+/// DigitalOcean's `ratelimit-remaining: 0` with `ratelimit-reset` (unix seconds): how long
+/// until the quota is back. `None` while requests remain or the reset has passed.
+fn exhausted_until(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let number = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<i64>().ok())
+    };
+    if number("ratelimit-remaining")? != 0 {
+        return None;
+    }
+    Some(until_unix(number("ratelimit-reset")?, now)).filter(|d| !d.is_zero())
+}
+
+/// From `now` to `unix` seconds since the epoch; zero when that is past.
+fn until_unix(unix: i64, now: SystemTime) -> Duration {
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    Duration::from_secs_f64((unix as f64 - now).clamp(0.0, 1e9))
+}
+
+/// Seconds since the epoch of an HTTP-date (RFC 9110 5.6.7): the IMF-fixdate
+/// `Sun, 06 Nov 1994 08:49:37 GMT` and the obsolete `Sunday, 06-Nov-94 08:49:37 GMT` and
+/// `Sun Nov  6 08:49:37 1994`.
+fn http_date(value: &str) -> Option<i64> {
+    const MONTHS: &str = "jan feb mar apr may jun jul aug sep oct nov dec";
+    const SKIPPED: &str = "mon tue wed thu fri sat sun gmt \
+        monday tuesday wednesday thursday friday saturday sunday";
+    let (mut day, mut month, mut year, mut time) = (None, None, None, None);
+    for token in value.split([' ', ',', '-']).filter(|t| !t.is_empty()) {
+        let lower = token.to_ascii_lowercase();
+        if let Some(m) = MONTHS.split(' ').position(|m| m == lower) {
+            month = Some(m as i64 + 1);
+        } else if token.contains(':') {
+            let mut parts = token.split(':').map(|p| p.parse::<i64>().ok());
+            let (Some(Some(h)), Some(Some(m)), Some(Some(s)), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return None;
+            };
+            time = Some((h, m, s));
+        } else if token.bytes().all(|b| b.is_ascii_digit()) {
+            let n: i64 = token.parse().ok()?;
+            match token.len() {
+                1 | 2 if day.is_none() => day = Some(n),
+                // RFC 850's two-digit year.
+                2 => year = Some(if n < 70 { 2000 + n } else { 1900 + n }),
+                4 => year = Some(n),
+                _ => return None,
+            }
+        } else if !SKIPPED.split_whitespace().any(|w| w == lower) {
+            return None;
+        }
+    }
+    let (day, month, year, (h, m, s)) = (day?, month?, year?, time?);
+    if !(1..=31).contains(&day)
+        || !(0..24).contains(&h)
+        || !(0..60).contains(&m)
+        || !(0..=60).contains(&s)
+    {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s)
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(50u64 << attempt.min(6))
 }
@@ -503,5 +681,157 @@ mod erased {
         fn to_json(&self) -> Vec<u8> {
             serde_json::to_vec(self).unwrap_or_default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    /// Waits on `pacer` and says when it was let through (since `t0`).
+    fn waiter(pacer: &Arc<Pacer>, t0: Instant) -> tokio::task::JoinHandle<Duration> {
+        let pacer = pacer.clone();
+        tokio::spawn(async move {
+            pacer.wait(10 * SEC).await.unwrap();
+            t0.elapsed()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_stops_every_waiting_request_until_it_ends_then_paces_them() {
+        let pacer = Arc::new(Pacer::new(10.0));
+        let t0 = Instant::now();
+        // The first request goes at once; five more wait for their slots (100 ms apart).
+        pacer.wait(10 * SEC).await.unwrap();
+        let waiting: Vec<_> = (0..5).map(|_| waiter(&pacer, t0)).collect();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // The first request's answer: 429, Retry-After: 2.
+        pacer.hold_until(t0 + 2 * SEC);
+        let mut released = Vec::new();
+        for w in waiting {
+            released.push(w.await.unwrap());
+        }
+        released.sort();
+        let expected: Vec<Duration> = (0..5)
+            .map(|i| 2 * SEC + Duration::from_millis(100 * i))
+            .collect();
+        assert_eq!(released, expected);
+        // A request that comes later still takes the next slot.
+        pacer.wait(10 * SEC).await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_millis(2500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_hold_wins_and_an_earlier_one_does_not_shorten_it() {
+        let pacer = Pacer::new(1000.0);
+        let t0 = Instant::now();
+        pacer.hold_until(t0 + 3 * SEC);
+        pacer.hold_until(t0 + SEC);
+        pacer.wait(10 * SEC).await.unwrap();
+        assert_eq!(t0.elapsed(), 3 * SEC);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_longer_than_the_longest_wait_is_returned_at_once() {
+        let pacer = Pacer::new(10.0);
+        let t0 = Instant::now();
+        pacer.hold_until(t0 + 30 * SEC);
+        assert_eq!(pacer.wait(10 * SEC).await, Err(30 * SEC));
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // Once it has less than the longest wait to run, requests wait for it.
+        tokio::time::sleep(25 * SEC).await;
+        pacer.wait(10 * SEC).await.unwrap();
+        assert_eq!(t0.elapsed(), 30 * SEC);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_in_a_hold_can_be_cancelled() {
+        let pacer = Arc::new(Pacer::new(10.0));
+        let t0 = Instant::now();
+        pacer.hold_until(t0 + 2 * SEC);
+        let waiting = waiter(&pacer, t0);
+        let cancelled = tokio::time::timeout(Duration::from_millis(500), pacer.wait(10 * SEC));
+        assert!(
+            cancelled.await.is_err(),
+            "the wait did not end with its timeout"
+        );
+        assert_eq!(t0.elapsed(), Duration::from_millis(500));
+        // The others are still let through after the hold.
+        assert!(waiting.await.unwrap() >= 2 * SEC);
+    }
+
+    /// 1994-11-06T08:49:37Z, RFC 9110's example date.
+    fn example_now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(784_111_777)
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_http_dates() {
+        let now = example_now();
+        assert_eq!(retry_after("2", now), Some(2 * SEC));
+        assert_eq!(retry_after(" 120 ", now), Some(120 * SEC));
+        for date in [
+            "Sun, 06 Nov 1994 08:49:47 GMT",
+            "Sunday, 06-Nov-94 08:49:47 GMT",
+            "Sun Nov  6 08:49:47 1994",
+        ] {
+            assert_eq!(retry_after(date, now), Some(10 * SEC), "{date}");
+        }
+        // A date past is no wait; what is neither is not a Retry-After.
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:49:27 GMT", now),
+            Some(Duration::ZERO)
+        );
+        for bad in [
+            "",
+            "soon",
+            "-1",
+            "1.5",
+            "Sun, 06 Nov 1994 25:00:00 GMT",
+            "Sun, 32 Nov 1994 08:00:00 GMT",
+            "Sun, 06 Nov 1994 GMT",
+            "Sun, 06 Nov 1994 08:49:37:12 GMT",
+        ] {
+            assert_eq!(retry_after(bad, now), None, "{bad:?}");
+        }
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date("Tue, 29 Feb 2028 12:00:00 GMT"),
+            Some(1_835_438_400)
+        );
+    }
+
+    #[test]
+    fn an_exhausted_quota_holds_until_its_reset() {
+        let now = example_now();
+        let headers = |remaining: &str, reset: Option<i64>| {
+            let mut h = HeaderMap::new();
+            h.insert("ratelimit-remaining", remaining.parse().unwrap());
+            if let Some(reset) = reset {
+                h.insert("ratelimit-reset", reset.to_string().parse().unwrap());
+            }
+            h
+        };
+        assert_eq!(
+            exhausted_until(&headers("0", Some(784_111_780)), now),
+            Some(3 * SEC)
+        );
+        assert_eq!(exhausted_until(&headers("1", Some(784_111_780)), now), None);
+        assert_eq!(exhausted_until(&headers("0", Some(784_111_700)), now), None);
+        assert_eq!(exhausted_until(&headers("0", None), now), None);
+        assert_eq!(exhausted_until(&HeaderMap::new(), now), None);
+    }
+
+    #[tokio::test]
+    async fn a_transport_error_says_its_cause_once() {
+        let client = Client::new(ClientOptions::new("http://[::1", ApiToken::new("t"))).unwrap();
+        let err = client.list_droplets().await.unwrap_err();
+        let text = ccm_core::provider::display_chain(&err);
+        assert!(text.starts_with("request failed: builder error"), "{text}");
+        assert_eq!(text.matches("builder error").count(), 1, "{text}");
     }
 }

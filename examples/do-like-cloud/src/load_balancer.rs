@@ -86,10 +86,12 @@ fn service_key(service: &Service) -> String {
 
 fn status(lb: &LoadBalancerObject) -> LoadBalancerStatus {
     LoadBalancerStatus {
-        ingress: Some(vec![LoadBalancerIngress {
-            ip: Some(lb.ip.clone()),
-            ..LoadBalancerIngress::default()
-        }]),
+        ingress: (!lb.ip.is_empty()).then(|| {
+            vec![LoadBalancerIngress {
+                ip: Some(lb.ip.clone()),
+                ..LoadBalancerIngress::default()
+            }]
+        }),
     }
 }
 
@@ -303,7 +305,6 @@ impl LoadBalancer for DoLikeCloud {
         Ok(self
             .find_lb(cluster_name, service)
             .await?
-            .filter(|lb| !lb.ip.is_empty())
             .map(|lb| status(&lb)))
     }
 

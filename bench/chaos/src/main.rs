@@ -69,6 +69,9 @@ struct Options {
     /// Write the results as JSON here too.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Keep each experiment's folder (the CCM logs, the cloud-config) and print its path.
+    #[arg(long)]
+    keep: bool,
 }
 
 /// What an experiment left behind, and how long it took to get there.
@@ -88,6 +91,8 @@ struct Outcome {
     mutations_after_resume: Option<u64>,
     /// Seconds from SIGSTOP to another holder of the Lease (`pause` only).
     takeover_secs: Option<f64>,
+    /// The names of the orphaned load balancers, for the report.
+    orphan_names: Vec<String>,
 }
 
 impl Outcome {
@@ -114,6 +119,7 @@ impl Outcome {
             "converged_secs": self.converged_secs,
             "mutations_after_resume": self.mutations_after_resume,
             "takeover_secs": self.takeover_secs,
+            "orphan_names": self.orphan_names,
         })
     }
 }
@@ -183,10 +189,13 @@ struct Cluster {
     config: PathBuf,
     ccm_binary: PathBuf,
     started: usize,
+    /// Every Service created: its load balancer's name → the Service's name and, once
+    /// deleted, whether it had the cleanup finalizer then.
+    history: std::sync::Mutex<BTreeMap<String, (String, Option<bool>)>>,
 }
 
 impl Cluster {
-    async fn start(ccm_binary: &Path) -> Result<Self> {
+    async fn start(ccm_binary: &Path, keep: bool) -> Result<Self> {
         let cp = ControlPlane::start().await.map_err(|e| {
             format!(
                 "a real control plane (tools/control-plane/build.sh, or KUBEBUILDER_ASSETS): {e}"
@@ -195,7 +204,11 @@ impl Cluster {
         let mut cfg = SimulatorConfig::new(TOKEN);
         cfg.lb_activation_delay = Duration::from_millis(300);
         let sim = RunningSimulator::start(cfg).await?;
-        let dir = tempfile::tempdir()?;
+        let mut dir = tempfile::tempdir()?;
+        if keep {
+            dir.disable_cleanup(true);
+            eprintln!("ccm-chaos: keeping {}", dir.path().display());
+        }
         let token = dir.path().join("token");
         std::fs::write(&token, format!("{TOKEN}\n"))?;
         let config = dir.path().join("do-like.yaml");
@@ -233,6 +246,7 @@ impl Cluster {
             config,
             ccm_binary: ccm_binary.to_owned(),
             started: 0,
+            history: std::sync::Mutex::default(),
         })
     }
 
@@ -273,16 +287,34 @@ impl Cluster {
                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
             },
         }))?;
-        self.services()?
+        let created = self
+            .services()?
             .create(&PostParams::default(), &svc)
             .await?;
+        self.history
+            .lock()
+            .map_err(|_| "history lock poisoned")?
+            .insert(default_load_balancer_name(&created), (name.to_owned(), None));
         Ok(())
     }
 
     async fn delete_service(&self, name: &str) -> Result<()> {
-        self.services()?
-            .delete(name, &DeleteParams::default())
-            .await?;
+        let api = self.services()?;
+        let before = api.get(name).await?;
+        let had_finalizer = before
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP));
+        api.delete(name, &DeleteParams::default()).await?;
+        if let Some(entry) = self
+            .history
+            .lock()
+            .map_err(|_| "history lock poisoned")?
+            .get_mut(&default_load_balancer_name(&before))
+        {
+            entry.1 = Some(had_finalizer);
+        }
         Ok(())
     }
 
@@ -329,6 +361,20 @@ impl Cluster {
             *by_name.entry(lb.spec.name.clone()).or_default() += 1;
         }
         outcome.load_balancers = lbs.len();
+        outcome.orphan_names = lbs
+            .iter()
+            .filter(|lb| !wanted.contains(&lb.spec.name))
+            .map(|lb| {
+                let history = self.history.lock().ok();
+                let service = history
+                    .as_ref()
+                    .and_then(|h| h.get(&lb.spec.name).cloned())
+                    .map_or("no Service of this run".to_owned(), |(name, fin)| {
+                        format!("Service {name}, finalizer when deleted: {fin:?}")
+                    });
+                format!("{} (id {}, {}; {service})", lb.spec.name, lb.id, lb.status)
+            })
+            .collect();
         outcome.orphans = by_name.keys().filter(|n| !wanted.contains(*n)).count();
         outcome.duplicates = by_name.values().map(|n| n.saturating_sub(1)).sum();
         outcome.missing_ingress =
@@ -394,7 +440,7 @@ impl Churn {
 
 /// SIGKILL and restart the CCM at random points while Services come and go.
 async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
-    let mut cluster = Cluster::start(ccm_binary).await?;
+    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let flags = ["--leader-elect=false".to_owned()];
     let mut rng = Rng(opts.seed.max(1));
     let mut kill_at: BTreeSet<usize> = BTreeSet::new();
@@ -435,7 +481,7 @@ async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
 
 /// 30 % 5xx and bursts of 429 while Services come and go; converged after the faults end.
 async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
-    let mut cluster = Cluster::start(ccm_binary).await?;
+    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let ccm = cluster.ccm(&["--leader-elect=false".to_owned()])?;
     let mut rng = Rng(opts.seed.max(1).wrapping_add(1));
     let mut faults = Faults::default();
@@ -506,7 +552,7 @@ where
 /// Two replicas; the leader is SIGSTOPped past its Lease, the standby takes over and
 /// converges, then the paused one is resumed: it must not act on the cloud.
 async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
-    let mut cluster = Cluster::start(ccm_binary).await?;
+    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let lease = opts.lease_secs.max(3);
     let timing = [
         "--leader-elect=true".to_owned(),

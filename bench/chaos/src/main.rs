@@ -5,7 +5,9 @@
 //! - `kill`: Services are created and deleted while the CCM is SIGKILLed and restarted;
 //! - `faults`: Services are created while the cloud answers 30 % 5xx and bursts of 429;
 //! - `pause`: two replicas with leader election; the leader is SIGSTOPped past its Lease,
-//!   the standby takes over, and the paused one is resumed.
+//!   the standby takes over, and the paused one is resumed;
+//! - `apiserver`, `etcd`: the server is stopped for `--outage-secs` while the CCM runs,
+//!   started again, and Services are created and deleted as soon as it answers.
 //!
 //! For each: load balancers per Service (orphans, duplicates), Services missing an ingress,
 //! deleted Services stuck on their finalizer, and the seconds from the end of the disruption
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ccm_core::provider::default_load_balancer_name;
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
-use ccm_test::ControlPlane;
+use ccm_test::{ControlPlane, Server};
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
@@ -41,8 +43,12 @@ const NODES: usize = 3;
 #[derive(Clone, Debug, Parser)]
 #[command(name = "ccm-chaos")]
 struct Options {
-    /// Experiments to run, comma-separated: kill, faults, pause.
-    #[arg(long, value_delimiter = ',', default_value = "kill,faults,pause")]
+    /// Experiments to run, comma-separated: kill, faults, pause, apiserver, etcd.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill,faults,pause,apiserver,etcd"
+    )]
     experiments: Vec<String>,
     /// LoadBalancer Services created per experiment.
     #[arg(long, default_value_t = 60)]
@@ -57,6 +63,9 @@ struct Options {
     /// period 1/7); the leader is paused for twice this.
     #[arg(long, default_value_t = 6)]
     lease_secs: u64,
+    /// How long the server is down in `apiserver` and `etcd`, in seconds.
+    #[arg(long, default_value_t = 20)]
+    outage_secs: u64,
     /// How long an experiment may take to converge, in seconds.
     #[arg(long, default_value_t = 180)]
     timeout_secs: u64,
@@ -294,18 +303,20 @@ impl Cluster {
         self.history
             .lock()
             .map_err(|_| "history lock poisoned")?
-            .insert(default_load_balancer_name(&created), (name.to_owned(), None));
+            .insert(
+                default_load_balancer_name(&created),
+                (name.to_owned(), None),
+            );
         Ok(())
     }
 
     async fn delete_service(&self, name: &str) -> Result<()> {
         let api = self.services()?;
         let before = api.get(name).await?;
-        let had_finalizer = before
-            .metadata
-            .finalizers
-            .as_ref()
-            .is_some_and(|f| f.iter().any(|f| f == ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP));
+        let had_finalizer = before.metadata.finalizers.as_ref().is_some_and(|f| {
+            f.iter()
+                .any(|f| f == ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP)
+        });
         api.delete(name, &DeleteParams::default()).await?;
         if let Some(entry) = self
             .history
@@ -632,6 +643,51 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// A server of the control plane down for `--outage-secs`; then Services are created and
+/// deleted as soon as it is back, and converged is measured from its return.
+async fn outage(opts: &Options, ccm_binary: &Path, server: Server) -> Result<Outcome> {
+    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let ccm = cluster.ccm(&["--leader-elect=false".to_owned()])?;
+    let timeout = Duration::from_secs(opts.timeout_secs);
+    let mut rng = Rng(opts.seed.max(1).wrapping_add(3));
+    let mut churn = Churn::default();
+    let before = opts.services / 2;
+    for i in 0..before {
+        churn.step(&cluster, i, before, &mut rng).await?;
+    }
+    let mut outcome = Outcome {
+        experiment: if server == Server::Etcd {
+            "etcd"
+        } else {
+            "apiserver"
+        },
+        services: opts.services,
+        disruptions: 1,
+        ..Outcome::default()
+    };
+    cluster
+        .converge(&mut outcome, Instant::now(), timeout)
+        .await?;
+    cluster.cp.stop_server(server).await?;
+    tokio::time::sleep(Duration::from_secs(opts.outage_secs)).await;
+    cluster.cp.start_server(server).await?;
+    let back = Instant::now();
+    for i in before..opts.services {
+        churn.step(&cluster, i, opts.services, &mut rng).await?;
+    }
+    outcome.deleted = churn.deleted;
+    outcome.converged_secs = None;
+    cluster.converge(&mut outcome, back, timeout).await?;
+    if outcome.converged_secs.is_none() {
+        eprintln!(
+            "{}: did not converge; CCM log tail:\n{}",
+            outcome.experiment,
+            ccm.log_tail()
+        );
+    }
+    Ok(outcome)
+}
+
 fn print(outcomes: &[Outcome]) {
     println!(
         "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16}",
@@ -692,7 +748,12 @@ async fn main() -> std::process::ExitCode {
             "kill" => kill(&opts, &ccm).await,
             "faults" => faults(&opts, &ccm).await,
             "pause" => pause(&opts, &ccm).await,
-            other => Err(format!("unknown experiment {other:?} (kill, faults, pause)").into()),
+            "apiserver" => outage(&opts, &ccm, Server::KubeApiserver).await,
+            "etcd" => outage(&opts, &ccm, Server::Etcd).await,
+            other => Err(format!(
+                "unknown experiment {other:?} (kill, faults, pause, apiserver, etcd)"
+            )
+            .into()),
         };
         match result {
             Ok(outcome) => outcomes.push(outcome),
@@ -707,7 +768,7 @@ async fn main() -> std::process::ExitCode {
         let json = serde_json::json!({
             "options": {
                 "services": opts.services, "kills": opts.kills, "fault_secs": opts.fault_secs,
-                "lease_secs": opts.lease_secs, "seed": opts.seed,
+                "lease_secs": opts.lease_secs, "outage_secs": opts.outage_secs, "seed": opts.seed,
             },
             "results": outcomes.iter().map(Outcome::json).collect::<Vec<_>>(),
         });

@@ -21,7 +21,14 @@ fn every_experiment_runs_small_and_leaves_nothing_behind() {
     let out = dir.path().join("chaos.json");
     let output = Command::new(CHAOS)
         .args(["--services", "6", "--kills", "2", "--fault-secs", "3"])
-        .args(["--lease-secs", "4", "--timeout-secs", "120"])
+        .args([
+            "--lease-secs",
+            "4",
+            "--outage-secs",
+            "3",
+            "--timeout-secs",
+            "120",
+        ])
         .arg("--ccm")
         .arg(&ccm)
         .arg("--out")
@@ -41,7 +48,11 @@ fn every_experiment_runs_small_and_leaves_nothing_behind() {
         .iter()
         .map(|r| r["experiment"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["kill", "faults", "pause"], "{report:#}");
+    assert_eq!(
+        names,
+        ["kill", "faults", "pause", "apiserver", "etcd"],
+        "{report:#}"
+    );
     for r in results {
         for field in [
             "orphans",

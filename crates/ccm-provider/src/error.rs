@@ -23,6 +23,7 @@ pub type CloudResult<T> = Result<T, CloudError>;
 /// | [`InstanceNotFound`](Self::InstanceNotFound) | `cloudprovider.InstanceNotFound` | lifecycle: the instance is gone, the Node is deleted; node init: retry |
 /// | [`ImplementedElsewhere`](Self::ImplementedElsewhere) | `cloudprovider.ImplementedElsewhere` | service: another controller owns this load balancer; success with no status |
 /// | [`RetryAfter`](Self::RetryAfter) | `api.RetryError` | retry after exactly that delay, with no backoff growth |
+/// | [`NotOwned`](Self::NotOwned) | none (Go has no such rule) | service: the load balancer a user-written hint leads to is not this Service's; a `LoadBalancerNotOwned` Warning, no status; ensure and update retry with backoff, deletion finishes without touching it |
 /// | [`Provider`](Self::Provider) | any other error | a Warning event and a retry with backoff |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -47,6 +48,30 @@ pub enum CloudError {
         message: String,
         /// How long to wait before the next attempt.
         after: Duration,
+    },
+
+    /// The load balancer that something a user can write on the Service leads to (an ID
+    /// annotation, a name hint) is not this Service's: the provider's own record of its owner
+    /// (a tag or description derived from the Service's UID, the cluster's tag) names another
+    /// Service or another cluster, or the hint cannot name a load balancer this provider made
+    /// (a malformed or oversized ID). The provider did not touch it.
+    ///
+    /// From `ensure_load_balancer` and `update_load_balancer`: a refusal; the service
+    /// controller reports it as a `LoadBalancerNotOwned` Warning on the Service, writes no
+    /// status and retries with the normal backoff. From `get_load_balancer` and
+    /// `ensure_load_balancer_deleted`: "nothing of this Service's" (after deleting whatever
+    /// *is* the Service's own, found without the hint); the controller removes the
+    /// finalizer and says in a Warning that the load balancer was left alone. Build it with
+    /// [`CloudError::not_owned`], which bounds both texts.
+    #[error("load balancer {load_balancer:?} is not this Service's: {conflict}")]
+    NotOwned {
+        /// The load balancer the hint leads to, as the hint names it (an ID, a name). It is
+        /// user-written: shown quoted and escaped, cut by [`CloudError::not_owned`].
+        load_balancer: String,
+        /// What conflicts: the hint that led there and whose the load balancer is, e.g.
+        /// `annotation example.com/load-balancer-id names it, but it was made for another
+        /// Service`.
+        conflict: String,
     },
 
     /// Any other failure of the cloud or the provider, with context.
@@ -100,6 +125,33 @@ impl CloudError {
         }
     }
 
+    /// A [`CloudError::NotOwned`] error: `load_balancer` is what the hint names (cut to 128
+    /// characters), `conflict` what conflicts (cut to 512); a cut text ends with `…` and the
+    /// number of bytes cut, so a 100 kB annotation value never reaches an event or a log line
+    /// whole.
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudError;
+    /// let err = CloudError::not_owned(
+    ///     "lb-42",
+    ///     "annotation example.com/load-balancer-id names it, but it was made for another Service",
+    /// );
+    /// assert!(err.is_not_owned());
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "load balancer \"lb-42\" is not this Service's: annotation example.com/load-balancer-id \
+    ///      names it, but it was made for another Service"
+    /// );
+    /// let long = CloudError::not_owned("x".repeat(100_000), "malformed ID");
+    /// assert!(long.to_string().len() < 200);
+    /// ```
+    pub fn not_owned(load_balancer: impl Into<String>, conflict: impl Into<String>) -> Self {
+        Self::NotOwned {
+            load_balancer: cut(load_balancer.into(), NOT_OWNED_NAME_MAX),
+            conflict: cut(conflict.into(), NOT_OWNED_CONFLICT_MAX),
+        }
+    }
+
     /// Whether this is [`CloudError::NotImplemented`].
     pub fn is_not_implemented(&self) -> bool {
         matches!(self, Self::NotImplemented)
@@ -113,6 +165,11 @@ impl CloudError {
     /// Whether this is [`CloudError::ImplementedElsewhere`].
     pub fn is_implemented_elsewhere(&self) -> bool {
         matches!(self, Self::ImplementedElsewhere)
+    }
+
+    /// Whether this is [`CloudError::NotOwned`].
+    pub fn is_not_owned(&self) -> bool {
+        matches!(self, Self::NotOwned { .. })
     }
 
     /// The fixed delay a [`CloudError::RetryAfter`] asks for; `None` for every other kind.
@@ -133,6 +190,22 @@ impl CloudError {
     pub fn chain_to_string(&self) -> String {
         display_chain(self)
     }
+}
+
+/// How many characters of the load balancer's name or ID [`CloudError::not_owned`] keeps.
+const NOT_OWNED_NAME_MAX: usize = 128;
+
+/// How many characters of the conflict [`CloudError::not_owned`] keeps.
+const NOT_OWNED_CONFLICT_MAX: usize = 512;
+
+/// `text` cut to `max` characters, with `…(N more bytes)` when it was longer.
+fn cut(mut text: String, max: usize) -> String {
+    if let Some((at, _)) = text.char_indices().nth(max) {
+        let more = text.len() - at;
+        text.truncate(at);
+        text.push_str(&format!("…({more} more bytes)"));
+    }
+    text
 }
 
 /// An error and all its sources joined with `": "`, the one-line form used in events, logs
@@ -185,6 +258,8 @@ mod tests {
         assert!(CloudError::NotImplemented.is_not_implemented());
         assert!(CloudError::InstanceNotFound.is_instance_not_found());
         assert!(CloudError::ImplementedElsewhere.is_implemented_elsewhere());
+        assert!(CloudError::not_owned("lb", "another Service's").is_not_owned());
+        assert!(!CloudError::msg("x").is_not_owned());
         assert!(!CloudError::msg("x").is_instance_not_found());
         assert_eq!(
             CloudError::retry_after("busy", Duration::from_secs(7)).retry_after_delay(),
@@ -208,6 +283,33 @@ mod tests {
         assert_eq!(
             CloudError::retry_after("rate limited", Duration::from_secs(2)).to_string(),
             "rate limited (retry after 2s)"
+        );
+    }
+
+    #[test]
+    fn not_owned_bounds_and_escapes_what_a_user_wrote() {
+        let err = CloudError::not_owned("a\nb", "tagged for cluster \"other\"");
+        assert_eq!(
+            err.to_string(),
+            "load balancer \"a\\nb\" is not this Service's: tagged for cluster \"other\""
+        );
+        let CloudError::NotOwned {
+            load_balancer,
+            conflict,
+        } = CloudError::not_owned("é".repeat(200), "c".repeat(100_000))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            load_balancer,
+            format!("{}…(144 more bytes)", "é".repeat(NOT_OWNED_NAME_MAX))
+        );
+        assert!(conflict.starts_with(&"c".repeat(NOT_OWNED_CONFLICT_MAX)));
+        assert!(conflict.ends_with("…(99488 more bytes)"), "{conflict}");
+        // At the limit: nothing cut.
+        let exact = "x".repeat(NOT_OWNED_NAME_MAX);
+        assert!(
+            matches!(CloudError::not_owned(exact.clone(), ""), CloudError::NotOwned { load_balancer, .. } if load_balancer == exact)
         );
     }
 

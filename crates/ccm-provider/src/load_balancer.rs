@@ -13,11 +13,43 @@ use super::CloudResult;
 /// Service at any time (after a restart, a conflict, a retry), so each must be idempotent.
 /// `nodes` are the Nodes eligible to receive traffic (see the service controller docs);
 /// readiness is not a filter.
+///
+/// # Ownership before action
+///
+/// A Service's annotations (and its name, and its namespace's) are written by whoever may
+/// edit Services in one namespace, so nothing on a Service proves that a load balancer is
+/// its. A load balancer found through anything a user can write — an ID annotation, a name
+/// hint — is used only if it belongs to this Service:
+///
+/// - when you create a load balancer, record its owner in the cloud, where users of the
+///   cluster cannot write: a tag or description derived from the Service's UID (e.g.
+///   `kubernetes-service-uid:<uid>`) next to the cluster's tag;
+/// - on every lookup through a hint, check that record. A load balancer without it, or with
+///   another UID or cluster, is not this Service's; nor is anything a malformed or oversized
+///   hint would name (do not send it to the cloud);
+/// - then `ensure_load_balancer` and `update_load_balancer` change nothing and return
+///   [`CloudError::NotOwned`](super::CloudError::NotOwned); `get_load_balancer` never reports
+///   it (return `Ok(None)` or `NotOwned`); `ensure_load_balancer_deleted` never deletes it:
+///   delete what is the Service's own (found without the hint), then return `NotOwned`, or
+///   `Ok(())`.
+///
+/// A lookup that needs no hint — the name derived from the UID
+/// ([`default_load_balancer_name`]) among the cluster's load balancers — is the Service's by
+/// construction. The service controller turns `NotOwned` into a `LoadBalancerNotOwned`
+/// Warning on the Service; on deletion it removes the finalizer, so a Service whose hint
+/// cannot be resolved never stays stuck. The `ccm-conformance` check
+/// `load_balancer.copied_annotations_never_take_over` verifies all of this.
 #[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
 pub trait LoadBalancer: Send + Sync {
     /// The status of the Service's load balancer, or `None` when it does not exist. Only a
-    /// load balancer this controller created counts as existing.
+    /// load balancer this controller created for this Service counts as existing: one that a
+    /// hint leads to but that is not the Service's is `Ok(None)` or
+    /// [`CloudError::NotOwned`](super::CloudError::NotOwned), never its status.
+    ///
+    /// A load balancer still being provisioned exists too: answer `Some` with an empty
+    /// ingress list. The service controller asks this before it deletes (as Go's does), and
+    /// `None` skips the deletion, so the load balancer would leak.
     async fn get_load_balancer(
         &self,
         cluster_name: &str,
@@ -34,9 +66,12 @@ pub trait LoadBalancer: Send + Sync {
     /// status (the ingress IPs or hostnames). Runs on every sync: it must be idempotent.
     ///
     /// Return [`CloudError::ImplementedElsewhere`](super::CloudError::ImplementedElsewhere) when
-    /// another controller owns it, or
+    /// another controller owns it,
     /// [`CloudError::RetryAfter`](super::CloudError::RetryAfter) to be called again after a
-    /// fixed delay (for example while the cloud is still provisioning).
+    /// fixed delay (for example while the cloud is still provisioning), or
+    /// [`CloudError::NotOwned`](super::CloudError::NotOwned), changing nothing, when a hint on
+    /// the Service leads to a load balancer that is not its (see
+    /// [Ownership before action](LoadBalancer#ownership-before-action)).
     async fn ensure_load_balancer(
         &self,
         cluster_name: &str,
@@ -44,7 +79,9 @@ pub trait LoadBalancer: Send + Sync {
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus>;
 
-    /// Points an existing load balancer at a new set of Nodes.
+    /// Points an existing load balancer at a new set of Nodes. Like `ensure_load_balancer`,
+    /// returns [`CloudError::NotOwned`](super::CloudError::NotOwned) rather than touch a load
+    /// balancer that is not the Service's.
     async fn update_load_balancer(
         &self,
         cluster_name: &str,
@@ -54,6 +91,12 @@ pub trait LoadBalancer: Send + Sync {
 
     /// Deletes the load balancer. Returns `Ok(())` when it is already gone; never
     /// [`CloudError::ImplementedElsewhere`](super::CloudError::ImplementedElsewhere).
+    ///
+    /// Never deletes a load balancer that is not the Service's: when a hint leads to one (or
+    /// cannot be resolved at all), delete only what is the Service's own and return
+    /// [`CloudError::NotOwned`](super::CloudError::NotOwned) (or `Ok(())`); the service
+    /// controller then lets the Service go, with a Warning that the load balancer was left
+    /// alone.
     async fn ensure_load_balancer_deleted(
         &self,
         cluster_name: &str,

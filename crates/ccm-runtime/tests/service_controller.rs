@@ -10,16 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ccm_fake_cloud::{FakeCloud, FakeLoadBalancer, Fault, Method};
+use ccm_fake_cloud::{ANNOTATION_LOAD_BALANCER_NAME, FakeCloud, FakeLoadBalancer, Fault, Method};
 use ccm_provider::well_known::{
     FINALIZER_LOAD_BALANCER_CLEANUP, LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS,
     TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
 };
 use ccm_provider::{CloudProvider, CloudResult, LoadBalancer, default_load_balancer_name};
 use ccm_runtime::controllers::service::{
-    REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING, REASON_SYNC_FAILED,
-    REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED, ServiceController,
-    ServiceControllerConfig, ServiceKey,
+    REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING, REASON_NOT_OWNED,
+    REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED,
+    ServiceController, ServiceControllerConfig, ServiceKey,
 };
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
 use ccm_runtime::workqueue::{Queue, RateLimit};
@@ -1169,4 +1169,201 @@ async fn the_service_annotator_writes_one_key_and_respects_the_uid() {
     let new = h.services(&ns).get("web").await.unwrap();
     let annotations = new.metadata.annotations.unwrap_or_default();
     assert!(!annotations.contains_key(KEY), "{annotations:?}");
+}
+
+/// A Service carrying `hint` as the fake cloud's name annotation.
+fn with_name_hint(mut svc: Service, hint: &str) -> Service {
+    svc.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_LOAD_BALANCER_NAME.to_owned(), hint.to_owned());
+    svc
+}
+
+/// The notes of the events with `reason` about `ns/name`.
+async fn notes_of(h: &Harness, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    h.events_in(ns, name)
+        .await
+        .into_iter()
+        .filter(|(_, r, _, _)| r == reason)
+        .map(|(_, _, note, _)| note)
+        .collect()
+}
+
+/// Waits for an event with `reason` about `ns/name` whose note satisfies `matches`.
+async fn wait_note(
+    h: &Harness,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    matches: impl Fn(&str) -> bool,
+) -> String {
+    eventually(
+        &format!("a matching {reason} event for {name}"),
+        WAIT,
+        || async {
+            let notes = notes_of(h, ns, name, reason).await;
+            notes
+                .iter()
+                .find(|n| matches(n))
+                .cloned()
+                .ok_or(format!("{notes:?}"))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_service_pointing_at_another_services_load_balancer_is_refused_and_can_go() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-not-owned").await.unwrap();
+    let n1 = create_node(&h, "not-owned").await;
+    let ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &lb_service("victim", &[("http", 80)])).await;
+    let victim = h.wait_service(&ns, "victim", WAIT, has_ingress).await;
+    let before = lb_of(&h, &victim).expect("the victim's load balancer");
+
+    // The attacker names the victim's load balancer in the fake cloud's name hint (as a copy
+    // of an ID annotation would), with other ports.
+    let attacker = with_name_hint(lb_service("attacker", &[("https", 443)]), &before.name);
+    create_service(&h, &ns, &attacker).await;
+    let note = h
+        .wait_event_in(&ns, "attacker", REASON_NOT_OWNED, WAIT)
+        .await;
+    assert_eq!(
+        note,
+        format!(
+            "Error syncing load balancer: failed to ensure load balancer: load balancer {:?} is \
+             not this Service's: annotation {ANNOTATION_LOAD_BALANCER_NAME} names it, but it was \
+             made for another Service; it was left unchanged",
+            before.name
+        )
+    );
+    // Retried with the normal backoff (rate-limited requeues), never touching the victim's.
+    let key = ServiceKey::new(&ns, "attacker");
+    eventually("a few rate-limited retries", WAIT, || async {
+        ctl.queue.num_requeues(&key) >= 2
+    })
+    .await;
+    assert!(calls_for(&h, Method::EnsureLoadBalancer, &ns, "attacker") >= 2);
+    assert_eq!(
+        lb_of(&h, &victim),
+        Some(before.clone()),
+        "ports, Nodes, IP unchanged"
+    );
+    assert_eq!(h.cloud.load_balancers().len(), 1);
+    let live = h.services(&ns).get("attacker").await.unwrap();
+    assert!(ingress_of(&live).is_empty(), "no status");
+    assert!(
+        has_lb_finalizer(&live),
+        "the finalizer came before the call, as ever"
+    );
+    assert!(
+        notes_of(&h, &ns, "attacker", REASON_SYNC_FAILED)
+            .await
+            .is_empty(),
+        "reported as what it is, not as a plain failure"
+    );
+
+    // Deleting the attacker finishes: the finalizer goes, the victim's load balancer stays,
+    // and a Warning says it was left alone.
+    h.services(&ns)
+        .delete("attacker", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_service_gone(&ns, "attacker", WAIT).await;
+    let left = wait_note(&h, &ns, "attacker", REASON_NOT_OWNED, |n| {
+        n.starts_with("Did not delete:")
+    })
+    .await;
+    assert_eq!(
+        left,
+        format!(
+            "Did not delete: load balancer {:?} is not this Service's: annotation \
+             {ANNOTATION_LOAD_BALANCER_NAME} names it, but it was made for another Service; it \
+             was left alone",
+            before.name
+        )
+    );
+    h.wait_event_in(&ns, "attacker", REASON_DELETED, WAIT).await;
+    assert_eq!(lb_of(&h, &victim), Some(before.clone()));
+    let victim = h.services(&ns).get("victim").await.unwrap();
+    assert_eq!(ingress_of(&victim), vec![before.ingress_ip.clone()]);
+    assert_eq!(*before.nodes, [n1]);
+}
+
+#[tokio::test]
+async fn a_hint_that_names_nothing_of_ours_never_holds_the_finalizer() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-bad-hint").await.unwrap();
+    create_node(&h, "bad-hint").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+
+    // A 100 kB hint: refused, and what the event shows of it is bounded.
+    let huge = with_name_hint(lb_service("huge", &[("http", 80)]), &"x".repeat(100_000));
+    create_service(&h, &ns, &huge).await;
+    let note = h.wait_event_in(&ns, "huge", REASON_NOT_OWNED, WAIT).await;
+    assert!(note.len() < 1024, "{} bytes", note.len());
+    assert!(note.contains("more bytes)"), "{note}");
+    assert!(note.ends_with("is not a load balancer name (1 to 63 lowercase letters, digits and '-'); it was left unchanged"), "{note}");
+    assert!(has_lb_finalizer(
+        &h.services(&ns).get("huge").await.unwrap()
+    ));
+    h.services(&ns)
+        .delete("huge", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_service_gone(&ns, "huge", WAIT).await;
+    wait_note(&h, &ns, "huge", REASON_NOT_OWNED, |n| {
+        n.starts_with("Did not delete:")
+    })
+    .await;
+
+    // A Service that had its own load balancer, then a hint naming another cluster's: it
+    // changes type away; its own load balancer is deleted, the other left alone, and the
+    // finalizer and status go.
+    let own = create_service(&h, &ns, &lb_service("own", &[("http", 80)])).await;
+    let own = h
+        .wait_service(&ns, "own", WAIT, |s| {
+            has_ingress(s) && s.metadata.uid == own.metadata.uid
+        })
+        .await;
+    let mut elsewhere = lb_service("elsewhere", &[("http", 80)]);
+    elsewhere.metadata.uid = Some("uid-of-another-cluster".into());
+    h.cloud
+        .ensure_load_balancer("another-cluster", &with_name_hint(elsewhere, "theirs"), &[])
+        .await
+        .unwrap();
+    patch_service(
+        &h,
+        &ns,
+        "own",
+        json!({"metadata": {"annotations": {ANNOTATION_LOAD_BALANCER_NAME: "theirs"}}}),
+    )
+    .await;
+    h.wait_event_in(&ns, "own", REASON_NOT_OWNED, WAIT).await;
+    patch_service(&h, &ns, "own", json!({"spec": {"type": "ClusterIP"}})).await;
+    let after = h
+        .wait_service(&ns, "own", WAIT, |s| {
+            !has_lb_finalizer(s) && ingress_of(s).is_empty()
+        })
+        .await;
+    assert_eq!(after.metadata.uid, own.metadata.uid);
+    let left = wait_note(&h, &ns, "own", REASON_NOT_OWNED, |n| {
+        n.starts_with("Did not delete:")
+    })
+    .await;
+    assert!(
+        left.contains("but it belongs to another cluster; it was left alone"),
+        "{left}"
+    );
+    assert!(
+        lb_of(&h, &own).is_none(),
+        "its own load balancer was deleted"
+    );
+    let theirs = h
+        .cloud
+        .load_balancer("theirs")
+        .expect("the other cluster's is left alone");
+    assert_eq!(theirs.cluster_name, "another-cluster");
 }

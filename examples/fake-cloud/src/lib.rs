@@ -54,7 +54,7 @@ pub use self::config::{
 };
 use self::control::Control;
 pub use self::control::{Call, Fault, Method};
-pub use self::load_balancer::FakeLoadBalancer;
+pub use self::load_balancer::{ANNOTATION_LOAD_BALANCER_NAME, FakeLoadBalancer};
 
 /// The provider name, and the scheme of the fake cloud's provider IDs (`fake://<id>`).
 pub const PROVIDER_NAME: &str = "fake";

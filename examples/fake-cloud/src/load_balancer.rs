@@ -1,24 +1,43 @@
 //! The fake cloud's load balancers.
+//!
+//! A load balancer is named after its Service's UID (`a` + the UID, Go's default name), or
+//! after the [`ANNOTATION_LOAD_BALANCER_NAME`] hint when the Service carries one, as real
+//! clouds let users name theirs. Each records the cluster and the UID of the Service it was
+//! made for, and is used only for that Service: a hint that names another Service's (or
+//! another cluster's) load balancer, or that is no valid name at all, gets
+//! [`CloudError::NotOwned`] and changes nothing (see `ccm_core::provider::LoadBalancer`,
+//! "Ownership before action"). Deletion removes every load balancer the Service owns in the
+//! cluster, whatever its name, and leaves the others alone.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ccm_core::provider::{CloudError, CloudResult, LoadBalancer};
+use ccm_core::provider::{CloudError, CloudResult, LoadBalancer, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
-use crate::{FakeCloud, Method, lock};
+use crate::{FakeCloud, Method, State, lock};
+
+/// The name of the Service's load balancer, instead of `a` + its UID: a name hint a user
+/// writes, like the name annotations real clouds offer. 1 to 63 lowercase letters, digits
+/// and `-`. The load balancer it names is used only if it was made for this Service; set it
+/// before the first ensure (the fake cloud does not rename).
+pub const ANNOTATION_LOAD_BALANCER_NAME: &str = "fake.example.com/load-balancer-name";
 
 /// A load balancer of the fake cloud.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FakeLoadBalancer {
-    /// The cloud name (the default name: `a` + the Service UID).
+    /// The cloud name: the default name (`a` + the Service UID), or the Service's
+    /// [`ANNOTATION_LOAD_BALANCER_NAME`].
     pub name: String,
     /// The cluster that created it; other clusters do not see it.
     pub cluster_name: String,
     /// The Service, `namespace/name`.
     pub service: String,
+    /// The UID of the Service it was made for: its owner. Only that Service (in
+    /// `cluster_name`) may change or delete it.
+    pub service_uid: String,
     /// The ports, as `PROTOCOL:port->nodePort`.
     pub ports: Vec<String>,
     /// The names of the Nodes it sends traffic to, sorted. Load balancers given the same
@@ -37,6 +56,77 @@ impl FakeLoadBalancer {
             }]),
         }
     }
+}
+
+fn uid(service: &Service) -> &str {
+    service.metadata.uid.as_deref().unwrap_or_default()
+}
+
+fn name_hint(service: &Service) -> Option<&str> {
+    service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LOAD_BALANCER_NAME))
+        .map(String::as_str)
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The name of the Service's load balancer, and whether a user's hint chose it; a hint that
+/// is no valid name names nothing of ours.
+fn target(service: &Service) -> CloudResult<(String, bool)> {
+    match name_hint(service) {
+        None => Ok((default_load_balancer_name(service), false)),
+        Some(name) if valid_name(name) => Ok((name.to_owned(), true)),
+        Some(name) => Err(CloudError::not_owned(
+            name,
+            format!(
+                "annotation {ANNOTATION_LOAD_BALANCER_NAME} is not a load balancer name (1 to 63 \
+                 lowercase letters, digits and '-')"
+            ),
+        )),
+    }
+}
+
+/// What the Service's name (default or hinted) leads to in `cluster_name`.
+enum Lookup<'a> {
+    /// Its own load balancer.
+    Own(&'a FakeLoadBalancer),
+    /// Nothing by that name.
+    Missing,
+    /// Another Service's or another cluster's, under the default name (not a hint: a UID
+    /// collision, or the same Service seen from another cluster).
+    TakenWithoutHint(&'a FakeLoadBalancer),
+}
+
+/// Looks up the Service's load balancer; a hint leading to one that is not the Service's is
+/// [`CloudError::NotOwned`].
+fn lookup<'a>(state: &'a State, cluster_name: &str, service: &Service) -> CloudResult<Lookup<'a>> {
+    let (name, hinted) = target(service)?;
+    let Some(lb) = state.load_balancers.get(&name) else {
+        return Ok(Lookup::Missing);
+    };
+    if lb.cluster_name == cluster_name && lb.service_uid == uid(service) {
+        return Ok(Lookup::Own(lb));
+    }
+    if !hinted {
+        return Ok(Lookup::TakenWithoutHint(lb));
+    }
+    let whose = if lb.cluster_name == cluster_name {
+        "it was made for another Service"
+    } else {
+        "it belongs to another cluster"
+    };
+    Err(CloudError::not_owned(
+        name,
+        format!("annotation {ANNOTATION_LOAD_BALANCER_NAME} names it, but {whose}"),
+    ))
 }
 
 fn service_key(service: &Service) -> String {
@@ -86,13 +176,15 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<Option<LoadBalancerStatus>> {
         self.call(Method::GetLoadBalancer, &service_key(service))
             .await?;
-        let name = self.get_load_balancer_name(cluster_name, service);
         let state = lock(&self.state);
-        Ok(state
-            .load_balancers
-            .get(&name)
-            .filter(|lb| lb.cluster_name == cluster_name)
-            .map(FakeLoadBalancer::status))
+        Ok(match lookup(&state, cluster_name, service)? {
+            Lookup::Own(lb) => Some(lb.status()),
+            Lookup::Missing | Lookup::TakenWithoutHint(_) => None,
+        })
+    }
+
+    fn get_load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
+        target(service).map_or_else(|_| default_load_balancer_name(service), |(name, _)| name)
     }
 
     async fn ensure_load_balancer(
@@ -109,18 +201,23 @@ impl LoadBalancer for FakeCloud {
                 "service {key} has no ports: a load balancer needs at least one"
             )));
         }
-        let name = self.get_load_balancer_name(cluster_name, service);
+        let (name, _) = target(service)?;
         let mut state = lock(&self.state);
         let ingress_override = state.ingress_override.clone();
-        let ingress_ip = match state.load_balancers.get(&name) {
-            Some(lb) if lb.cluster_name != cluster_name => {
-                return Err(CloudError::msg(format!(
-                    "load balancer {name} belongs to cluster {:?}",
-                    lb.cluster_name
-                )));
+        let ingress_ip = match lookup(&state, cluster_name, service)? {
+            Lookup::Own(lb) => lb.ingress_ip.clone(),
+            Lookup::TakenWithoutHint(lb) => {
+                let whose = if lb.cluster_name == cluster_name {
+                    "it was made for another Service"
+                } else {
+                    "it belongs to another cluster"
+                };
+                return Err(CloudError::not_owned(
+                    name,
+                    format!("the Service's default name is taken: {whose}"),
+                ));
             }
-            Some(lb) => lb.ingress_ip.clone(),
-            None => {
+            Lookup::Missing => {
                 state.next_ingress_ip += 1;
                 Ipv4Addr::from(u32::from(Ipv4Addr::new(100, 64, 0, 0)) + state.next_ingress_ip)
                     .to_string()
@@ -130,6 +227,7 @@ impl LoadBalancer for FakeCloud {
             name: name.clone(),
             cluster_name: cluster_name.to_owned(),
             service: key,
+            service_uid: uid(service).to_owned(),
             ports,
             nodes: node_names(&mut state.last_lb_nodes, nodes),
             ingress_ip,
@@ -154,21 +252,21 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<()> {
         self.call(Method::UpdateLoadBalancer, &service_key(service))
             .await?;
-        let name = self.get_load_balancer_name(cluster_name, service);
         let mut state = lock(&self.state);
         let state = &mut *state;
-        match state
-            .load_balancers
-            .get_mut(&name)
-            .filter(|lb| lb.cluster_name == cluster_name)
-        {
-            Some(lb) => {
-                lb.nodes = node_names(&mut state.last_lb_nodes, nodes);
-                self.load_balancers_changed(state);
-                Ok(())
+        let name = match lookup(state, cluster_name, service)? {
+            Lookup::Own(lb) => lb.name.clone(),
+            Lookup::Missing | Lookup::TakenWithoutHint(_) => {
+                let (name, _) = target(service)?;
+                return Err(CloudError::msg(format!("load balancer {name} not found")));
             }
-            None => Err(CloudError::msg(format!("load balancer {name} not found"))),
+        };
+        let nodes = node_names(&mut state.last_lb_nodes, nodes);
+        if let Some(lb) = state.load_balancers.get_mut(&name) {
+            lb.nodes = nodes;
         }
+        self.load_balancers_changed(state);
+        Ok(())
     }
 
     async fn ensure_load_balancer_deleted(
@@ -178,16 +276,226 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<()> {
         self.call(Method::EnsureLoadBalancerDeleted, &service_key(service))
             .await?;
-        let name = self.get_load_balancer_name(cluster_name, service);
         let mut state = lock(&self.state);
-        if state
+        // What the hint leads to, before anything changes: a load balancer that is not the
+        // Service's is left alone and reported.
+        let foreign = lookup(&state, cluster_name, service).err();
+        // Every load balancer the Service owns in this cluster, whatever its name.
+        let before = state.load_balancers.len();
+        state
             .load_balancers
-            .get(&name)
-            .is_some_and(|lb| lb.cluster_name == cluster_name)
-        {
-            state.load_balancers.remove(&name);
+            .retain(|_, lb| !(lb.cluster_name == cluster_name && lb.service_uid == uid(service)));
+        if state.load_balancers.len() != before {
             self.load_balancers_changed(&state);
         }
-        Ok(())
+        foreign.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+
+    use super::*;
+
+    fn service(namespace: &str, uid: &str, port: i32, hint: Option<&str>) -> Service {
+        let mut s = Service::default();
+        s.metadata.namespace = Some(namespace.into());
+        s.metadata.name = Some("web".into());
+        s.metadata.uid = Some(uid.into());
+        s.metadata.annotations = hint
+            .map(|h| BTreeMap::from([(ANNOTATION_LOAD_BALANCER_NAME.to_owned(), h.to_owned())]));
+        s.spec = Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![ServicePort {
+                port,
+                node_port: Some(30000 + port),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        });
+        s
+    }
+
+    fn node(name: &str) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        Arc::new(n)
+    }
+
+    #[tokio::test]
+    async fn a_hint_to_another_services_load_balancer_is_refused_and_never_touches_it() {
+        let cloud = FakeCloud::new();
+        let victim = service("tenant-a", "11111111-0000-0000-0000-000000000001", 80, None);
+        cloud
+            .ensure_load_balancer("k", &victim, &[node("n1")])
+            .await
+            .unwrap();
+        let before = cloud.load_balancers();
+        assert_eq!(before.len(), 1);
+        assert_eq!(
+            before[0].service_uid,
+            "11111111-0000-0000-0000-000000000001"
+        );
+        let name = before[0].name.clone();
+
+        // Another namespace, another UID, the victim's name as its hint, other ports and
+        // Nodes: every call is refused, naming the conflict.
+        let attacker = service(
+            "tenant-b",
+            "22222222-0000-0000-0000-000000000002",
+            443,
+            Some(&name),
+        );
+        let err = cloud
+            .ensure_load_balancer("k", &attacker, &[node("n2")])
+            .await
+            .unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "load balancer {name:?} is not this Service's: annotation \
+                 {ANNOTATION_LOAD_BALANCER_NAME} names it, but it was made for another Service"
+            )
+        );
+        let err = cloud
+            .update_load_balancer("k", &attacker, &[node("n2")])
+            .await
+            .unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        let err = cloud.get_load_balancer("k", &attacker).await.unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        assert_eq!(cloud.get_load_balancer_name("k", &attacker), name);
+        // Deleting the attacker leaves the victim's; the answer says so.
+        let err = cloud
+            .ensure_load_balancer_deleted("k", &attacker)
+            .await
+            .unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        assert_eq!(
+            cloud.load_balancers(),
+            before,
+            "nothing of the victim's changed"
+        );
+
+        // The victim's own calls still work.
+        assert!(
+            cloud
+                .get_load_balancer("k", &victim)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        cloud
+            .ensure_load_balancer_deleted("k", &victim)
+            .await
+            .unwrap();
+        assert!(cloud.load_balancers().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_hint_to_another_clusters_load_balancer_is_refused() {
+        let cloud = FakeCloud::new();
+        let victim = service("a", "uid-victim", 80, Some("shared-name"));
+        cloud
+            .ensure_load_balancer("one", &victim, &[])
+            .await
+            .unwrap();
+        let copy = service("a", "uid-copy", 80, Some("shared-name"));
+        for err in [
+            cloud
+                .ensure_load_balancer("two", &copy, &[])
+                .await
+                .unwrap_err(),
+            cloud.get_load_balancer("two", &copy).await.unwrap_err(),
+            cloud
+                .ensure_load_balancer_deleted("two", &copy)
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(
+                err.to_string()
+                    .ends_with("but it belongs to another cluster"),
+                "{err}"
+            );
+        }
+        // The same Service seen from another cluster, without a hint: nothing of its there.
+        let plain = service("a", "uid-plain", 80, None);
+        cloud
+            .ensure_load_balancer("one", &plain, &[])
+            .await
+            .unwrap();
+        assert_eq!(cloud.get_load_balancer("two", &plain).await.unwrap(), None);
+        cloud
+            .ensure_load_balancer_deleted("two", &plain)
+            .await
+            .unwrap();
+        assert_eq!(cloud.load_balancers().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_hint_to_a_free_name_makes_the_services_own_load_balancer() {
+        let cloud = FakeCloud::new();
+        let svc = service("a", "uid-1", 80, Some("my-lb"));
+        let status = cloud.ensure_load_balancer("k", &svc, &[]).await.unwrap();
+        let lb = cloud.load_balancer("my-lb").unwrap();
+        assert_eq!(lb.service_uid, "uid-1");
+        assert_eq!(
+            cloud.get_load_balancer("k", &svc).await.unwrap(),
+            Some(status)
+        );
+        cloud
+            .update_load_balancer("k", &svc, &[node("n1")])
+            .await
+            .unwrap();
+        assert_eq!(*cloud.load_balancer("my-lb").unwrap().nodes, ["n1"]);
+        cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+        assert!(cloud.load_balancers().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_malformed_or_huge_hint_names_nothing_and_deletion_still_finishes() {
+        let cloud = FakeCloud::new();
+        let own = service("a", "uid-1", 80, None);
+        cloud.ensure_load_balancer("k", &own, &[]).await.unwrap();
+        for hint in ["Not_A_Name".to_owned(), String::new(), "x".repeat(100_000)] {
+            let mut svc = own.clone();
+            svc.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(ANNOTATION_LOAD_BALANCER_NAME.into(), hint.clone());
+            let err = cloud
+                .ensure_load_balancer("k", &svc, &[])
+                .await
+                .unwrap_err();
+            assert!(err.is_not_owned(), "{err}");
+            assert!(
+                err.to_string().len() < 400,
+                "bounded: {} bytes",
+                err.to_string().len()
+            );
+            assert!(
+                err.to_string().contains("is not a load balancer name"),
+                "{err}"
+            );
+            assert_eq!(cloud.load_balancers().len(), 1, "{hint:.20}");
+        }
+        // Deleted with a bad hint: the Service's own load balancer (found by its UID) goes,
+        // and the answer says the hint led nowhere of ours.
+        let mut svc = own.clone();
+        svc.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_LOAD_BALANCER_NAME.to_owned(),
+            "x".repeat(100_000),
+        )]));
+        let err = cloud
+            .ensure_load_balancer_deleted("k", &svc)
+            .await
+            .unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        assert!(cloud.load_balancers().is_empty());
     }
 }

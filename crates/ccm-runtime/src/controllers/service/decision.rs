@@ -13,19 +13,28 @@
 //! branch is tested here, without an API server or a runtime, and so that a worker copies
 //! the record under the lock, decides with the lock released, and does the I/O (cloud
 //! calls, patches, events) holding no lock.
+//!
+//! What the provider's answers mean to the delete branch is decided here too
+//! ([`delete_call_needed`], [`deletion`]): a load balancer a user-written hint led to but
+//! that is not the Service's ([`CloudError::NotOwned`]) is "nothing of ours", so deletion
+//! finishes without it. [`bounded`] keeps what the provider said (which may quote a
+//! user-written value) to a size fit for one log line.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, Node, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    LoadBalancerIngress, LoadBalancerStatus, Node, Service, ServicePort, ServiceSpec,
+};
 
 use crate::controllers::node_util::{node_name, taints};
 use ccm_provider::well_known::{
     FINALIZER_LOAD_BALANCER_CLEANUP, LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS,
     TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
 };
+use ccm_provider::{CloudError, CloudResult};
 
 /// The Nodes a load balancer sends traffic to, as the controller compares them: Node name →
 /// `spec.providerID` (empty when unset). A change of either is a change of the set.
@@ -501,6 +510,67 @@ pub(crate) fn plan_gone(known: Option<&Known>) -> GoneStep {
             last: known.service.clone(),
         },
     }
+}
+
+/// Whether the delete branch calls `ensure_load_balancer_deleted`, given what
+/// `get_load_balancer` answered: yes when the load balancer exists (Go's rule), no when it
+/// does not, and yes when a hint led to one that is not the Service's
+/// ([`CloudError::NotOwned`]) — the provider then deletes only what is the Service's own,
+/// found without the hint, and the deletion is not held up by the foreign one. Any other
+/// error is the sync's error.
+pub(crate) fn delete_call_needed(
+    answer: &CloudResult<Option<LoadBalancerStatus>>,
+) -> Result<bool, &CloudError> {
+    match answer {
+        Ok(status) => Ok(status.is_some()),
+        Err(err) if err.is_not_owned() => Ok(true),
+        Err(err) => Err(err),
+    }
+}
+
+/// What an `ensure_load_balancer_deleted` answer means.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deletion<'a> {
+    /// Deleted, or already gone, or another controller's (`ImplementedElsewhere` is
+    /// ignored, as in Go): go on.
+    Done,
+    /// The load balancer the Service's hint leads to is not the Service's; the provider left
+    /// it alone (and deleted what was the Service's own, if anything): go on, with a
+    /// `LoadBalancerNotOwned` Warning. The finalizer is not held for a load balancer that is
+    /// not ours to delete.
+    LeftAlone(&'a CloudError),
+    /// Failed: keep the finalizer, retry.
+    Failed(&'a CloudError),
+}
+
+/// What an `ensure_load_balancer_deleted` answer means (see [`Deletion`]).
+pub(crate) fn deletion(result: &CloudResult<()>) -> Deletion<'_> {
+    match result {
+        Ok(()) => Deletion::Done,
+        Err(err) if err.is_implemented_elsewhere() => Deletion::Done,
+        Err(err) if err.is_not_owned() => Deletion::LeftAlone(err),
+        Err(err) => Deletion::Failed(err),
+    }
+}
+
+/// The most of a sync's error message that goes into a log line (and an event, which the
+/// recorder cuts to 1 KiB anyway).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `text` cut to [`MAX_MESSAGE_BYTES`] (on a character boundary), ending with
+/// `…(N more bytes)` when cut: a provider's error may quote a user-written annotation of
+/// any size, and it is logged on every retry.
+pub(crate) fn bounded(mut text: String) -> String {
+    if text.len() > MAX_MESSAGE_BYTES {
+        let mut at = MAX_MESSAGE_BYTES;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        let more = text.len() - at;
+        text.truncate(at);
+        text.push_str(&format!("…({more} more bytes)"));
+    }
+    text
 }
 
 /// Checks a provider's ingress list before it is written to `status.loadBalancer.ingress`,
@@ -1465,6 +1535,65 @@ mod tests {
         });
         let record = known(&classed_old, LbState::Unknown, false);
         assert_eq!(plan(&new, Some(&record), &now), just(Step::Ensure));
+    }
+
+    // The provider's answers on the delete branch.
+
+    fn lb_status(ip: &str) -> LoadBalancerStatus {
+        LoadBalancerStatus {
+            ingress: Some(vec![ing(Some(ip), None)]),
+        }
+    }
+
+    #[test]
+    fn the_delete_call_is_made_for_an_existing_or_a_foreign_load_balancer() {
+        assert!(matches!(
+            delete_call_needed(&Ok(Some(lb_status("1.2.3.4")))),
+            Ok(true)
+        ));
+        assert!(matches!(delete_call_needed(&Ok(None)), Ok(false)));
+        // A hint led to another Service's load balancer: the provider is asked to delete
+        // the Service's own (it leaves the foreign one alone), and deletion is not stuck.
+        let foreign = Err(CloudError::not_owned("lb-1", "another Service's"));
+        assert!(matches!(delete_call_needed(&foreign), Ok(true)));
+        let failed = Err(CloudError::msg("the cloud is down"));
+        assert!(
+            matches!(delete_call_needed(&failed), Err(e) if e.to_string() == "the cloud is down")
+        );
+    }
+
+    #[test]
+    fn a_foreign_load_balancer_is_left_alone_and_does_not_hold_the_finalizer() {
+        assert!(matches!(deletion(&Ok(())), Deletion::Done));
+        assert!(matches!(
+            deletion(&Err(CloudError::ImplementedElsewhere)),
+            Deletion::Done
+        ));
+        let foreign = Err(CloudError::not_owned("lb-1", "tagged for cluster other"));
+        assert!(matches!(deletion(&foreign), Deletion::LeftAlone(e) if e.is_not_owned()));
+        let failed = Err(CloudError::msg("boom"));
+        assert!(matches!(deletion(&failed), Deletion::Failed(e) if e.to_string() == "boom"));
+        // Retried, after its delay.
+        let busy = Err(CloudError::retry_after(
+            "busy",
+            std::time::Duration::from_secs(1),
+        ));
+        assert!(matches!(deletion(&busy), Deletion::Failed(e) if e.retry_after_delay().is_some()));
+    }
+
+    #[test]
+    fn messages_are_bounded_for_log_lines() {
+        assert_eq!(bounded("short".into()), "short");
+        let exact = "x".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(bounded(exact.clone()), exact);
+        let long = bounded(format!("annotation x: {}", "y".repeat(100_000)));
+        assert!(long.starts_with("annotation x: yyy"));
+        assert!(long.ends_with("…(98990 more bytes)"), "{}", &long[1000..]);
+        assert!(long.len() < MAX_MESSAGE_BYTES + 32);
+        // Cut on a character boundary.
+        let wide = bounded("é".repeat(1000));
+        assert!(wide.starts_with(&"é".repeat(512)));
+        assert!(wide.ends_with("…(976 more bytes)"), "{wide}");
     }
 
     #[test]

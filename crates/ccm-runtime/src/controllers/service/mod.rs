@@ -36,6 +36,17 @@
 //! - **Guarded writes.** The finalizer list and the ingress list are written with JSON
 //!   Patches that test the previous value (see the controllers' `patch` module), so a
 //!   concurrent change to either is never overwritten; a failed test re-reads and retries.
+//! - **Load balancers that are not the Service's.** A provider answers
+//!   [`CloudError::NotOwned`] when a hint a user wrote on the Service (an ID annotation, a
+//!   name) leads to a load balancer of another Service or cluster. An ensure or update is
+//!   then refused: a [`REASON_NOT_OWNED`] Warning naming the conflict, no status, the normal
+//!   backoff. A deletion finishes: the provider deletes only what is the Service's own, the
+//!   finalizer goes, and a [`REASON_NOT_OWNED`] Warning says the other was left alone. Go
+//!   has no such rule: a Service could take over, or delete, another namespace's load
+//!   balancer by copying its ID annotation, and a hint that cannot be resolved kept the
+//!   finalizer forever.
+//! - **Bounded messages.** An error message is cut to 1 KiB before it is logged or
+//!   recorded, however long the user-written value it quotes.
 
 mod decision;
 mod writes;
@@ -54,9 +65,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{
-    GoneStep, HostsState, Known, LbState, NodeSet, Step, eligible_nodes, has_finalizer,
-    hosts_stale, needs_cleanup, needs_update, node_set, node_update_matters, plan, plan_gone,
-    validate_ingress, wanted_on_add, wants_load_balancer,
+    Deletion, GoneStep, HostsState, Known, LbState, NodeSet, Step, bounded, delete_call_needed,
+    deletion, eligible_nodes, has_finalizer, hosts_stale, needs_cleanup, needs_update, node_set,
+    node_update_matters, plan, plan_gone, validate_ingress, wanted_on_add, wants_load_balancer,
 };
 use super::node_util::node_name;
 use crate::events::EventRecorder;
@@ -87,6 +98,11 @@ pub const REASON_UNAVAILABLE: &str = "UnAvailableLoadBalancer";
 pub const REASON_UPDATED: &str = "UpdatedLoadBalancer";
 /// Event reason (Warning): pointing the load balancer at a new set of Nodes failed.
 pub const REASON_UPDATE_FAILED: &str = "UpdateLoadBalancerFailed";
+/// Event reason (Warning): a hint on the Service (an ID annotation, a name) leads to a load
+/// balancer that is not the Service's ([`CloudError::NotOwned`]); it was left unchanged.
+/// Ensure and update are refused and retried with backoff; deletion finishes without it.
+/// Not one of Go's reasons: Go has no ownership rule.
+pub const REASON_NOT_OWNED: &str = "LoadBalancerNotOwned";
 
 /// How many Service-change events may wait to be published; more are dropped.
 const CHANGE_EVENT_BACKLOG: usize = 256;
@@ -338,22 +354,46 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// asked for one.
 #[derive(Debug)]
 struct SyncError {
+    /// Bounded (see [`bounded`]).
     message: String,
     retry_after: Option<Duration>,
+    /// The provider refused to touch a load balancer that is not the Service's
+    /// ([`CloudError::NotOwned`]): reported as [`REASON_NOT_OWNED`].
+    not_owned: bool,
 }
 
 impl SyncError {
     fn cloud(context: &str, err: &CloudError) -> Self {
         Self {
-            message: format!("{context}: {}", err.chain_to_string()),
+            message: bounded(format!("{context}: {}", err.chain_to_string())),
             retry_after: err.retry_after_delay(),
+            not_owned: err.is_not_owned(),
         }
     }
 
     fn api(context: &str, err: &kube::Error) -> Self {
         Self {
-            message: format!("{context}: {err}"),
+            message: bounded(format!("{context}: {err}")),
             retry_after: None,
+            not_owned: false,
+        }
+    }
+
+    /// The event this error is reported with on a failed sync: its reason and note.
+    fn event(&self) -> (&'static str, String) {
+        if self.not_owned {
+            (
+                REASON_NOT_OWNED,
+                format!(
+                    "Error syncing load balancer: {}; it was left unchanged",
+                    self.message
+                ),
+            )
+        } else {
+            (
+                REASON_SYNC_FAILED,
+                format!("Error syncing load balancer: {}", self.message),
+            )
         }
     }
 
@@ -626,11 +666,11 @@ impl Inner {
             }
             Err(err) => Err(err),
         };
-        match result {
-            Ok(()) => {}
-            Err(err) if err.is_implemented_elsewhere() => {}
-            Err(err) => {
-                let err = SyncError::cloud("failed to delete load balancer", &err);
+        match deletion(&result) {
+            Deletion::Done => {}
+            Deletion::LeftAlone(err) => self.left_alone(service, err),
+            Deletion::Failed(err) => {
+                let err = SyncError::cloud("failed to delete load balancer", err);
                 self.recorder.warning(
                     service,
                     REASON_DELETE_FAILED,
@@ -705,14 +745,28 @@ impl Inner {
         result: Result<(), SyncError>,
     ) -> Result<(), SyncError> {
         if let Err(err) = &result {
-            self.recorder.warning(
-                service,
-                REASON_SYNC_FAILED,
-                "SyncLoadBalancer",
-                format!("Error syncing load balancer: {}", err.message),
-            );
+            let (reason, note) = err.event();
+            self.recorder
+                .warning(service, reason, "SyncLoadBalancer", note);
         }
         result
+    }
+
+    /// Reports a load balancer the provider left alone on deletion because it is not the
+    /// Service's ([`CloudError::NotOwned`]): a Warning and a log line, both bounded.
+    fn left_alone(&self, service: &Service, err: &CloudError) {
+        let message = bounded(err.chain_to_string());
+        tracing::warn!(
+            service = %ServiceKey::of(service),
+            error = %message,
+            "load balancer is not this service's; left it alone and finished the deletion"
+        );
+        self.recorder.warning(
+            service,
+            REASON_NOT_OWNED,
+            "DeleteLoadBalancer",
+            format!("Did not delete: {message}; it was left alone"),
+        );
     }
 
     /// The Service no longer wants a load balancer (or is being deleted): delete it, then
@@ -725,13 +779,10 @@ impl Inner {
         let lb = self.load_balancer().map_err(|e| {
             SyncError::cloud("failed to check if load balancer exists before cleanup", &e)
         })?;
-        let exists = lb
-            .get_load_balancer(self.cluster(), &service)
-            .await
-            .map_err(|e| {
-                SyncError::cloud("failed to check if load balancer exists before cleanup", &e)
-            })?
-            .is_some();
+        let answer = lb.get_load_balancer(self.cluster(), &service).await;
+        let exists = delete_call_needed(&answer).map_err(|e| {
+            SyncError::cloud("failed to check if load balancer exists before cleanup", e)
+        })?;
         if exists {
             tracing::info!(service = %key, "deleting existing load balancer");
             self.recorder.normal(
@@ -741,15 +792,24 @@ impl Inner {
                 "Deleting load balancer",
             );
             self.metrics.load_balancer_syncs.inc();
-            match lb
+            let result = lb
                 .ensure_load_balancer_deleted(self.cluster(), &service)
-                .await
-            {
-                Ok(()) => {}
-                Err(err) if err.is_implemented_elsewhere() => {
-                    tracing::debug!(service = %key, "load balancer implemented elsewhere; ignoring the deletion error");
+                .await;
+            match deletion(&result) {
+                Deletion::Done => {
+                    if result.is_err() {
+                        tracing::debug!(service = %key, "load balancer implemented elsewhere; ignoring the deletion error");
+                    }
+                    if let Err(foreign) = &answer {
+                        // `get_load_balancer` said the hint leads to a load balancer that
+                        // is not the Service's; the deletion left it alone.
+                        self.left_alone(&service, foreign);
+                    }
                 }
-                Err(err) => return Err(SyncError::cloud("failed to delete load balancer", &err)),
+                Deletion::LeftAlone(err) => self.left_alone(&service, err),
+                Deletion::Failed(err) => {
+                    return Err(SyncError::cloud("failed to delete load balancer", err));
+                }
             }
         }
         let api = self.api(&key.namespace);
@@ -822,10 +882,11 @@ impl Inner {
         };
         let ingress = status.ingress.unwrap_or_default();
         validate_ingress(&ingress).map_err(|why| SyncError {
-            message: format!(
+            message: bounded(format!(
                 "the cloud provider returned a load balancer status that cannot be written: {why}"
-            ),
+            )),
             retry_after: None,
+            not_owned: false,
         })?;
         self.recorder.normal(
             &*service,
@@ -904,6 +965,22 @@ impl Inner {
             Err(err) if err.is_implemented_elsewhere() => {
                 self.applied(key, service, hosts);
                 return Ok(());
+            }
+            Err(err) if err.is_not_owned() => {
+                // Refused: the load balancer a hint on the Service leads to is not its.
+                // Not "gone" either: no existence check, a Warning and a retry.
+                self.metrics.node_sync_errors.inc();
+                let err = SyncError::cloud("failed to update load balancer hosts", &err);
+                self.recorder.warning(
+                    &**service,
+                    REASON_NOT_OWNED,
+                    "UpdateLoadBalancer",
+                    format!(
+                        "Error updating load balancer with new hosts: {}; it was left unchanged",
+                        err.message
+                    ),
+                );
+                return Err(err);
             }
             Err(err) => err,
         };
@@ -1047,6 +1124,38 @@ mod tests {
         let other = SyncError::cloud("failed to ensure load balancer", &CloudError::msg("boom"));
         assert_eq!(other.outcome(), Outcome::Retry);
         assert_eq!(other.message, "failed to ensure load balancer: boom");
+        assert_eq!(
+            other.event(),
+            (
+                REASON_SYNC_FAILED,
+                "Error syncing load balancer: failed to ensure load balancer: boom".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn a_load_balancer_that_is_not_the_services_is_its_own_warning_with_the_normal_backoff() {
+        let err = SyncError::cloud(
+            "failed to ensure load balancer",
+            &CloudError::not_owned(
+                "lb-1",
+                "annotation example.com/lb-id names it, but it was made for another Service",
+            ),
+        );
+        assert_eq!(err.outcome(), Outcome::Retry, "backoff, not a fixed delay");
+        assert_eq!(
+            err.event(),
+            (
+                REASON_NOT_OWNED,
+                "Error syncing load balancer: failed to ensure load balancer: load balancer \
+                 \"lb-1\" is not this Service's: annotation example.com/lb-id names it, but it \
+                 was made for another Service; it was left unchanged"
+                    .to_owned()
+            )
+        );
+        // However long what the provider quotes, the message stays one bounded line.
+        let long = SyncError::cloud("failed", &CloudError::msg("x".repeat(100_000)));
+        assert!(long.message.len() < 1100, "{}", long.message.len());
     }
 
     #[test]

@@ -76,6 +76,8 @@ checks! {
         "ensure_load_balancer_deleted returns Ok for a Service that never had a load balancer.";
     LoadBalancerStatusHasValidIngress => "load_balancer.status_has_valid_ingress", "load_balancer",
         "ensure_load_balancer returns a status with at least one ingress, each with a valid IP or a DNS hostname, and an ipMode, if any, of VIP or Proxy next to an IP.";
+    LoadBalancerCopiedAnnotationsNeverTakeOver => "load_balancer.copied_annotations_never_take_over", "load_balancer",
+        "A load balancer found through something a user can write on a Service (an ID annotation, a name) is used only if it belongs to that Service. Another Service carrying a copy of the first's annotations (in another namespace, in another cluster, or with each value made 100 kB long) never modifies or deletes the first's load balancer: ensure_load_balancer refuses with CloudError::NotOwned or makes the Service its own, get_load_balancer never reports the first's, and ensure_load_balancer_deleted returns Ok or NotOwned, never an error that holds the Service's finalizer.";
     RoutesCreateListDeleteRoundTrip => "routes.create_list_delete_round_trip", "routes",
         "A route made by create_route is listed by list_routes with its destination CIDR and target node, not as a blackhole, and delete_route removes it.";
     RoutesDeleteExactlyWhatListReturned => "routes.delete_exactly_what_list_returned", "routes",

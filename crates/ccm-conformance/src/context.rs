@@ -79,6 +79,7 @@ pub(crate) fn describe_err(e: &CloudError) -> String {
         CloudError::InstanceNotFound => "InstanceNotFound".into(),
         CloudError::ImplementedElsewhere => "ImplementedElsewhere".into(),
         CloudError::RetryAfter { message, after } => format!("RetryAfter({after:?}): {message}"),
+        other if other.is_not_owned() => format!("NotOwned: {other}"),
         other => format!("Provider error: {}", other.chain_to_string()),
     }
 }
@@ -136,8 +137,12 @@ pub(crate) fn with_provider_id(node: &Node, provider_id: &str) -> Node {
 /// Something a check made, to remove when it ends however it ends.
 enum Cleanup {
     Instance(Box<Node>),
-    LoadBalancer(Box<Service>),
-    Route { cluster: String, cidr: String },
+    /// The load balancer of a Service, in a cluster.
+    LoadBalancer(String, Box<Service>),
+    Route {
+        cluster: String,
+        cidr: String,
+    },
 }
 
 /// State of one run, shared by its checks.
@@ -526,44 +531,75 @@ impl Ctx {
         service: &Service,
         nodes: &[Node],
     ) -> Result<k8s_openapi::api::core::v1::LoadBalancerStatus, Stop> {
+        let cluster = self.cluster().to_owned();
+        let (step, answer) = self.ensure_in(what, &cluster, service, nodes).await?;
+        match answer {
+            Ok(status) => Ok(status),
+            Err(CloudError::ImplementedElsewhere) => Err(Stop::Skip(format!(
+                "{step} returned ImplementedElsewhere: another controller owns the load \
+                 balancer of the test Service, so there is nothing to check"
+            ))),
+            Err(e) => Err(unexpected(&step, &e)),
+        }
+    }
+
+    /// Calls `ensure_load_balancer` in `cluster` as the service controller does, again after
+    /// a `RetryAfter`, and returns the step's description and the first other answer. The
+    /// load balancer is deleted when the check ends.
+    pub(crate) async fn ensure_in(
+        &self,
+        what: &str,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<
+        (
+            String,
+            CloudResult<k8s_openapi::api::core::v1::LoadBalancerStatus>,
+        ),
+        Stop,
+    > {
         let lb = self.load_balancer()?;
         {
             let mut cleanups = lock(&self.cleanups);
-            let known = cleanups.iter().any(
-                |c| matches!(c, Cleanup::LoadBalancer(s) if s.metadata.uid == service.metadata.uid),
-            );
+            let known = cleanups.iter().any(|c| {
+                matches!(c, Cleanup::LoadBalancer(c, s) if c == cluster && s.metadata.uid == service.metadata.uid)
+            });
             if !known {
-                cleanups.push(Cleanup::LoadBalancer(Box::new(service.clone())));
+                cleanups.push(Cleanup::LoadBalancer(
+                    cluster.to_owned(),
+                    Box::new(service.clone()),
+                ));
             }
         }
         let nodes: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
+        let in_cluster = if cluster == self.cluster() {
+            String::new()
+        } else {
+            format!(" in cluster {cluster:?}")
+        };
         let step = format!(
-            "{what} ensure_load_balancer({}, {} node(s))",
+            "{what} ensure_load_balancer({}, {} node(s)){in_cluster}",
             svc_name(service),
             nodes.len()
-        );
+        )
+        .trim_start()
+        .to_owned();
         loop {
             match self
                 .raw(
                     step.clone(),
-                    lb.ensure_load_balancer(self.cluster(), service, &nodes),
+                    lb.ensure_load_balancer(cluster, service, &nodes),
                 )
                 .await
             {
-                Ok(status) => return Ok(status),
                 Err(CloudError::RetryAfter { after, .. }) => {
                     // The service controller calls again after exactly `after`; the check's
                     // timeout bounds the wait.
                     self.set_step(format!("{step}: waiting {after:?} after RetryAfter"));
                     tokio::time::sleep(after.max(Duration::from_millis(10))).await;
                 }
-                Err(CloudError::ImplementedElsewhere) => {
-                    return Err(Stop::Skip(format!(
-                        "{step} returned ImplementedElsewhere: another controller owns the \
-                         load balancer of the test Service, so there is nothing to check"
-                    )));
-                }
-                Err(e) => return Err(unexpected(&step, &e)),
+                answer => return Ok((step, answer)),
             }
         }
     }
@@ -621,18 +657,21 @@ impl Ctx {
                         Err(_) => errors.push(format!("{what} timed out")),
                     }
                 }
-                Cleanup::LoadBalancer(service) => {
+                Cleanup::LoadBalancer(cluster, service) => {
                     let Some(lb) = self.provider().load_balancer() else {
                         continue;
                     };
                     let what = format!("ensure_load_balancer_deleted({})", svc_name(&service));
                     match tokio::time::timeout(
                         timeout,
-                        lb.ensure_load_balancer_deleted(self.cluster(), &service),
+                        lb.ensure_load_balancer_deleted(&cluster, &service),
                     )
                     .await
                     {
+                        // NotOwned: nothing of the Service's is left (another's was not
+                        // touched).
                         Ok(Ok(())) => {}
+                        Ok(Err(e)) if e.is_not_owned() => {}
                         Ok(Err(e)) => errors.push(format!("{what}: {}", describe_err(&e))),
                         Err(_) => errors.push(format!("{what} timed out")),
                     }

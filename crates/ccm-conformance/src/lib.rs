@@ -335,6 +335,7 @@ macro_rules! conformance_tests {
                 ensure_deleted_is_idempotent => LoadBalancerEnsureDeletedIsIdempotent,
                 ensure_deleted_when_nothing_exists => LoadBalancerEnsureDeletedWhenNothingExists,
                 status_has_valid_ingress => LoadBalancerStatusHasValidIngress,
+                copied_annotations_never_take_over => LoadBalancerCopiedAnnotationsNeverTakeOver,
             }
             routes {
                 create_list_delete_round_trip => RoutesCreateListDeleteRoundTrip,

@@ -9,6 +9,8 @@
 //! [`TestCloudError::Unsupported`], and the checks that need them are reported as skipped with
 //! that reason, never silently passed.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use ccm_core::provider::BoxError;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -148,6 +150,28 @@ pub trait TestCloud: Send + Sync + 'static {
     ) -> TestCloudResult<Option<Vec<String>>> {
         Err(TestCloudError::unsupported(
             "TestCloud::load_balancer_nodes is not implemented",
+        ))
+    }
+
+    /// The annotations by which the provider finds `service`'s load balancer in cluster
+    /// `cluster_name`, with the values they have once `ensure_load_balancer` made it: those
+    /// the provider writes onto the Service itself (its cloud ID, through the
+    /// `ServiceAnnotator`) and those a user may set to name it (a name hint). Anyone who can
+    /// edit Services in one namespace can copy them onto another Service; the check
+    /// `load_balancer.copied_annotations_never_take_over` does, and verifies that the copy
+    /// never reaches this load balancer.
+    ///
+    /// Outside a cluster the provider's annotation writes go nowhere, so the suite asks here
+    /// what they would have been (e.g. `{"example.com/load-balancer-id": <the ID the cloud
+    /// gave it>}`). Empty when the provider finds load balancers by UID only. Unsupported by
+    /// default: the check then copies only the Service's own annotations, and says so.
+    async fn load_balancer_annotations(
+        &self,
+        _cluster_name: &str,
+        _service: &Service,
+    ) -> TestCloudResult<BTreeMap<String, String>> {
+        Err(TestCloudError::unsupported(
+            "TestCloud::load_balancer_annotations is not implemented",
         ))
     }
 

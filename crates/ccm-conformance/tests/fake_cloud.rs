@@ -3,6 +3,7 @@
 //!
 //! The DigitalOcean-like provider gets the same treatment once it lands.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,9 @@ use ccm_core::provider::{
     CloudError, CloudProvider, CloudResult, Clusters, InstanceMetadata, Instances, LoadBalancer,
     Route, Routes, default_load_balancer_name,
 };
-use ccm_fake_cloud::{FakeCloud, FakeInstance, InstanceState, InstancesShape};
+use ccm_fake_cloud::{
+    ANNOTATION_LOAD_BALANCER_NAME, FakeCloud, FakeInstance, InstanceState, InstancesShape,
+};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeSpec, Service};
 
 // ----- the fake cloud's TestCloud -----
@@ -88,6 +91,23 @@ impl TestCloud for FakeTestCloud {
             .load_balancer(&default_load_balancer_name(service))
             .filter(|lb| lb.cluster_name == cluster_name)
             .map(|lb| lb.nodes.to_vec()))
+    }
+
+    /// The name hint naming the Service's load balancer (the fake cloud writes nothing on
+    /// Services itself).
+    async fn load_balancer_annotations(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> TestCloudResult<BTreeMap<String, String>> {
+        let uid = service.metadata.uid.as_deref().unwrap_or_default();
+        Ok(self
+            .cloud
+            .load_balancers()
+            .into_iter()
+            .filter(|lb| lb.cluster_name == cluster_name && lb.service_uid == uid)
+            .map(|lb| (ANNOTATION_LOAD_BALANCER_NAME.to_owned(), lb.name))
+            .collect())
     }
 
     async fn cleanup(&self) -> TestCloudResult<()> {
@@ -725,4 +745,175 @@ async fn a_panicking_accessor_fails_the_checks_that_ask_it() {
         ),
         "{report}"
     );
+}
+
+// ----- providers that trust what a user wrote on a Service -----
+
+/// How a provider that skips the ownership check goes wrong.
+#[derive(Clone, Copy)]
+enum Trust {
+    /// It uses whatever load balancer the name hint names, as its owner would.
+    TakesOver,
+    /// It refuses a load balancer that is not the Service's, but with a plain Provider error
+    /// (so the service controller keeps the Service's finalizer forever on deletion).
+    RefusesInWords,
+}
+
+/// The fake cloud behind a provider that gets the ownership rule wrong.
+struct Trusting(Arc<FakeCloud>, Trust);
+
+impl Trusting {
+    /// The Service as the hint's owner: what a provider that trusts the hint acts as.
+    fn as_owner(&self, service: &Service) -> Service {
+        let mut service = service.clone();
+        let hint = service
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_LOAD_BALANCER_NAME))
+            .cloned();
+        if let (Trust::TakesOver, Some(lb)) = (self.1, hint.and_then(|h| self.0.load_balancer(&h)))
+        {
+            service.metadata.uid = Some(lb.service_uid);
+        }
+        service
+    }
+
+    fn answer<T>(&self, result: CloudResult<T>) -> CloudResult<T> {
+        match (self.1, result) {
+            (Trust::RefusesInWords, Err(e)) if e.is_not_owned() => Err(CloudError::msg(format!(
+                "refusing to manage another Service's load balancer ({e})"
+            ))),
+            (_, result) => result,
+        }
+    }
+}
+
+impl CloudProvider for Trusting {
+    fn provider_name(&self) -> &str {
+        self.0.provider_name()
+    }
+    fn instances(&self) -> Option<&dyn Instances> {
+        CloudProvider::instances(&*self.0)
+    }
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for Trusting {
+    async fn get_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        let service = self.as_owner(service);
+        self.answer(self.0.get_load_balancer(cluster, &service).await)
+    }
+    async fn ensure_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        let service = self.as_owner(service);
+        self.answer(self.0.ensure_load_balancer(cluster, &service, nodes).await)
+    }
+    async fn update_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        let service = self.as_owner(service);
+        self.answer(self.0.update_load_balancer(cluster, &service, nodes).await)
+    }
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
+        let service = self.as_owner(service);
+        self.answer(self.0.ensure_load_balancer_deleted(cluster, &service).await)
+    }
+}
+
+/// What the ownership check observed of a provider that gets the rule wrong.
+async fn ownership_failure(trust: Trust) -> String {
+    let (cloud, test_cloud) = fake(InstancesShape::V2, true);
+    let report = ccm_conformance::run_checks(
+        Arc::new(Trusting(cloud, trust)),
+        test_cloud,
+        Options::default(),
+        &[Check::LoadBalancerCopiedAnnotationsNeverTakeOver],
+    )
+    .await;
+    println!("{report}");
+    match report.outcome(Check::LoadBalancerCopiedAnnotationsNeverTakeOver) {
+        Some(Outcome::Failed { message }) => message.clone(),
+        other => panic!("not failed: {other:?}\n{report}"),
+    }
+}
+
+#[tokio::test]
+async fn a_provider_that_trusts_a_copied_hint_fails_the_ownership_check() {
+    let message = ownership_failure(Trust::TakesOver).await;
+    assert!(
+        message.starts_with("ensure_load_balancer(Service ccm-conformance-other/")
+            && message.contains(", for a Service of another namespace carrying a copy of the first's annotations, returned ingress [ip 100.64.0.1] but the cloud has no new load balancer")
+            && message.ends_with("it used the first Service's instead of refusing with CloudError::NotOwned or making its own"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_that_refuses_in_words_fails_the_ownership_check() {
+    let message = ownership_failure(Trust::RefusesInWords).await;
+    assert!(
+        message.contains("returned Provider error: refusing to manage another Service's load balancer (load balancer \"a")
+            && message.ends_with(": a load balancer that is not the Service's is refused with CloudError::NotOwned (the service controller reports it as such), or the Service gets its own"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn the_ownership_check_says_what_it_copied_and_cleans_up() {
+    // With the fake cloud's name hint copied: passes, leaves nothing behind.
+    let (cloud, test_cloud) = fake(InstancesShape::V2, true);
+    let report = ccm_conformance::run_checks(
+        cloud.clone(),
+        test_cloud.clone(),
+        Options::default(),
+        &[Check::LoadBalancerCopiedAnnotationsNeverTakeOver],
+    )
+    .await;
+    println!("{report}");
+    report.assert_all_passed();
+    assert!(report.cleanup_errors().is_empty(), "{report}");
+    assert!(
+        cloud.load_balancers().is_empty(),
+        "{:?}",
+        cloud.load_balancers()
+    );
+    // A test cloud that cannot say which annotations lead to a load balancer: the check
+    // still runs and says what it did not copy.
+    let report = ccm_conformance::run_checks(
+        cloud.clone(),
+        Arc::new(MinimalTestCloud(test_cloud)),
+        Options::default(),
+        &[Check::LoadBalancerCopiedAnnotationsNeverTakeOver],
+    )
+    .await;
+    report.assert_all_passed();
+    let text = report.to_string();
+    assert!(
+        text.contains("only the Service's own annotations were copied: TestCloud::load_balancer_annotations: TestCloud::load_balancer_annotations is not implemented"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no annotation to copy, so no oversized copy"),
+        "{text}"
+    );
+    assert!(cloud.load_balancers().is_empty());
 }

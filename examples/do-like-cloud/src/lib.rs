@@ -32,7 +32,7 @@ pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
 pub use self::config::DoLikeConfig;
 pub use self::load_balancer::{
     ANNOTATION_ALGORITHM, ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_LOAD_BALANCER_ID,
-    ANNOTATION_PROTOCOL, ANNOTATION_SIZE, cluster_tag,
+    ANNOTATION_PROTOCOL, ANNOTATION_SIZE, cluster_tag, owner_tag,
 };
 
 /// The provider's name: the `--cloud-provider` value and the scheme of provider IDs

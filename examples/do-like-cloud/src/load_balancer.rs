@@ -5,16 +5,27 @@
 //! ccm-core's [`ServiceAnnotator`](ccm_core::provider::ServiceAnnotator); before the LB is
 //! active, so the ID is remembered even while the cloud provisions it). It looks the LB up,
 //! in order:
-//! 1. by the ID in [`ANNOTATION_LOAD_BALANCER_ID`]: one `GET`, whether it wrote the ID itself
-//!    or a user set it to adopt an existing LB; a missing LB falls through to 2;
+//! 1. by the ID in [`ANNOTATION_LOAD_BALANCER_ID`]: one `GET`; a missing LB falls through
+//!    to 2;
 //! 2. by its deterministic name ([`default_load_balancer_name`]: `a` + the Service's UID, so
 //!    nothing the user renames changes it) among the LBs tagged with the cluster's tag — a
 //!    paged list, needed only before the annotation is written.
 //!
 //! So a retried create after a lost answer finds the first LB instead of making a second, and
-//! a rename neither leaks nor duplicates. Only LBs carrying [`cluster_tag`] are ever updated
-//! or deleted. A failed annotation write is logged and retried on the next sync; it never
-//! fails the sync, since the name lookup still finds the LB.
+//! a rename neither leaks nor duplicates. A failed annotation write is logged and retried on
+//! the next sync; it never fails the sync, since the name lookup still finds the LB.
+//!
+//! **Ownership before action.** Anyone who may edit Services in one namespace can write the
+//! ID annotation, so the ID proves nothing. Every LB is created with two tags: the cluster's
+//! ([`cluster_tag`]) and its Service's ([`owner_tag`]: `kubernetes-service-uid:<uid>`). An LB
+//! found by ID is used only when it carries both (or, made before owner tags existed, the
+//! cluster's tag and this Service's default name; the next ensure adds the owner tag).
+//! Otherwise — another Service's LB, another cluster's, or an annotation that is no LB ID
+//! at all (not a UUID; never sent to the API) — ensure, update and get answer
+//! [`CloudError::NotOwned`] and touch nothing, and deletion deletes only the Service's own LB
+//! (found by name) and answers `NotOwned`, so the service controller lets the Service go
+//! with a Warning. To hand an existing LB to a Service, tag it with the Service's
+//! [`owner_tag`] in the cloud: ownership is granted where cluster users cannot write.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -29,8 +40,10 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, 
 use crate::api::{ForwardingRule, HealthCheck, LoadBalancerObject, LoadBalancerRequest};
 use crate::{DoLikeCloud, PROVIDER_NAME, cloud_error};
 
-/// The LB's ID, used for lookup when present.
+/// The LB's ID, used for lookup when present (only an LB this Service owns is used).
 pub const ANNOTATION_LOAD_BALANCER_ID: &str = "do-like.example.com/load-balancer-id";
+/// The prefix of the owner tag ([`owner_tag`]).
+const OWNER_TAG_PREFIX: &str = "kubernetes-service-uid:";
 /// `tcp` (default), `http` or `http2`: the forwarding rules' protocol.
 pub const ANNOTATION_PROTOCOL: &str = "do-like.example.com/load-balancer-protocol";
 /// The health check's path (starts with `/`); makes the health check `http`.
@@ -54,6 +67,51 @@ pub fn cluster_tag(cluster_name: &str) -> String {
         })
         .collect();
     format!("k8s:{name}")
+}
+
+/// The tag naming the Service an LB was made for: `kubernetes-service-uid:<uid>`. Every LB
+/// the provider creates carries it next to the [`cluster_tag`]; an LB found through the ID
+/// annotation is used only if it carries this Service's.
+pub fn owner_tag(service: &Service) -> String {
+    format!(
+        "{OWNER_TAG_PREFIX}{}",
+        service.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// Whether `id` has the form of the cloud's LB IDs (a UUID): anything else names no LB of
+/// ours and is not sent to the API.
+fn is_lb_id(id: &str) -> bool {
+    id.len() == 36
+        && id.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
+/// Why `lb` is not `service`'s in the cluster tagged `tag`, or `None` when it is.
+fn not_ours(lb: &LoadBalancerObject, tag: &str, service: &Service) -> Option<&'static str> {
+    if !lb.spec.tags.iter().any(|t| t == tag) {
+        return Some("it is not tagged for this cluster");
+    }
+    let owner = owner_tag(service);
+    let mut owners = lb
+        .spec
+        .tags
+        .iter()
+        .filter(|t| t.starts_with(OWNER_TAG_PREFIX))
+        .peekable();
+    if owners.peek().is_none() {
+        // Made before owner tags: the name derived from the UID says whose it is.
+        return (lb.spec.name != default_load_balancer_name(service))
+            .then_some("it has no owner tag and was made for another Service");
+    }
+    // Exactly this Service's: an LB two Services could claim is neither's.
+    if owners.all(|t| *t == owner) {
+        None
+    } else {
+        Some("it was made for another Service")
+    }
 }
 
 fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
@@ -96,28 +154,65 @@ fn status(lb: &LoadBalancerObject) -> LoadBalancerStatus {
 }
 
 impl DoLikeCloud {
-    /// This Service's LB in this cluster, if any (see the module docs).
+    /// This Service's LB in this cluster, if any (see the module docs): by the ID
+    /// annotation, then by name. [`CloudError::NotOwned`] when the annotation leads to an LB
+    /// that is not the Service's.
     async fn find_lb(
         &self,
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerObject>> {
-        let tag = cluster_tag(cluster_name);
-        if let Some(id) = annotation(service, ANNOTATION_LOAD_BALANCER_ID).filter(|i| !i.is_empty())
-            && let Some(lb) = self
-                .client
-                .load_balancer(id)
-                .await
-                .map_err(|e| cloud_error(&format!("getting load balancer {id}"), e))?
-        {
-            if !lb.spec.tags.contains(&tag) {
-                return Err(CloudError::msg(format!(
-                    "annotation {ANNOTATION_LOAD_BALANCER_ID}: load balancer {id} is not tagged \
-                     {tag}; refusing to manage another cluster's load balancer"
-                )));
-            }
-            return Ok(Some(lb));
+        match self.by_annotation(cluster_name, service).await? {
+            Some(lb) => Ok(Some(lb)),
+            None => self.by_name(cluster_name, service).await,
         }
+    }
+
+    /// The LB the ID annotation names, if the annotation is set and the LB exists and is the
+    /// Service's; [`CloudError::NotOwned`] if it exists and is not, or if the annotation
+    /// holds no LB ID at all.
+    async fn by_annotation(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerObject>> {
+        let Some(id) = annotation(service, ANNOTATION_LOAD_BALANCER_ID).filter(|i| !i.is_empty())
+        else {
+            return Ok(None);
+        };
+        if !is_lb_id(id) {
+            return Err(CloudError::not_owned(
+                id,
+                format!(
+                    "annotation {ANNOTATION_LOAD_BALANCER_ID} does not hold a load balancer ID (a \
+                     UUID)"
+                ),
+            ));
+        }
+        let Some(lb) = self
+            .client
+            .load_balancer(id)
+            .await
+            .map_err(|e| cloud_error(&format!("getting load balancer {id}"), e))?
+        else {
+            return Ok(None);
+        };
+        match not_ours(&lb, &cluster_tag(cluster_name), service) {
+            None => Ok(Some(lb)),
+            Some(why) => Err(CloudError::not_owned(
+                id,
+                format!("annotation {ANNOTATION_LOAD_BALANCER_ID} names it, but {why}"),
+            )),
+        }
+    }
+
+    /// The LB named after the Service's UID among the cluster's, if it is the Service's.
+    async fn by_name(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerObject>> {
+        let tag = cluster_tag(cluster_name);
         let name = default_load_balancer_name(service);
         let all = self
             .client
@@ -126,7 +221,7 @@ impl DoLikeCloud {
             .map_err(|e| cloud_error("listing load balancers", e))?;
         Ok(all
             .into_iter()
-            .find(|lb| lb.spec.name == name && lb.spec.tags.contains(&tag)))
+            .find(|lb| lb.spec.name == name && not_ours(lb, &tag, service).is_none()))
     }
 
     /// The annotator, when the provider has one and `service` is not being deleted (a
@@ -290,7 +385,7 @@ impl DoLikeCloud {
             health_check: Some(health_check),
             droplet_ids: droplet_ids.into_iter().collect(),
             tag: None,
-            tags: vec![cluster_tag(cluster_name)],
+            tags: vec![cluster_tag(cluster_name), owner_tag(service)],
         })
     }
 }
@@ -370,25 +465,127 @@ impl LoadBalancer for DoLikeCloud {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<()> {
-        if let Some(lb) = self.find_lb(cluster_name, service).await? {
+        // An annotation that leads to an LB that is not the Service's does not stop the
+        // deletion of the Service's own (found by name); it is reported, and left alone.
+        let (own, foreign) = match self.by_annotation(cluster_name, service).await {
+            Ok(Some(lb)) => (Some(lb), None),
+            Ok(None) => (self.by_name(cluster_name, service).await?, None),
+            Err(err) if err.is_not_owned() => {
+                (self.by_name(cluster_name, service).await?, Some(err))
+            }
+            Err(err) => return Err(err),
+        };
+        if let Some(lb) = own {
             self.client
                 .delete_load_balancer(&lb.id)
                 .await
                 .map_err(|e| cloud_error(&format!("deleting load balancer {}", lb.id), e))?;
             tracing::info!(service = %service_key(service), id = %lb.id, "load balancer deleted");
         }
-        self.forget_id(service).await;
-        Ok(())
+        match foreign {
+            // The annotation is someone's doing: it stays as they wrote it.
+            Some(err) => Err(err),
+            None => {
+                self.forget_id(service).await;
+                Ok(())
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::cluster_tag;
+    use super::*;
+    use crate::api::LoadBalancerRequest;
 
     #[test]
     fn cluster_tags() {
         assert_eq!(cluster_tag("kubernetes"), "k8s:kubernetes");
         assert_eq!(cluster_tag("a b/c"), "k8s:a-b-c");
+    }
+
+    fn svc(uid: &str) -> Service {
+        let mut s = Service::default();
+        s.metadata.uid = Some(uid.into());
+        s
+    }
+
+    fn lb(name: &str, tags: &[&str]) -> LoadBalancerObject {
+        LoadBalancerObject {
+            id: "4de7ac8b-495b-4884-9a69-000000000001".into(),
+            ip: String::new(),
+            status: "active".into(),
+            spec: LoadBalancerRequest {
+                name: name.into(),
+                region: "nyc1".into(),
+                size: None,
+                algorithm: None,
+                forwarding_rules: Vec::new(),
+                health_check: None,
+                droplet_ids: Vec::new(),
+                tag: None,
+                tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn owner_tags_name_the_service_uid() {
+        assert_eq!(
+            owner_tag(&svc("6c9d2b0e-5f3a-4e0b-9a43-8f6b7c2d1e00")),
+            "kubernetes-service-uid:6c9d2b0e-5f3a-4e0b-9a43-8f6b7c2d1e00"
+        );
+    }
+
+    #[test]
+    fn only_a_uuid_is_a_load_balancer_id() {
+        assert!(is_lb_id("4de7ac8b-495b-4884-9a69-00000000002a"));
+        assert!(is_lb_id("4DE7AC8B-495B-4884-9A69-00000000002A"));
+        for bad in [
+            "",
+            "42",
+            "4de7ac8b-495b-4884-9a69-00000000002",
+            "4de7ac8b-495b-4884-9a69-00000000002a0",
+            "4de7ac8b_495b-4884-9a69-00000000002a",
+            "../../v2/droplets/1?x=4de7ac8b-495b-48",
+            "4de7ac8b-495b-4884-9a69-00000000002é",
+            &"a".repeat(100_000),
+        ] {
+            assert!(!is_lb_id(bad), "{bad:.40}");
+        }
+    }
+
+    #[test]
+    fn an_lb_is_the_services_only_with_the_cluster_tag_and_its_owner() {
+        let me = svc("11111111-0000-0000-0000-000000000001");
+        let mine = owner_tag(&me);
+        let theirs = owner_tag(&svc("22222222-0000-0000-0000-000000000002"));
+        let tag = "k8s:c1";
+        let name = default_load_balancer_name(&me);
+        assert_eq!(not_ours(&lb("any", &[tag, &mine]), tag, &me), None);
+        assert_eq!(
+            not_ours(&lb(&name, &[tag, &theirs]), tag, &me),
+            Some("it was made for another Service"),
+            "the owner tag wins over the name"
+        );
+        assert_eq!(
+            not_ours(&lb("x", &["k8s:c2", &mine]), tag, &me),
+            Some("it is not tagged for this cluster")
+        );
+        assert_eq!(
+            not_ours(&lb("x", &[]), tag, &me),
+            Some("it is not tagged for this cluster")
+        );
+        // Made before owner tags: its name decides.
+        assert_eq!(not_ours(&lb(&name, &[tag]), tag, &me), None);
+        assert_eq!(
+            not_ours(&lb("a2222", &[tag]), tag, &me),
+            Some("it has no owner tag and was made for another Service")
+        );
+        // Two owners, one of them this Service: an LB two Services could claim is neither's.
+        assert_eq!(
+            not_ours(&lb("x", &[tag, &theirs, &mine]), tag, &me),
+            Some("it was made for another Service")
+        );
     }
 }

@@ -1,11 +1,14 @@
 //! The conformance kit against the provider and the in-process simulator.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_conformance::{Options, TestCloud, TestCloudError, TestCloudResult, UnderTest};
 use ccm_core::provider::default_load_balancer_name;
-use ccm_do_like_cloud::{ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag};
+use ccm_do_like_cloud::{
+    ANNOTATION_LOAD_BALANCER_ID, ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag,
+};
 use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
 use k8s_openapi::api::core::v1::{Node, Service};
 
@@ -85,6 +88,25 @@ impl TestCloud for SimTestCloud {
                     .map(|d| d.name.clone())
                     .collect()
             }))
+    }
+
+    /// The ID annotation the provider writes once the LB exists (outside a cluster it has no
+    /// annotator, so the test cloud says what it would have written).
+    async fn load_balancer_annotations(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> TestCloudResult<BTreeMap<String, String>> {
+        let tag = cluster_tag(cluster_name);
+        let name = default_load_balancer_name(service);
+        Ok(self
+            .0
+            .handle()
+            .load_balancers()
+            .into_iter()
+            .filter(|lb| lb.spec.name == name && lb.spec.tags.contains(&tag))
+            .map(|lb| (ANNOTATION_LOAD_BALANCER_ID.to_owned(), lb.id))
+            .collect())
     }
 }
 

@@ -1,11 +1,15 @@
 //! `do-like-cloud-controller-manager` as a process against a real kube-apiserver + etcd and
 //! the simulator (in-process): node initialisation, routes, and the load balancer's
-//! lifecycle, with faults injected (30% 5xx, 429 bursts).
+//! lifecycle, with faults injected (30% 5xx, 429 bursts); and a Service that copies another
+//! namespace's load-balancer ID annotation, which must not take its load balancer over.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ccm_do_like_cloud::{ANNOTATION_LOAD_BALANCER_ID, ANNOTATION_PROTOCOL, cluster_tag};
+use ccm_do_like_cloud::{
+    ANNOTATION_LOAD_BALANCER_ID, ANNOTATION_PROTOCOL, ApiToken, Client, ClientOptions, cluster_tag,
+    owner_tag,
+};
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 use ccm_test::{ControlPlane, unique_name};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -60,8 +64,19 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_routes_and_load_balancers_through_the_binary() {
+/// A control plane, the simulator with two droplets, and the CCM running against both.
+struct Env {
+    cp: ControlPlane,
+    sim: RunningSimulator,
+    ccm: Ccm,
+    names: [String; 2],
+    droplets: Vec<ccm_do_like_cloud::api::Droplet>,
+    /// Holds the cloud-config, the token and the CCM's log.
+    _dir: tempfile::TempDir,
+}
+
+/// Starts a control plane, the simulator and the CCM.
+async fn start_env() -> Env {
     let cp = ControlPlane::start().await.expect(
         "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
     );
@@ -104,8 +119,20 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
         .spawn()
         .unwrap();
     let ccm = Ccm { child, log };
+    Env {
+        cp,
+        sim,
+        ccm,
+        names,
+        droplets,
+        _dir: dir,
+    }
+}
 
-    // Nodes as kubelets with --cloud-provider=external register them: tainted, with pod CIDRs.
+/// Registers the two Nodes as kubelets with `--cloud-provider=external` do (tainted, with pod
+/// CIDRs) and waits until the CCM initialised them.
+async fn register_nodes(env: &Env) {
+    let (cp, ccm, names, droplets) = (&env.cp, &env.ccm, &env.names, &env.droplets);
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     for (i, name) in names.iter().enumerate() {
         let node: Node = serde_json::from_value(serde_json::json!({
@@ -119,9 +146,9 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
         .unwrap();
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
-    for (name, droplet) in names.iter().zip(&droplets) {
+    for (name, droplet) in names.iter().zip(droplets) {
         let want = format!("digitalocean://{}", droplet.id);
-        until(&format!("node {name} initialised"), &ccm, || {
+        until(&format!("node {name} initialised"), ccm, || {
             let nodes = nodes.clone();
             let want = want.clone();
             async move {
@@ -142,6 +169,13 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
             "{addresses:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_routes_and_load_balancers_through_the_binary() {
+    let env = start_env().await;
+    register_nodes(&env).await;
+    let Env { cp, sim, ccm, .. } = env;
     until("routes", &ccm, || async {
         sim.handle().routes().len() == 2
     })
@@ -164,28 +198,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     }))
     .unwrap();
     services.create(&PostParams::default(), &bad).await.unwrap();
-    let warning_about = |events: Api<Event>, name: String| async move {
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some("SyncLoadBalancerFailed")
-            })
-            .and_then(|e| e.note)
-    };
-    until("a Warning about the bad annotation", &ccm, || {
-        let (events, bad_name) = (events.clone(), bad_name.clone());
-        async move { warning_about(events, bad_name).await.is_some() }
-    })
-    .await;
-    let warning = warning_about(events.clone(), bad_name.clone())
-        .await
-        .unwrap();
+    let warning = wait_warning(&ccm, &events, &bad_name, "SyncLoadBalancerFailed", |_| true).await;
     assert!(
         warning.contains(ANNOTATION_PROTOCOL) && warning.contains("udp"),
         "{warning}"
@@ -246,11 +259,11 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     let lbs = sim.handle().load_balancers();
     assert_eq!(lbs.len(), 1, "{lbs:?}");
     assert!(max_lbs <= 1, "a duplicate load balancer was created");
-    assert_eq!(lbs[0].spec.tags, [cluster_tag(CLUSTER)]);
+    let live = services.get(&svc_name).await.unwrap();
+    assert_eq!(lbs[0].spec.tags, [cluster_tag(CLUSTER), owner_tag(&live)]);
     assert_eq!(lbs[0].spec.algorithm.as_deref(), Some("least_connections"));
     // The LB's ID is remembered on the Service, and later lookups use it: GETs by ID, not
     // only lists.
-    let live = services.get(&svc_name).await.unwrap();
     assert_eq!(
         live.metadata.annotations.as_ref().unwrap()[ANNOTATION_LOAD_BALANCER_ID],
         lbs[0].id
@@ -284,5 +297,229 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     assert!(!log.contains(TOKEN), "the token is in the CCM's log");
     assert!(!log.contains("panicked"), "{log}");
     drop(ccm);
+    sim.shutdown().await;
+}
+
+/// Waits for a Warning with `reason` about `name` whose note satisfies `matches`; returns it.
+async fn wait_warning(
+    ccm: &Ccm,
+    events: &Api<Event>,
+    name: &str,
+    reason: &str,
+    matches: impl Fn(&str) -> bool,
+) -> String {
+    let find = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .filter_map(|e| e.note)
+            .find(|n| matches(n))
+    };
+    until(&format!("a {reason} Warning about {name}"), ccm, || async {
+        find().await.is_some()
+    })
+    .await;
+    find().await.unwrap()
+}
+
+fn lb_service(name: &str, port: i32, annotations: serde_json::Value) -> Service {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": port, "targetPort": 8080}]}
+    }))
+    .unwrap()
+}
+
+/// Issue 16's takeover: `victim` in one namespace, `attacker` in another with a copy of the
+/// victim's ID annotation. The takeover is refused (a Warning on the attacker, the victim's
+/// LB unchanged: ports, IP, droplets), deleting the attacker leaves the victim's LB, and the
+/// attacker finishes deleting. So do Services whose ID cannot be resolved: another cluster's
+/// LB, a 100 kB ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_load_balancer_id_takes_nothing_over() {
+    let env = start_env().await;
+    register_nodes(&env).await;
+    let Env {
+        cp,
+        sim,
+        ccm: process,
+        ..
+    } = env;
+    let ccm = &process;
+    let tenant_a = cp.create_namespace("tenant-a").await.unwrap();
+    let tenant_b = cp.create_namespace("tenant-b").await.unwrap();
+    let services_a: Api<Service> = Api::namespaced(cp.client().unwrap(), &tenant_a);
+    let services_b: Api<Service> = Api::namespaced(cp.client().unwrap(), &tenant_b);
+    let events_b: Api<Event> = Api::namespaced(cp.client().unwrap(), &tenant_b);
+
+    // The victim converges, and its LB's ID is on it.
+    services_a
+        .create(
+            &PostParams::default(),
+            &lb_service("victim", 80, serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+    until("the victim's ingress and ID annotation", ccm, || async {
+        let v = services_a.get("victim").await.unwrap();
+        has_ingress(&v)
+            && v.metadata
+                .annotations
+                .is_some_and(|a| a.contains_key(ANNOTATION_LOAD_BALANCER_ID))
+    })
+    .await;
+    let victim = services_a.get("victim").await.unwrap();
+    let id = victim.metadata.annotations.as_ref().unwrap()[ANNOTATION_LOAD_BALANCER_ID].clone();
+    let before = sim.handle().load_balancers();
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0].id, id);
+    assert_eq!(before[0].spec.droplet_ids.len(), 2);
+    assert_eq!(
+        before[0].spec.tags,
+        [cluster_tag(CLUSTER), owner_tag(&victim)]
+    );
+    let victim_ip = before[0].ip.clone();
+    sim.handle().reset_request_counts();
+
+    // The attacker copies the ID, with another port.
+    services_b
+        .create(
+            &PostParams::default(),
+            &lb_service(
+                "attacker",
+                443,
+                serde_json::json!({ANNOTATION_LOAD_BALANCER_ID: id}),
+            ),
+        )
+        .await
+        .unwrap();
+    let refused = wait_warning(ccm, &events_b, "attacker", "LoadBalancerNotOwned", |n| {
+        n.starts_with("Error syncing load balancer:")
+    })
+    .await;
+    assert_eq!(
+        refused,
+        format!(
+            "Error syncing load balancer: failed to ensure load balancer: load balancer {id:?} \
+             is not this Service's: annotation {ANNOTATION_LOAD_BALANCER_ID} names it, but it \
+             was made for another Service; it was left unchanged"
+        )
+    );
+    let attacker = services_b.get("attacker").await.unwrap();
+    assert!(!has_ingress(&attacker), "the attacker got no IP");
+    assert_eq!(
+        sim.handle().load_balancers(),
+        before,
+        "ports, IP, droplets unchanged"
+    );
+    for route in [
+        "POST /v2/load_balancers",
+        "PUT /v2/load_balancers/{id}",
+        "DELETE /v2/load_balancers/{id}",
+    ] {
+        assert_eq!(sim.handle().request_count(route), 0, "{route}");
+    }
+
+    // Deleting the attacker: it goes, the victim's LB stays, and a Warning says so.
+    services_b
+        .delete("attacker", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the attacker's deletion", ccm, || async {
+        services_b.get_opt("attacker").await.unwrap().is_none()
+    })
+    .await;
+    let left = wait_warning(ccm, &events_b, "attacker", "LoadBalancerNotOwned", |n| {
+        n.starts_with("Did not delete:")
+    })
+    .await;
+    assert!(left.ends_with("; it was left alone"), "{left}");
+    assert_eq!(sim.handle().load_balancers(), before);
+    let victim = services_a.get("victim").await.unwrap();
+    assert_eq!(
+        victim
+            .status
+            .unwrap()
+            .load_balancer
+            .unwrap()
+            .ingress
+            .unwrap()[0]
+            .ip
+            .as_deref(),
+        Some(victim_ip.as_str()),
+        "the victim's Service still shows its own IP"
+    );
+
+    // IDs that cannot be resolved: another cluster's LB, and a 100 kB value. Neither keeps
+    // its Service from being deleted.
+    let mut opts = ClientOptions::new(sim.url(), ApiToken::new(TOKEN));
+    opts.requests_per_second = 1000.0;
+    let mut theirs = before[0].spec.clone();
+    theirs.name = "theirs".into();
+    theirs.tags = vec![cluster_tag("another-cluster")];
+    let theirs = Client::new(opts)
+        .unwrap()
+        .create_load_balancer(&theirs)
+        .await
+        .unwrap();
+    let huge = "f".repeat(100_000);
+    for (name, value, conflict) in [
+        (
+            "other-cluster",
+            theirs.id.as_str(),
+            "but it is not tagged for this cluster",
+        ),
+        (
+            "huge",
+            huge.as_str(),
+            "does not hold a load balancer ID (a UUID)",
+        ),
+    ] {
+        services_b
+            .create(
+                &PostParams::default(),
+                &lb_service(
+                    name,
+                    80,
+                    serde_json::json!({ANNOTATION_LOAD_BALANCER_ID: value}),
+                ),
+            )
+            .await
+            .unwrap();
+        let refused = wait_warning(ccm, &events_b, name, "LoadBalancerNotOwned", |n| {
+            n.starts_with("Error syncing")
+        })
+        .await;
+        assert!(refused.contains(conflict), "{refused:.400}");
+        assert!(refused.len() <= 1024, "{} bytes", refused.len());
+        services_b
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        until(&format!("{name}'s deletion"), ccm, || async {
+            services_b.get_opt(name).await.unwrap().is_none()
+        })
+        .await;
+    }
+    let lbs = sim.handle().load_balancers();
+    assert_eq!(
+        lbs.len(),
+        2,
+        "the victim's and the other cluster's, untouched: {lbs:?}"
+    );
+    assert!(lbs.contains(&before[0]));
+    let log = ccm.log();
+    let longest = log.lines().map(str::len).max().unwrap_or_default();
+    assert!(longest < 4096, "a {longest}-byte log line");
+    assert!(!log.contains("panicked"), "{log}");
+    drop(process);
     sim.shutdown().await;
 }

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ccm_core::provider::{CloudProvider, Route, resolve_instances};
+use ccm_core::provider::{CloudProvider, LoadBalancer, Route, resolve_instances};
 use ccm_do_like_cloud::{
     ANNOTATION_ALGORITHM, ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_LOAD_BALANCER_ID,
-    ANNOTATION_PROTOCOL, ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag,
+    ANNOTATION_PROTOCOL, ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag, owner_tag,
 };
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec};
@@ -40,6 +40,11 @@ fn provider_with(
 
 fn provider(sim: &RunningSimulator) -> Arc<DoLikeCloud> {
     provider_with(sim, TOKEN, |_| {})
+}
+
+/// The provider's `LoadBalancer`, as the service controller reaches it.
+fn lb_of(cloud: &DoLikeCloud) -> &dyn LoadBalancer {
+    CloudProvider::load_balancer(cloud).unwrap()
 }
 
 fn node(name: &str, provider_id: Option<String>) -> Node {
@@ -296,8 +301,7 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
     let d1 = sim.handle().create_droplet("n1", "s", "nyc1");
     let d2 = sim.handle().create_droplet("n2", "s", "nyc1");
     let cloud = provider(&sim);
-    let p: Arc<dyn CloudProvider> = cloud.clone();
-    let lb = p.load_balancer().unwrap();
+    let lb = lb_of(&cloud);
     let nodes = vec![
         Arc::new(node("n1", Some(format!("digitalocean://{}", d1.id)))),
         Arc::new(node("n2", None)),
@@ -322,7 +326,11 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
     let created = &lbs[0];
     assert_eq!(created.ip, ip);
     assert_eq!(created.spec.name, "a11111111222233334444555555555555"[..32]);
-    assert_eq!(created.spec.tags, [cluster_tag(CLUSTER)]);
+    assert_eq!(created.spec.tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
+    assert_eq!(
+        owner_tag(&svc),
+        "kubernetes-service-uid:11111111-2222-3333-4444-555555555555"
+    );
     assert_eq!(created.spec.droplet_ids, [d1.id, d2.id]);
     assert_eq!(created.spec.algorithm.as_deref(), Some("least_connections"));
     assert_eq!(created.spec.forwarding_rules[0].entry_protocol, "http");
@@ -370,10 +378,22 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
         .unwrap();
     assert_eq!(sim.handle().load_balancers().len(), 1);
     let err = lb.get_load_balancer("other", &by_id).await.unwrap_err();
-    assert!(
-        err.to_string().contains(ANNOTATION_LOAD_BALANCER_ID),
-        "{err}"
+    assert!(err.is_not_owned(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "load balancer {:?} is not this Service's: annotation {ANNOTATION_LOAD_BALANCER_ID} \
+             names it, but it is not tagged for this cluster",
+            created.id
+        )
     );
+    // Another cluster's deletion through the ID finishes ("nothing of ours") and leaves it.
+    let err = lb
+        .ensure_load_balancer_deleted("other", &by_id)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_owned(), "{err}");
+    assert_eq!(sim.handle().load_balancers().len(), 1);
 
     lb.ensure_load_balancer_deleted(CLUSTER, &svc)
         .await
@@ -389,8 +409,7 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
 async fn bad_annotations_name_the_annotation() {
     let sim = sim().await;
     let cloud = provider(&sim);
-    let p: Arc<dyn CloudProvider> = cloud.clone();
-    let lb = p.load_balancer().unwrap();
+    let lb = lb_of(&cloud);
     for (key, value) in [
         (ANNOTATION_PROTOCOL, "smtp"),
         (ANNOTATION_ALGORITHM, "random"),
@@ -466,8 +485,7 @@ async fn latency_slows_calls_and_beyond_the_timeout_fails_them_without_a_duplica
 async fn a_new_load_balancer_is_retried_not_duplicated() {
     let sim = sim_with(|c| c.lb_activation_delay = Duration::from_millis(1000)).await;
     let cloud = provider(&sim);
-    let p: Arc<dyn CloudProvider> = cloud.clone();
-    let lb = p.load_balancer().unwrap();
+    let lb = lb_of(&cloud);
     let svc = service("s", "u-3", &[]);
     let err = lb
         .ensure_load_balancer(CLUSTER, &svc, &[])
@@ -490,8 +508,7 @@ async fn faults_still_converge_without_duplicates_or_orphans() {
     let sim = sim().await;
     let d = sim.handle().create_droplet("n1", "s", "nyc1");
     let cloud = provider(&sim);
-    let p: Arc<dyn CloudProvider> = cloud.clone();
-    let lb = p.load_balancer().unwrap();
+    let lb = lb_of(&cloud);
     let nodes = vec![Arc::new(node(
         "n1",
         Some(format!("digitalocean://{}", d.id)),
@@ -606,5 +623,188 @@ async fn the_client_paces_itself() {
         start.elapsed()
     );
     assert_eq!(sim.handle().request_count("GET /v2/droplets"), 6);
+    sim.shutdown().await;
+}
+
+/// `victim` in tenant-a, `attacker` in tenant-b with a copy of the victim's ID annotation:
+/// nothing the attacker's calls do reaches the victim's LB.
+#[tokio::test]
+async fn a_copied_id_annotation_never_takes_over_another_services_load_balancer() {
+    let sim = sim().await;
+    let d1 = sim.handle().create_droplet("n1", "s", "nyc1");
+    let d2 = sim.handle().create_droplet("n2", "s", "nyc1");
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let n1 = vec![Arc::new(node(
+        "n1",
+        Some(format!("digitalocean://{}", d1.id)),
+    ))];
+    let n2 = vec![Arc::new(node(
+        "n2",
+        Some(format!("digitalocean://{}", d2.id)),
+    ))];
+
+    let mut victim = service("victim", "aaaaaaaa-0000-0000-0000-000000000001", &[]);
+    victim.metadata.namespace = Some("tenant-a".into());
+    lb.ensure_load_balancer(CLUSTER, &victim, &n1)
+        .await
+        .unwrap();
+    let before = sim.handle().load_balancers();
+    assert_eq!(before.len(), 1);
+    let id = before[0].id.clone();
+
+    // The attacker: another namespace and UID, other ports and Nodes, the victim's ID.
+    let mut attacker = service(
+        "attacker",
+        "bbbbbbbb-0000-0000-0000-000000000002",
+        &[(ANNOTATION_LOAD_BALANCER_ID, &id)],
+    );
+    attacker.metadata.namespace = Some("tenant-b".into());
+    attacker.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 443;
+    sim.handle().reset_request_counts();
+    let want = format!(
+        "load balancer {id:?} is not this Service's: annotation {ANNOTATION_LOAD_BALANCER_ID} \
+         names it, but it was made for another Service"
+    );
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &attacker, &n2)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_owned());
+    assert_eq!(err.to_string(), want);
+    let err = lb
+        .update_load_balancer(CLUSTER, &attacker, &n2)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), want);
+    let err = lb.get_load_balancer(CLUSTER, &attacker).await.unwrap_err();
+    assert_eq!(err.to_string(), want);
+    let err = lb
+        .ensure_load_balancer_deleted(CLUSTER, &attacker)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), want);
+    assert_eq!(
+        sim.handle().load_balancers(),
+        before,
+        "the victim's LB is untouched"
+    );
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 0);
+    assert_eq!(sim.handle().request_count("POST /v2/load_balancers"), 0);
+    assert_eq!(
+        sim.handle().request_count("DELETE /v2/load_balancers/{id}"),
+        0
+    );
+
+    // An attacker that had an LB of its own before it copied the ID: deleting it deletes
+    // its own (found by name), not the victim's.
+    let mut own = attacker.clone();
+    own.metadata.annotations = None;
+    lb.ensure_load_balancer(CLUSTER, &own, &n2).await.unwrap();
+    assert_eq!(sim.handle().load_balancers().len(), 2);
+    let err = lb
+        .ensure_load_balancer_deleted(CLUSTER, &attacker)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_owned(), "{err}");
+    assert_eq!(sim.handle().load_balancers(), before);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_id_annotation_that_is_no_id_is_never_sent_and_deletion_finishes() {
+    let sim = sim().await;
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let huge = "4".repeat(100_000);
+    for bad in ["42", "../../droplets", huge.as_str()] {
+        let svc = service(
+            "bad",
+            "cccccccc-0000-0000-0000-000000000003",
+            &[(ANNOTATION_LOAD_BALANCER_ID, bad)],
+        );
+        sim.handle().reset_request_counts();
+        for err in [
+            lb.ensure_load_balancer(CLUSTER, &svc, &[])
+                .await
+                .unwrap_err(),
+            lb.get_load_balancer(CLUSTER, &svc).await.unwrap_err(),
+            lb.ensure_load_balancer_deleted(CLUSTER, &svc)
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(err.is_not_owned(), "{err}");
+            let text = err.to_string();
+            assert!(text.len() < 400, "bounded: {} bytes", text.len());
+            assert!(
+                text.ends_with(&format!(
+                    "is not this Service's: annotation {ANNOTATION_LOAD_BALANCER_ID} does not \
+                     hold a load balancer ID (a UUID)"
+                )),
+                "{text:.300}"
+            );
+        }
+        assert_eq!(sim.handle().request_count("GET /v2/load_balancers/{id}"), 0);
+    }
+    // An ID of an LB that no longer exists is not a conflict: the name lookup decides.
+    let gone = service(
+        "gone",
+        "dddddddd-0000-0000-0000-000000000004",
+        &[(
+            ANNOTATION_LOAD_BALANCER_ID,
+            "4de7ac8b-495b-4884-9a69-0000000f0000",
+        )],
+    );
+    lb.ensure_load_balancer(CLUSTER, &gone, &[]).await.unwrap();
+    lb.ensure_load_balancer_deleted(CLUSTER, &gone)
+        .await
+        .unwrap();
+    assert!(sim.handle().load_balancers().is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_lb_made_before_owner_tags_is_kept_by_its_service_and_tagged() {
+    let sim = sim().await;
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let svc = service("old", "eeeeeeee-0000-0000-0000-000000000005", &[]);
+    lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.unwrap();
+    // As an older provider made it: the cluster tag only.
+    let made = sim.handle().load_balancers().remove(0);
+    let mut old_spec = made.spec.clone();
+    old_spec.tags = vec![cluster_tag(CLUSTER)];
+    cloud
+        .client()
+        .update_load_balancer(&made.id, &old_spec)
+        .await
+        .unwrap();
+
+    // Another Service pointing at it by ID is refused: the name says whose it is.
+    let other = service(
+        "other",
+        "ffffffff-0000-0000-0000-000000000006",
+        &[(ANNOTATION_LOAD_BALANCER_ID, &made.id)],
+    );
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &other, &[])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("names it, but it has no owner tag and was made for another Service"),
+        "{err}"
+    );
+    // Its own Service, by ID: the same LB, now with the owner tag.
+    let mut by_id = svc.clone();
+    by_id.metadata.annotations = Some(BTreeMap::from([(
+        ANNOTATION_LOAD_BALANCER_ID.to_owned(),
+        made.id.clone(),
+    )]));
+    lb.ensure_load_balancer(CLUSTER, &by_id, &[]).await.unwrap();
+    let now = sim.handle().load_balancers();
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].id, made.id);
+    assert_eq!(now[0].spec.tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
     sim.shutdown().await;
 }

@@ -1,6 +1,6 @@
 //! `load_balancer.*`: what the service controller relies on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -101,9 +101,49 @@ async fn delete(ctx: &Ctx, lb: &dyn LoadBalancer, service: &Service, when: &str)
     }
 }
 
+/// `TestCloud::list_load_balancers(cluster)`: `Err(why)` when the test cloud cannot tell.
+async fn listed(ctx: &Ctx, cluster: &str) -> Result<Result<Vec<String>, String>, Stop> {
+    ctx.optional(
+        "TestCloud::list_load_balancers",
+        ctx.shared.cloud.list_load_balancers(cluster),
+    )
+    .await
+}
+
+/// `TestCloud::load_balancer_nodes(service)` in the check's cluster, sorted and without
+/// duplicates: `Err(why)` when the test cloud cannot tell.
+async fn targets(
+    ctx: &Ctx,
+    service: &Service,
+) -> Result<Result<Option<Vec<String>>, String>, Stop> {
+    let got = ctx
+        .optional(
+            "TestCloud::load_balancer_nodes",
+            ctx.shared.cloud.load_balancer_nodes(ctx.cluster(), service),
+        )
+        .await?;
+    Ok(got.map(|nodes| {
+        nodes.map(|mut nodes| {
+            nodes.sort();
+            nodes.dedup();
+            nodes
+        })
+    }))
+}
+
 /// The load balancer names the cloud has beyond `before`, once settled on `done`.
 async fn new_load_balancers(
     ctx: &Ctx,
+    before: &[String],
+    done: impl Fn(usize) -> bool,
+) -> Result<Vec<String>, Stop> {
+    new_load_balancers_in(ctx, ctx.cluster(), before, done).await
+}
+
+/// [`new_load_balancers`] of cluster `cluster`.
+async fn new_load_balancers_in(
+    ctx: &Ctx,
+    cluster: &str,
     before: &[String],
     done: impl Fn(usize) -> bool,
 ) -> Result<Vec<String>, Stop> {
@@ -112,7 +152,7 @@ async fn new_load_balancers(
         let now = ctx
             .test_cloud(
                 "TestCloud::list_load_balancers",
-                ctx.shared.cloud.list_load_balancers(ctx.cluster()),
+                ctx.shared.cloud.list_load_balancers(cluster),
             )
             .await?;
         let new: Vec<String> = now.into_iter().filter(|n| !before.contains(n)).collect();
@@ -175,12 +215,7 @@ pub(super) async fn ensure_is_idempotent(ctx: &Ctx) -> Checked {
     let lb = ctx.load_balancer()?;
     let nodes = ctx.pool(1).await?;
     let service = ctx.service();
-    let before = ctx
-        .optional(
-            "TestCloud::list_load_balancers",
-            ctx.shared.cloud.list_load_balancers(ctx.cluster()),
-        )
-        .await?;
+    let before = listed(ctx, ctx.cluster()).await?;
     let first = ctx.ensure("first", &service, &nodes).await?;
     let second = ctx.ensure("second", &service, &nodes).await?;
     if ingress(&first) != ingress(&second) {
@@ -244,20 +279,9 @@ async fn check_targets(
     let want = names(want);
     let deadline = tokio::time::Instant::now() + ctx.options().settle_timeout;
     loop {
-        let got = ctx
-            .optional(
-                "TestCloud::load_balancer_nodes",
-                ctx.shared.cloud.load_balancer_nodes(ctx.cluster(), service),
-            )
-            .await?;
-        let got = match got {
+        let got = match targets(ctx, service).await? {
             Err(why) => return Ok(Some(format!("targets not verified: {why}"))),
-            Ok(None) => None,
-            Ok(Some(mut nodes)) => {
-                nodes.sort();
-                nodes.dedup();
-                Some(nodes)
-            }
+            Ok(got) => got,
         };
         if got.as_ref() == Some(&want) {
             return Ok(None);
@@ -319,12 +343,7 @@ pub(super) async fn ensure_deleted_is_idempotent(ctx: &Ctx) -> Checked {
     let lb = ctx.load_balancer()?;
     let nodes = ctx.pool(1).await?;
     let service = ctx.service();
-    let before = ctx
-        .optional(
-            "TestCloud::list_load_balancers",
-            ctx.shared.cloud.list_load_balancers(ctx.cluster()),
-        )
-        .await?;
+    let before = listed(ctx, ctx.cluster()).await?;
     ctx.ensure("", &service, &nodes).await?;
     delete(ctx, lb, &service, "first call").await?;
     let step = format!(
@@ -427,4 +446,324 @@ pub(super) async fn status_has_valid_ingress(ctx: &Ctx) -> Checked {
     }
     delete(ctx, lb, &service, "at the end").await?;
     Ok(None)
+}
+
+/// How a Service carrying a copy of another's annotations is made, in
+/// [`copied_annotations_never_take_over`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Copied {
+    /// In another namespace of the same cluster.
+    OtherNamespace,
+    /// In another cluster (same cloud account).
+    OtherCluster,
+    /// In another namespace, with every copied value made 100 kB long: a hint that cannot
+    /// be resolved.
+    Oversized,
+}
+
+impl Copied {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::OtherNamespace => {
+                "a Service of another namespace carrying a copy of the first's annotations"
+            }
+            Self::OtherCluster => {
+                "a Service of another cluster carrying a copy of the first's annotations"
+            }
+            Self::Oversized => {
+                "a Service of another namespace carrying a copy of the first's annotations, each value \
+                 made 100 kB long"
+            }
+        }
+    }
+}
+
+/// What the first Service's load balancer looked like, to compare with after each step.
+struct Victim {
+    service: Service,
+    status: LoadBalancerStatus,
+    /// Its Nodes as the cloud sees them, when the test cloud can tell.
+    hosts: Option<Vec<String>>,
+    /// Its names in `TestCloud::list_load_balancers`, when the test cloud can tell.
+    listed: Option<Vec<String>>,
+}
+
+/// Fails unless the victim's load balancer still exists with the same ingress and Nodes.
+async fn unchanged(ctx: &Ctx, lb: &dyn LoadBalancer, victim: &Victim, after: &str) -> Checked {
+    let step = format!(
+        "get_load_balancer({}) after {after}",
+        svc_name(&victim.service)
+    );
+    match ctx
+        .call(
+            step.clone(),
+            lb.get_load_balancer(ctx.cluster(), &victim.service),
+        )
+        .await?
+    {
+        None => fail!(
+            "{step} says it does not exist: the first Service's load balancer was deleted by \
+             another Service"
+        ),
+        Some(s) if ingress(&s) != ingress(&victim.status) => fail!(
+            "{step} reports {}, not {}: another Service changed the first's load balancer",
+            show(&s),
+            show(&victim.status)
+        ),
+        Some(_) => {}
+    }
+    if let Some(want) = &victim.hosts {
+        // The test cloud answered when the victim was made; an error now is the set-up's.
+        let got = targets(ctx, &victim.service)
+            .await?
+            .map_err(|why| Stop::Error(format!("TestCloud::load_balancer_nodes: {why}")))?;
+        match got {
+            None => fail!(
+                "after {after}, the test cloud finds no load balancer for {}: another Service \
+                 deleted or changed it",
+                svc_name(&victim.service)
+            ),
+            Some(got) if &got != want => fail!(
+                "after {after}, the first Service's load balancer sends traffic to [{}], not [{}]: \
+                 another Service changed it",
+                got.join(", "),
+                want.join(", ")
+            ),
+            Some(_) => {}
+        }
+    }
+    if let Some(names) = &victim.listed {
+        let now = listed(ctx, ctx.cluster())
+            .await?
+            .map_err(|why| Stop::Error(format!("TestCloud::list_load_balancers: {why}")))?;
+        if let Some(gone) = names.iter().find(|n| !now.contains(n)) {
+            fail!(
+                "after {after}, the cloud no longer lists the first Service's load balancer \
+                 {gone}: another Service deleted or renamed it"
+            );
+        }
+    }
+    Ok(None)
+}
+
+/// A Service of `namespace` carrying `annotations`, with other ports than the first.
+fn copy_of(ctx: &Ctx, namespace: &str, annotations: &BTreeMap<String, String>) -> Service {
+    let mut service = ctx.service();
+    service.metadata.namespace = Some(namespace.to_owned());
+    service.metadata.annotations = (!annotations.is_empty()).then(|| annotations.clone());
+    if let Some(port) = service
+        .spec
+        .as_mut()
+        .and_then(|s| s.ports.as_mut())
+        .and_then(|p| p.first_mut())
+    {
+        port.port = 81;
+        port.name = Some("other".into());
+    }
+    service
+}
+
+/// One attempt on the victim's load balancer through a copy of its annotations.
+async fn attempt(
+    ctx: &Ctx,
+    lb: &dyn LoadBalancer,
+    victim: &Victim,
+    how: Copied,
+    annotations: &BTreeMap<String, String>,
+    nodes: (&Node, &Node),
+) -> Checked {
+    let (a, b) = nodes;
+    let cluster = match how {
+        Copied::OtherCluster => format!("{}-other", ctx.cluster()),
+        Copied::OtherNamespace | Copied::Oversized => ctx.cluster().to_owned(),
+    };
+    let annotations: BTreeMap<String, String> = match how {
+        Copied::Oversized => annotations
+            .iter()
+            .map(|(k, v)| {
+                let mut long = v.clone();
+                while long.len() < 100_000 {
+                    long.push_str(if v.is_empty() { "x" } else { v });
+                }
+                (k.clone(), long)
+            })
+            .collect(),
+        Copied::OtherNamespace | Copied::OtherCluster => annotations.clone(),
+    };
+    let copy = copy_of(ctx, "ccm-conformance-other", &annotations);
+    let who = how.describe();
+    let mut note = Vec::new();
+
+    // Ensure: refused with NotOwned, or the copy's own load balancer.
+    let before = listed(ctx, &cluster).await?;
+    let (step, answer) = ctx
+        .ensure_in("", &cluster, &copy, std::slice::from_ref(b))
+        .await?;
+    let own = match answer {
+        Ok(status) => {
+            if let Ok(before) = &before {
+                let new = new_load_balancers_in(ctx, &cluster, before, |n| n >= 1).await?;
+                if new.is_empty() {
+                    fail!(
+                        "{step}, for {who}, returned {} but the cloud has no new load balancer{}: \
+                         it used the first Service's instead of refusing with CloudError::NotOwned \
+                         or making its own",
+                        show(&status),
+                        ctx.settled()
+                    );
+                }
+            } else {
+                note.push(format!(
+                    "not verified that {who} got a load balancer of its own: load balancers not \
+                     counted"
+                ));
+            }
+            true
+        }
+        Err(e) if e.is_not_owned() => false,
+        // A hint that is no valid value may also be refused as any bad annotation is.
+        Err(CloudError::Provider { .. }) if how == Copied::Oversized => false,
+        Err(CloudError::NotImplemented) => return Err(Stop::NotImplemented(step)),
+        Err(e) => fail!(
+            "{step}, for {who}, returned {}: a load balancer that is not the Service's is \
+             refused with CloudError::NotOwned (the service controller reports it as such), or \
+             the Service gets its own",
+            describe_err(&e)
+        ),
+    };
+    unchanged(ctx, lb, victim, &format!("{step} for {who}")).await?;
+
+    // Update with other Nodes: whatever it answers, the first's stays as it was.
+    let step = format!(
+        "update_load_balancer({}) for {who}, with Nodes [{}]",
+        svc_name(&copy),
+        names(&[a, b]).join(", ")
+    );
+    let _ = ctx
+        .raw(
+            step.clone(),
+            lb.update_load_balancer(&cluster, &copy, &arcs(&[a, b])),
+        )
+        .await;
+    unchanged(ctx, lb, victim, &step).await?;
+
+    // Get: never the first's status; never an error that would hold the deletion.
+    let step = format!("get_load_balancer({}) for {who}", svc_name(&copy));
+    match ctx
+        .raw(step.clone(), lb.get_load_balancer(&cluster, &copy))
+        .await
+    {
+        Ok(Some(s)) if !own => fail!(
+            "{step} reports {} although ensure_load_balancer refused: it reports the first \
+             Service's load balancer, which the service controller would then delete with this \
+             one",
+            show(&s)
+        ),
+        Ok(_) => {}
+        Err(e) if e.is_not_owned() => {}
+        Err(e) => fail!(
+            "{step} returned {}: the service controller asks it before it deletes, so the \
+             Service's deletion would be stuck behind its finalizer; a load balancer that is not \
+             the Service's is Ok(None) or CloudError::NotOwned",
+            describe_err(&e)
+        ),
+    }
+
+    // Delete: Ok or NotOwned, and the first's is still there.
+    let step = format!(
+        "ensure_load_balancer_deleted({}) for {who}",
+        svc_name(&copy)
+    );
+    match ctx
+        .raw(
+            step.clone(),
+            lb.ensure_load_balancer_deleted(&cluster, &copy),
+        )
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if e.is_not_owned() => {}
+        Err(e) => fail!(
+            "{step} returned {}: the Service's deletion would be stuck behind its finalizer; \
+             delete what is the Service's own and return Ok or CloudError::NotOwned",
+            describe_err(&e)
+        ),
+    }
+    unchanged(ctx, lb, victim, &step).await?;
+    if own && let Ok(before) = &before {
+        let left = new_load_balancers_in(ctx, &cluster, before, |n| n == 0).await?;
+        if !left.is_empty() {
+            fail!(
+                "after {step}, the cloud still has its load balancer(s) [{}]{}",
+                left.join(", "),
+                ctx.settled()
+            );
+        }
+    }
+    Ok(super::notes(note))
+}
+
+pub(super) async fn copied_annotations_never_take_over(ctx: &Ctx) -> Checked {
+    let lb = ctx.load_balancer()?;
+    let pool = ctx.pool(2).await?;
+    let (a, b) = (&pool[0], &pool[1]);
+    let mut note = Vec::new();
+
+    // The first Service, as the cluster shows it once its load balancer exists: with the
+    // annotations the provider wrote (its load balancer's ID) or a user may set (a name).
+    let first = ctx.service();
+    let before = listed(ctx, ctx.cluster()).await?;
+    let status = ctx.ensure("first", &first, std::slice::from_ref(a)).await?;
+    let listed = match before {
+        Ok(before) => Some(new_load_balancers(ctx, &before, |n| n >= 1).await?),
+        Err(why) => {
+            note.push(format!("load balancers not counted: {why}"));
+            None
+        }
+    };
+    let mut annotations = first.metadata.annotations.clone().unwrap_or_default();
+    match ctx
+        .optional(
+            "TestCloud::load_balancer_annotations",
+            ctx.shared
+                .cloud
+                .load_balancer_annotations(ctx.cluster(), &first),
+        )
+        .await?
+    {
+        Ok(written) => annotations.extend(written),
+        Err(why) => note.push(format!(
+            "only the Service's own annotations were copied: {why}"
+        )),
+    }
+    let mut service = first.clone();
+    service.metadata.annotations = (!annotations.is_empty()).then(|| annotations.clone());
+    let hosts = match targets(ctx, &service).await? {
+        Ok(hosts) => hosts,
+        Err(why) => {
+            note.push(format!("targets not verified: {why}"));
+            None
+        }
+    };
+    let victim = Victim {
+        service,
+        status,
+        hosts,
+        listed,
+    };
+
+    let mut copies = vec![Copied::OtherNamespace, Copied::OtherCluster];
+    if annotations.is_empty() {
+        note.push("no annotation to copy, so no oversized copy".into());
+    } else {
+        copies.push(Copied::Oversized);
+    }
+    for how in copies {
+        if let Some(n) = attempt(ctx, lb, &victim, how, &annotations, (a, b)).await? {
+            note.push(n);
+        }
+    }
+    delete(ctx, lb, &victim.service, "at the end").await?;
+    note.dedup();
+    Ok(super::notes(note))
 }

@@ -49,6 +49,9 @@ pub(crate) async fn run(check: Check, ctx: &Ctx) -> Checked {
         Check::LoadBalancerStatusHasValidIngress => {
             load_balancer::status_has_valid_ingress(ctx).await
         }
+        Check::LoadBalancerCopiedAnnotationsNeverTakeOver => {
+            load_balancer::copied_annotations_never_take_over(ctx).await
+        }
         Check::RoutesCreateListDeleteRoundTrip => routes::create_list_delete_round_trip(ctx).await,
         Check::RoutesDeleteExactlyWhatListReturned => {
             routes::delete_exactly_what_list_returned(ctx).await

@@ -548,10 +548,15 @@ impl ControlPlane {
         self.refuse_shared()?;
         let name = server.name();
         lock(&self.supervisor).stop_server(name)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(30);
         loop {
             if let ServerState::Exited(_) = lock(&self.supervisor).state(name) {
-                tracing::info!(server = name, "stopped");
+                tracing::info!(
+                    server = name,
+                    stop_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "stopped"
+                );
                 return Ok(());
             }
             if Instant::now() >= deadline {

@@ -1,6 +1,6 @@
 //! The Kubernetes client a CCM uses: a client-side rate limit (`--kube-api-qps` /
-//! `--kube-api-burst`) and a count of every request by verb and resource, for metrics and
-//! for tests that hold a controller to a request budget.
+//! `--kube-api-burst`), a count of every request by verb and resource, for metrics and
+//! for tests that hold a controller to a request budget, and the leader's [`Fence`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,10 +19,128 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::Request;
+use ccm_provider::BoxError;
+use futures::TryFutureExt;
+use futures::future::{Either, MapErr, Ready, ready};
+use http::{Method, Request};
 use kube::client::ClientBuilder;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
+
+/// Whether this replica may change anything: write to the API server or call the cloud to
+/// create, change or delete. Cloning shares it.
+///
+/// Without leader election ([`Fence::open`]) it is always open. Under leader election
+/// ([`Fence::leased`]) it is open only while the replica can prove it holds the Lease: the
+/// leader elector reports each successful acquisition or renewal with the (monotonic) time
+/// the attempt *started*, and the fence stays open until that time plus the renew deadline,
+/// no longer. Another candidate takes the Lease only after the lease duration, counted from
+/// when it saw the renewal, which was after that start; the renew deadline is shorter than
+/// the lease duration, so the fence closes before anyone else can lead, even for a process
+/// that was paused (SIGSTOP, a VM freeze) and wakes up with work in hand.
+///
+/// It is checked at the point of each call: by [`ApiLayer`] before every request that is not
+/// a read (`GET`, `HEAD`, `OPTIONS`; lists and watches are `GET`s), and by the fenced
+/// provider ([`crate::instrumented::fence`]) before every cloud mutation. A closed fence
+/// answers [`Fenced`] without sending anything. What it cannot stop is a call that started
+/// while it was open and is still running; the margin between the renew deadline and the
+/// lease duration (5 s with the default flags) is for those.
+#[derive(Clone, Debug)]
+pub struct Fence {
+    lease: Option<Arc<LeaseClock>>,
+}
+
+#[derive(Debug)]
+struct LeaseClock {
+    renew_deadline: Duration,
+    /// When the last successful renewal started; `None` before the first or after a loss.
+    renewed: Mutex<Option<Instant>>,
+}
+
+impl Fence {
+    /// A fence that is always open: no leader election, this replica always acts.
+    #[must_use]
+    pub fn open() -> Self {
+        Self { lease: None }
+    }
+
+    /// A fence that opens on a renewal of the Lease and closes `renew_deadline` after the
+    /// start of the last successful one. Closed until the first.
+    #[must_use]
+    pub fn leased(renew_deadline: Duration) -> Self {
+        Self {
+            lease: Some(Arc::new(LeaseClock {
+                renew_deadline,
+                renewed: Mutex::new(None),
+            })),
+        }
+    }
+
+    /// An acquisition or renewal of the Lease that started at `started` succeeded. An older
+    /// time than the one recorded changes nothing.
+    pub fn renewed(&self, started: Instant) {
+        if let Some(lease) = &self.lease {
+            let mut renewed = lease.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+            if renewed.is_none_or(|t| t < started) {
+                *renewed = Some(started);
+            }
+        }
+    }
+
+    /// The Lease is lost or released: closed until the next renewal.
+    pub fn close(&self) {
+        if let Some(lease) = &self.lease {
+            *lease.renewed.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
+    }
+
+    /// `Ok` while this replica may act; [`Fenced`] otherwise.
+    pub fn check(&self) -> Result<(), Fenced> {
+        let Some(lease) = &self.lease else {
+            return Ok(());
+        };
+        let renewed = *lease.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+        match renewed.map(|t| t.elapsed()) {
+            Some(since) if since < lease.renew_deadline => Ok(()),
+            since => Err(Fenced {
+                since,
+                renew_deadline: lease.renew_deadline,
+            }),
+        }
+    }
+
+    /// Whether this replica may act now.
+    #[must_use]
+    pub fn is_open(&self) -> bool {
+        self.check().is_ok()
+    }
+
+    /// Whether this is [`Fence::open`]: open whatever happens.
+    #[must_use]
+    pub fn is_always_open(&self) -> bool {
+        self.lease.is_none()
+    }
+}
+
+/// The error of a call the [`Fence`] refused: this replica cannot prove it holds the Lease.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", fenced_message(*.since, *.renew_deadline))]
+pub struct Fenced {
+    /// Time since the start of the last successful renewal; `None` if there is none.
+    pub since: Option<Duration>,
+    /// The renew deadline it exceeds.
+    pub renew_deadline: Duration,
+}
+
+fn fenced_message(since: Option<Duration>, deadline: Duration) -> String {
+    match since {
+        Some(since) => format!(
+            "not acting: this replica last renewed the leader Lease {since:.1?} ago, beyond the \
+             renew deadline ({deadline:?}), so another may lead"
+        ),
+        None => "not acting: this replica does not hold the leader Lease".to_owned(),
+    }
+}
 
 /// Requests made, by `(verb, resource)`, e.g. `("PATCH", "nodes/status")`. Verbs are the
 /// HTTP method, except that a `GET` of a collection is `LIST`, and a watch is `WATCH`.
@@ -163,11 +281,13 @@ impl QpsLimiter {
 }
 
 /// A tower layer for kube's client: counts requests and, when configured, rate-limits
-/// them. Cloning shares the counters and the bucket.
+/// them and refuses writes while a [`Fence`] is closed. Cloning shares the counters, the
+/// bucket and the fence.
 #[derive(Clone, Debug, Default)]
 pub struct ApiLayer {
     counters: Arc<ApiCounters>,
     bucket: Option<Arc<QpsLimiter>>,
+    fence: Option<Fence>,
 }
 
 impl ApiLayer {
@@ -183,10 +303,36 @@ impl ApiLayer {
         self
     }
 
+    /// Refuses every request that is not a read (`GET`, `HEAD`, `OPTIONS`) while `fence` is
+    /// closed: the request is not sent, and its caller gets a [`Fenced`] error (in kube,
+    /// `kube::Error::Service`). Refused requests are not counted.
+    #[must_use]
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// The same counters, without rate limit or fence: the leader elector's client, whose
+    /// Lease renewals are what keeps the fence open and must not queue behind the
+    /// controllers' requests (Go's controller manager has a client of its own for them too).
+    #[must_use]
+    pub fn for_leader_election(&self) -> Self {
+        Self {
+            counters: self.counters.clone(),
+            bucket: None,
+            fence: None,
+        }
+    }
+
     /// The request counters.
     pub fn counters(&self) -> &Arc<ApiCounters> {
         &self.counters
     }
+}
+
+/// Whether a request only reads.
+fn is_read<B>(req: &Request<B>) -> bool {
+    matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 impl<S> Layer<S> for ApiLayer {
@@ -213,10 +359,12 @@ pub struct ApiService<S> {
 impl<S, B> Service<Request<B>> for ApiService<S>
 where
     S: Service<Request<B>>,
+    S::Error: Into<BoxError>,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
+    type Error = BoxError;
+    type Future =
+        Either<Ready<Result<S::Response, BoxError>>, MapErr<S::Future, fn(S::Error) -> BoxError>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if let Some(bucket) = &self.layer.bucket {
@@ -233,13 +381,29 @@ where
                 }
             }
         }
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         self.permit = false;
+        if let Some(fence) = &self.layer.fence
+            && !is_read(&req)
+            && let Err(fenced) = fence.check()
+        {
+            tracing::warn!(
+                verb = %req.method(),
+                path = req.uri().path(),
+                error = %fenced,
+                "refused an API write"
+            );
+            return Either::Left(ready(Err(Box::new(fenced))));
+        }
         self.layer.counters.record(&req);
-        self.inner.call(req)
+        Either::Right(
+            self.inner
+                .call(req)
+                .map_err(Into::into as fn(S::Error) -> BoxError),
+        )
     }
 }
 
@@ -315,7 +479,7 @@ mod tests {
     async fn service_waits_for_tokens_and_counts() {
         let layer = ApiLayer::new().with_rate_limit(2.0, 1);
         let mut svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
-            Ok::<_, std::convert::Infallible>(())
+            Ok::<_, BoxError>(())
         }));
         let start = Instant::now();
         for _ in 0..3 {
@@ -331,5 +495,87 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_millis(1000));
         assert_eq!(layer.counters().count("PATCH", "nodes"), 3);
         assert_eq!(layer.counters().total(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fence_closes_at_the_renew_deadline_after_the_renewal_started() {
+        let deadline = Duration::from_secs(10);
+        let fence = Fence::leased(deadline);
+        assert_eq!(
+            fence.check(),
+            Err(Fenced {
+                since: None,
+                renew_deadline: deadline
+            }),
+            "closed before the first renewal"
+        );
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await; // the renewal's round trip
+        fence.renewed(started);
+        assert!(fence.is_open());
+        tokio::time::advance(Duration::from_millis(8_999)).await;
+        assert!(fence.is_open(), "9.999 s after the renewal started");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let err = fence.check().unwrap_err();
+        assert_eq!(err.since, Some(deadline));
+        assert!(err.to_string().contains("renew deadline"), "{err}");
+        // A renewal that started earlier than the one recorded does not extend it.
+        fence.renewed(started);
+        assert!(!fence.is_open());
+        fence.renewed(Instant::now());
+        assert!(fence.is_open());
+        // A pause of the whole process (SIGSTOP) is time like any other.
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert!(!fence.is_open());
+        fence.renewed(Instant::now());
+        fence.close();
+        assert!(!fence.is_open(), "closed on loss or release");
+        assert!(Fence::open().is_open(), "no leader election: always open");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_fence_refuses_writes_without_sending_them() {
+        let fence = Fence::leased(Duration::from_secs(2));
+        let layer = ApiLayer::new().with_fence(fence.clone());
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut svc = layer.layer(tower::service_fn({
+            let sent = sent.clone();
+            move |req: Request<()>| {
+                sent.lock().unwrap().push(req.method().to_string());
+                async { Ok::<_, BoxError>(()) }
+            }
+        }));
+        let mut call = |method: &str, uri: &str| {
+            let req = Request::builder().method(method).uri(uri).body(()).unwrap();
+            svc.call(req)
+        };
+        // Reads pass a closed fence: a standby and a fenced leader keep their caches.
+        call("GET", "/api/v1/nodes?watch=true").await.unwrap();
+        call("GET", "/api/v1/nodes/n1").await.unwrap();
+        for method in ["POST", "PUT", "PATCH", "DELETE"] {
+            let err = call(method, "/api/v1/nodes/n1").await.unwrap_err();
+            assert!(err.downcast_ref::<Fenced>().is_some(), "{method}: {err}");
+        }
+        fence.renewed(Instant::now());
+        call("PATCH", "/api/v1/nodes/n1").await.unwrap();
+        assert_eq!(*sent.lock().unwrap(), ["GET", "GET", "PATCH"]);
+        assert_eq!(
+            layer.counters().total(),
+            3,
+            "refused requests are not counted"
+        );
+        // The leader elector's layer shares the counters and has no fence.
+        let elector = layer.for_leader_election();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let mut svc = elector.layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, BoxError>(())
+        }));
+        let req = Request::builder()
+            .method("PUT")
+            .uri("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm")
+            .body(())
+            .unwrap();
+        svc.call(req).await.unwrap();
+        assert_eq!(layer.counters().count("PUT", "leases"), 1);
     }
 }

@@ -2,7 +2,11 @@
 //! counts and times it in `ccm_cloud_requests_total{provider, method, result}` and
 //! `ccm_cloud_request_duration_seconds{provider, method}`. The app wraps the provider once,
 //! at startup ([`Metrics::instrument`](crate::metrics::Metrics::instrument)); controllers
-//! never know.
+//! never know. Each call is logged at debug level (target `ccm_runtime::instrumented`) as it
+//! starts.
+//!
+//! The fenced provider ([`fence`]) wraps that one under leader election: no cloud mutation
+//! while the replica cannot prove it holds the Lease.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,6 +24,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
+
+use crate::client::Fence;
 
 /// Upper bounds, in seconds, of `ccm_cloud_request_duration_seconds`: client-go's
 /// `rest_client_request_duration_seconds` buckets, 5ms to 60s.
@@ -122,6 +128,7 @@ impl CallMetrics {
         method: &'static str,
         call: impl Future<Output = CloudResult<T>>,
     ) -> CloudResult<T> {
+        tracing::debug!(provider = %self.provider, method, "calling the cloud");
         let mut guard = CallGuard {
             calls: self,
             method,
@@ -170,34 +177,54 @@ struct InstrumentedProvider {
     calls: CallMetrics,
 }
 
-impl InstrumentedProvider {
-    // Each accessor answers `NotImplemented` if the inner provider stopped offering the
-    // capability after the wrapper said it had it: a provider should not do that.
+/// A provider that forwards to another: the other's capabilities, for the two wrappers here.
+///
+/// Each accessor answers `NotImplemented` if the inner provider stopped offering the
+/// capability after the wrapper said it had it: a provider should not do that.
+trait Wrapper {
+    fn inner(&self) -> &dyn CloudProvider;
 
     fn instances_impl(&self) -> CloudResult<&dyn Instances> {
-        self.inner.instances().ok_or(CloudError::NotImplemented)
+        self.inner().instances().ok_or(CloudError::NotImplemented)
     }
 
     fn legacy_impl(&self) -> CloudResult<&dyn LegacyInstances> {
-        self.inner
+        self.inner()
             .legacy_instances()
             .ok_or(CloudError::NotImplemented)
     }
 
     fn zones_impl(&self) -> CloudResult<&dyn Zones> {
-        self.inner.zones().ok_or(CloudError::NotImplemented)
+        self.inner().zones().ok_or(CloudError::NotImplemented)
     }
 
     fn load_balancer_impl(&self) -> CloudResult<&dyn LoadBalancer> {
-        self.inner.load_balancer().ok_or(CloudError::NotImplemented)
+        self.inner()
+            .load_balancer()
+            .ok_or(CloudError::NotImplemented)
     }
 
     fn routes_impl(&self) -> CloudResult<&dyn Routes> {
-        self.inner.routes().ok_or(CloudError::NotImplemented)
+        self.inner().routes().ok_or(CloudError::NotImplemented)
     }
 
     fn clusters_impl(&self) -> CloudResult<&dyn Clusters> {
-        self.inner.clusters().ok_or(CloudError::NotImplemented)
+        self.inner().clusters().ok_or(CloudError::NotImplemented)
+    }
+
+    /// The inner provider's name for the Service's load balancer (a synchronous call, not
+    /// counted and not fenced).
+    fn inner_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
+        match self.inner().load_balancer() {
+            Some(lb) => lb.get_load_balancer_name(cluster_name, service),
+            None => ccm_provider::default_load_balancer_name(service),
+        }
+    }
+}
+
+impl Wrapper for InstrumentedProvider {
+    fn inner(&self) -> &dyn CloudProvider {
+        &*self.inner
     }
 }
 
@@ -405,10 +432,7 @@ impl LoadBalancer for InstrumentedProvider {
     }
 
     fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
-        match self.inner.load_balancer() {
-            Some(lb) => lb.get_load_balancer_name(cluster_name, service),
-            None => ccm_provider::default_load_balancer_name(service),
-        }
+        self.inner_load_balancer_name(cluster_name, service)
     }
 
     async fn ensure_load_balancer(
@@ -506,5 +530,251 @@ impl Clusters for InstrumentedProvider {
                 self.clusters_impl()?.master(cluster_name).await
             })
             .await
+    }
+}
+
+/// Wraps `provider` so that each cloud mutation (`ensure_load_balancer`,
+/// `update_load_balancer`, `ensure_load_balancer_deleted`, `create_route`, `delete_route`)
+/// first checks `fence`: when it is closed the provider is not called and the answer is a
+/// [`CloudError::Provider`] whose source is the [`Fenced`](crate::client::Fenced) error (the
+/// controllers retry it like any cloud failure). Reads pass. With a fence that is always
+/// open (no leader election) `provider` is returned as it is.
+///
+/// Wrap the instrumented provider, so that a refused call is not counted as a cloud
+/// request. (The legacy `add_ssh_key_to_all_instances` is not fenced: no controller calls
+/// it.)
+pub fn fence(provider: Arc<dyn CloudProvider>, fence: Fence) -> Arc<dyn CloudProvider> {
+    if fence.is_always_open() {
+        return provider;
+    }
+    Arc::new(FencedProvider {
+        inner: provider,
+        fence,
+    })
+}
+
+/// A provider whose mutations wait for an open fence; see [`fence`].
+struct FencedProvider {
+    inner: Arc<dyn CloudProvider>,
+    fence: Fence,
+}
+
+impl FencedProvider {
+    /// `Ok` when the fence is open; the error to answer `method` with otherwise.
+    fn check(&self, method: &'static str) -> CloudResult<()> {
+        self.fence.check().map_err(|fenced| {
+            tracing::warn!(provider = self.inner.provider_name(), method, error = %fenced, "refused a cloud call");
+            CloudError::provider(format!("{method}: refused by the leader fence"), fenced)
+        })
+    }
+}
+
+impl Wrapper for FencedProvider {
+    fn inner(&self) -> &dyn CloudProvider {
+        &*self.inner
+    }
+}
+
+#[async_trait]
+impl CloudProvider for FencedProvider {
+    fn provider_name(&self) -> &str {
+        self.inner.provider_name()
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        self.inner.has_cluster_id()
+    }
+
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        self.inner.initialize(ctx).await
+    }
+
+    // Reads only: the inner provider's own capabilities.
+    fn instances(&self) -> Option<&dyn Instances> {
+        self.inner.instances()
+    }
+
+    fn legacy_instances(&self) -> Option<&dyn LegacyInstances> {
+        self.inner.legacy_instances()
+    }
+
+    fn zones(&self) -> Option<&dyn Zones> {
+        self.inner.zones()
+    }
+
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        self.inner.clusters()
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        self.inner
+            .load_balancer()
+            .map(|_| self as &dyn LoadBalancer)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        self.inner.routes().map(|_| self as &dyn Routes)
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for FencedProvider {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        self.load_balancer_impl()?
+            .get_load_balancer(cluster_name, service)
+            .await
+    }
+
+    fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
+        self.inner_load_balancer_name(cluster_name, service)
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        self.check("ensure_load_balancer")?;
+        self.load_balancer_impl()?
+            .ensure_load_balancer(cluster_name, service, nodes)
+            .await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        self.check("update_load_balancer")?;
+        self.load_balancer_impl()?
+            .update_load_balancer(cluster_name, service, nodes)
+            .await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
+        self.check("ensure_load_balancer_deleted")?;
+        self.load_balancer_impl()?
+            .ensure_load_balancer_deleted(cluster_name, service)
+            .await
+    }
+}
+
+#[async_trait]
+impl Routes for FencedProvider {
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
+        self.routes_impl()?.list_routes(cluster_name).await
+    }
+
+    async fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> CloudResult<()> {
+        self.check("create_route")?;
+        self.routes_impl()?
+            .create_route(cluster_name, name_hint, route)
+            .await
+    }
+
+    async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
+        self.check("delete_route")?;
+        self.routes_impl()?.delete_route(cluster_name, route).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ccm_provider::mock::{MockCloud, MockLoadBalancer, MockRoutes};
+
+    use super::*;
+
+    /// A provider whose mutations may each be called `mutations` times, reads any number.
+    fn cloud(mutations: usize) -> Arc<dyn CloudProvider> {
+        let mut lb = MockLoadBalancer::new();
+        lb.expect_get_load_balancer().returning(|_, _| Ok(None));
+        lb.expect_ensure_load_balancer()
+            .times(mutations)
+            .returning(|_, _, _| Ok(LoadBalancerStatus::default()));
+        lb.expect_update_load_balancer()
+            .times(mutations)
+            .returning(|_, _, _| Ok(()));
+        lb.expect_ensure_load_balancer_deleted()
+            .times(mutations)
+            .returning(|_, _| Ok(()));
+        let mut routes = MockRoutes::new();
+        routes.expect_list_routes().returning(|_| Ok(Vec::new()));
+        routes
+            .expect_create_route()
+            .times(mutations)
+            .returning(|_, _, _| Ok(()));
+        routes
+            .expect_delete_route()
+            .times(mutations)
+            .returning(|_, _| Ok(()));
+        Arc::new(
+            MockCloud::new("mock")
+                .with_load_balancer(lb)
+                .with_routes(routes),
+        )
+    }
+
+    /// Calls every mutation; the results, in order.
+    async fn mutate(provider: &dyn CloudProvider) -> Vec<CloudResult<()>> {
+        let (svc, route) = (Service::default(), Route::default());
+        let lb = provider.load_balancer().unwrap();
+        let routes = provider.routes().unwrap();
+        vec![
+            lb.ensure_load_balancer("c", &svc, &[]).await.map(|_| ()),
+            lb.update_load_balancer("c", &svc, &[]).await,
+            lb.ensure_load_balancer_deleted("c", &svc).await,
+            routes.create_route("c", "hint", &route).await,
+            routes.delete_route("c", &route).await,
+        ]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_fence_stops_every_cloud_mutation_and_lets_reads_pass() {
+        let fence = Fence::leased(Duration::from_secs(10));
+        // The mocks fail on drop if a mutation reaches them more often than once.
+        let provider = super::fence(cloud(1), fence.clone());
+        for result in mutate(&*provider).await {
+            let err = result.unwrap_err();
+            assert!(
+                err.chain_to_string()
+                    .contains("does not hold the leader Lease"),
+                "{}",
+                err.chain_to_string()
+            );
+        }
+        let svc = Service::default();
+        let lb = provider.load_balancer().unwrap();
+        assert!(lb.get_load_balancer("c", &svc).await.unwrap().is_none());
+        assert!(provider.routes().unwrap().list_routes("c").await.is_ok());
+
+        fence.renewed(Instant::now());
+        assert!(mutate(&*provider).await.iter().all(Result::is_ok));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(mutate(&*provider).await.iter().all(Result::is_err));
+    }
+
+    #[tokio::test]
+    async fn without_leader_election_the_provider_is_not_wrapped() {
+        let provider = cloud(1);
+        let same = super::fence(provider.clone(), Fence::open());
+        assert!(Arc::ptr_eq(&provider, &same));
+        assert!(mutate(&*same).await.iter().all(Result::is_ok));
     }
 }

@@ -8,6 +8,12 @@
 //! shutdown it releases the Lease (no holder, a one-second duration) so a standby takes over
 //! at its next try instead of waiting out the lease. While leading, renewals reuse the
 //! Lease's `resourceVersion` instead of reading it first: half the requests of client-go.
+//!
+//! The elector keeps a [`Fence`] up to date ([`LeaderElector::with_fence`]): each
+//! successful acquisition or renewal opens it until the renew deadline after the attempt
+//! started; seeing another holder, or releasing, closes it. The API client and the cloud
+//! provider check that fence before every write, so a leader that was paused past its lease
+//! does nothing when it wakes up, before it has even noticed the loss.
 
 use std::time::Duration;
 
@@ -17,6 +23,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::client::Fence;
 
 /// Where the Lease is and how it is held.
 #[derive(Clone, Debug)]
@@ -111,6 +119,8 @@ pub struct LeaderElector {
     observed: Option<(LeaseSpec, Instant)>,
     /// The Lease as last written or read by us, for updates without a read.
     current: Option<Lease>,
+    /// Open while we can prove we hold the Lease.
+    fence: Fence,
 }
 
 fn now() -> MicroTime {
@@ -126,14 +136,33 @@ fn same_record(a: &LeaseSpec, b: &LeaseSpec) -> bool {
 }
 
 impl LeaderElector {
-    /// A candidate using `client`.
+    /// A candidate using `client`. Give it a client of its own, without the fence (see
+    /// [`ApiLayer::for_leader_election`](crate::client::ApiLayer::for_leader_election)):
+    /// its renewals are what opens the fence.
     pub fn new(client: Client, config: LeaderElectionConfig) -> Self {
+        let fence = Fence::leased(config.renew_deadline);
         Self {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: None,
             current: None,
+            fence,
         }
+    }
+
+    /// Keeps `fence` up to date instead of a fence of its own: open until the renew
+    /// deadline after the start of each successful acquisition or renewal, closed when
+    /// another candidate holds the Lease or on release. Build it with
+    /// [`Fence::leased`] and this elector's renew deadline.
+    #[must_use]
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// The fence this elector keeps.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
     }
 
     /// This candidate's identity.
@@ -158,8 +187,21 @@ impl LeaderElector {
         }
     }
 
-    /// One attempt to acquire or renew; `Ok(true)` when we hold the Lease afterwards.
+    /// One attempt to acquire or renew; `Ok(true)` when we hold the Lease afterwards. The
+    /// fence opens on `Ok(true)` (until the renew deadline after this call started) and
+    /// closes on `Ok(false)`; an error leaves it to expire.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let started = Instant::now();
+        let result = self.attempt().await;
+        match result {
+            Ok(true) => self.fence.renewed(started),
+            Ok(false) => self.fence.close(),
+            Err(_) => {}
+        }
+        result
+    }
+
+    async fn attempt(&mut self) -> Result<bool, kube::Error> {
         let duration_secs =
             i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
         // While leading, renew from the copy we wrote last; read only after a conflict.
@@ -296,6 +338,8 @@ impl LeaderElector {
                     return LeadershipEnd::Shutdown;
                 }
             }
+            // Counted from the start of the attempt, as the fence counts it.
+            let attempt_started = Instant::now();
             let ok = match tokio::time::timeout(
                 self.config.renew_deadline,
                 self.try_acquire_or_renew(),
@@ -316,9 +360,10 @@ impl LeaderElector {
             };
             on_renew(ok);
             if ok {
-                last_renewed = Instant::now();
+                last_renewed = attempt_started;
             } else if last_renewed.elapsed() >= self.config.renew_deadline {
                 tracing::error!(identity = %self.config.identity, "failed to renew the leader lease within the renew deadline");
+                self.fence.close();
                 return LeadershipEnd::Lost;
             }
         }
@@ -326,6 +371,7 @@ impl LeaderElector {
 
     /// Gives the Lease up if we hold it, so a standby can take over at once.
     pub async fn release(&mut self) {
+        self.fence.close();
         if !self.is_leader() {
             return;
         }

@@ -27,7 +27,7 @@ use super::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
 use super::options::{FlagError, LogFormat, Options};
 use super::selection::ControllerSelection;
 use super::serve::{EndpointServer, Health, ServeOptions, Serving};
-use crate::client::{ApiLayer, build_client};
+use crate::client::{ApiLayer, Fence, build_client};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use ccm_provider::{
@@ -65,6 +65,12 @@ pub struct ControllerContext {
 struct Shared {
     metrics: Metrics,
     health: Health,
+    /// Open while this replica may write (always, without leader election).
+    fence: Fence,
+    /// The leader elector's client: unfenced, not rate-limited.
+    lease_client: Client,
+    /// How long a watch may fail before `/readyz` reports it.
+    watch_failure_threshold: Duration,
 }
 
 /// Why the controller manager stopped with an error.
@@ -122,6 +128,7 @@ pub struct CloudControllerManager {
     registry: ProviderRegistry,
     extra: Vec<Controller>,
     shutdown_grace: Duration,
+    watch_failure_threshold: Duration,
 }
 
 impl CloudControllerManager {
@@ -133,6 +140,7 @@ impl CloudControllerManager {
             registry,
             extra: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
+            watch_failure_threshold: Duration::from_secs(30),
         }
     }
 
@@ -147,6 +155,15 @@ impl CloudControllerManager {
     /// How long in-flight reconciles may take to finish on shutdown (default 10s).
     pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// How long the Node or Service watch may fail before `/readyz` reports it (the checks
+    /// `watch-nodes` and `watch-services`; default 30s). Watches retry at least every 2
+    /// seconds, so a shorter outage of the API server never shows.
+    #[must_use]
+    pub fn with_watch_failure_threshold(mut self, threshold: Duration) -> Self {
+        self.watch_failure_threshold = threshold;
         self
     }
 
@@ -271,14 +288,28 @@ impl CloudControllerManager {
         let controllers = Arc::new(to_run);
 
         let kube_config = kube_config(&options).await?;
-        let api = ApiLayer::new().with_rate_limit(
-            f64::from(options.kube_api_qps),
-            options.kube_api_burst.unsigned_abs(),
-        );
-        let client = build_client(kube_config, &api).map_err(|e| AppError::Kube {
-            context: "building the Kubernetes client".into(),
-            source: Box::new(e),
-        })?;
+        // Under leader election, closed while this replica cannot prove it holds the Lease.
+        let fence = if options.leader_election.leader_elect {
+            Fence::leased(options.leader_election.leader_elect_renew_deadline)
+        } else {
+            Fence::open()
+        };
+        let api = ApiLayer::new()
+            .with_rate_limit(
+                f64::from(options.kube_api_qps),
+                options.kube_api_burst.unsigned_abs(),
+            )
+            .with_fence(fence.clone());
+        let build = |layer: &ApiLayer| {
+            build_client(kube_config.clone(), layer).map_err(|e| AppError::Kube {
+                context: "building the Kubernetes client".into(),
+                source: Box::new(e),
+            })
+        };
+        let client = build(&api)?;
+        // The Lease's own client, as Go's: renewals neither fenced nor queued behind the
+        // controllers' requests.
+        let lease_client = build(&api.for_leader_election())?;
         match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
             Ok(Ok(v)) => tracing::info!(version = %v.git_version, "connected to the API server"),
             Ok(Err(e)) => {
@@ -327,7 +358,13 @@ impl CloudControllerManager {
         }
 
         let options = Arc::new(options);
-        let shared = Shared { metrics, health };
+        let shared = Shared {
+            metrics,
+            health,
+            fence,
+            lease_client,
+            watch_failure_threshold: self.watch_failure_threshold,
+        };
         let result = self
             .elect_and_lead(
                 controllers,
@@ -356,13 +393,15 @@ impl CloudControllerManager {
         shared: Shared,
         shutdown: CancellationToken,
     ) -> Result<(), AppError> {
+        // No cloud mutation while the fence is closed (the client checks API writes).
+        let provider = crate::instrumented::fence(provider, shared.fence.clone());
         if !options.leader_election.leader_elect {
             return lead(controllers, client, provider, options, shared, shutdown).await;
         }
         let le = &options.leader_election;
         let lease_name = le.leader_elect_resource_name.clone();
         let mut elector = LeaderElector::new(
-            client.clone(),
+            shared.lease_client.clone(),
             LeaderElectionConfig::new(
                 &le.leader_elect_resource_namespace,
                 &le.leader_elect_resource_name,
@@ -372,7 +411,8 @@ impl CloudControllerManager {
                 le.leader_elect_renew_deadline,
                 le.leader_elect_retry_period,
             ),
-        );
+        )
+        .with_fence(shared.fence.clone());
         // Ready while standing by; not ready once the leader fails to renew.
         let renewing = Arc::new(AtomicBool::new(true));
         {
@@ -487,7 +527,7 @@ async fn lead(
         health: shared.health.clone(),
         manager_metrics: shared.metrics.clone(),
     };
-    // Ready once the caches are filled.
+    // Ready once the caches are filled, and while no watch has failed for long.
     {
         let (nodes, services) = (nodes.clone(), services.clone());
         shared.health.register_fn("informers-synced", move || {
@@ -497,6 +537,17 @@ async fn lead(
                 Err("waiting for the Node and Service caches".to_owned())
             }
         });
+    }
+    let threshold = shared.watch_failure_threshold;
+    {
+        let nodes = nodes.clone();
+        shared
+            .health
+            .register_fn(WATCH_NODES, move || nodes.check_watch(threshold));
+        let services = services.clone();
+        shared
+            .health
+            .register_fn(WATCH_SERVICES, move || services.check_watch(threshold));
     }
     let mut running: BTreeMap<String, ControllerFuture> = BTreeMap::new();
     for controller in controllers.iter() {
@@ -530,9 +581,15 @@ async fn lead(
         });
     }
     while tasks.join_next().await.is_some() {}
-    shared.health.remove("informers-synced");
+    for check in ["informers-synced", WATCH_NODES, WATCH_SERVICES] {
+        shared.health.remove(check);
+    }
     Ok(())
 }
+
+/// The readiness checks of the two watches.
+const WATCH_NODES: &str = "watch-nodes";
+const WATCH_SERVICES: &str = "watch-services";
 
 /// A random duration in [d, 2d), like Go's `wait.Jitter(d, 1.0)`.
 fn jitter(d: Duration) -> Duration {

@@ -1,0 +1,278 @@
+//! Fenced leadership with two `fake-cloud-controller-manager` processes: the leader is
+//! paused (SIGSTOP) in the middle of its work until the other has taken the Lease over, then
+//! resumed (SIGCONT). Between waking up and exiting it must change nothing: no cloud
+//! mutation, no API write other than its own failed attempt to renew the Lease.
+//!
+//! The two are counted by things the fence does not control: the API server's audit log
+//! (each replica is a user of its own) and the debug line the instrumented provider writes as
+//! each cloud call starts, below the fence. Without the fence the resumed leader writes the
+//! status of the load balancers it was creating (and starts more), so this test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ccm_test::{ControlPlane, eventually, unique_name};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
+const WAIT: Duration = Duration::from_secs(30);
+/// The cloud calls that change something; reads may pass a closed fence.
+const MUTATIONS: [&str; 5] = [
+    "\"ensure_load_balancer\"",
+    "\"update_load_balancer\"",
+    "\"ensure_load_balancer_deleted\"",
+    "\"create_route\"",
+    "\"delete_route\"",
+];
+/// The audit log's verbs that write.
+const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// One replica: a process with its stderr in a file, killed on drop.
+struct Replica {
+    process: Child,
+    stderr: PathBuf,
+}
+
+impl Replica {
+    fn spawn(args: &[String], hostname: &str, dir: &Path) -> Self {
+        let stderr = dir.join(format!("{hostname}.log"));
+        let process = Command::new(BIN)
+            .args(args)
+            .env("HOSTNAME", hostname)
+            // The instrumented provider's "calling the cloud" lines are at debug level.
+            .env("RUST_LOG", "info,ccm_runtime::instrumented=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Self { process, stderr }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn send(&self, signal: &str) {
+        let pid = self.process.id().to_string();
+        let ok = Command::new("kill")
+            .args([signal, pid.as_str()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {signal} {pid}");
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// The holder of the Lease, or "".
+async fn lease_holder(leases: &Api<Lease>, name: &str) -> String {
+    leases
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|lease| lease.spec)
+        .and_then(|spec| spec.holder_identity)
+        .unwrap_or_default()
+}
+
+async fn wait_holder(leases: &Api<Lease>, name: &str, hostname: &str, replica: &Replica) {
+    eventually(&format!("{hostname} to hold the Lease"), WAIT, || async {
+        let holder = lease_holder(leases, name).await;
+        if holder.starts_with(&format!("{hostname}_")) {
+            Ok(())
+        } else {
+            Err(format!(
+                "holder {holder:?}; {hostname}:\n{}",
+                replica.output()
+            ))
+        }
+    })
+    .await;
+}
+
+/// How many of the Services have an ingress.
+async fn with_ingress(services: &Api<Service>, names: &[String]) -> usize {
+    let mut n = 0;
+    for name in names {
+        let service = services.get(name).await.unwrap();
+        let ingress = service
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .unwrap_or_default();
+        n += usize::from(!ingress.is_empty());
+    }
+    n
+}
+
+/// The write requests of `user` the API server received at or after `since`, as
+/// `(verb, resource, response code)`.
+fn writes_of(audit_log: &Path, user: &str, since: Timestamp) -> Vec<(String, String, i64)> {
+    let text = std::fs::read_to_string(audit_log).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["user"]["username"] == user)
+        .filter(|event| WRITES.contains(&event["verb"].as_str().unwrap_or_default()))
+        .filter(|event| {
+            event["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .is_some_and(|t| t >= since)
+        })
+        .map(|event| {
+            let resource = event["objectRef"]["resource"].as_str().unwrap_or_default();
+            let sub = event["objectRef"]["subresource"]
+                .as_str()
+                .unwrap_or_default();
+            (
+                event["verb"].as_str().unwrap_or_default().to_owned(),
+                if sub.is_empty() {
+                    resource.to_owned()
+                } else {
+                    format!("{resource}/{sub}")
+                },
+                event["responseStatus"]["code"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+         rules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
+    )
+    .unwrap();
+    let audit_log = dir.path().join("audit.log");
+    let cp = ControlPlane::builder()
+        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+        .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        .start()
+        .await
+        .expect(
+            "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
+        );
+
+    // Every cloud call takes 300 ms, so the leader is always in the middle of one.
+    let config = dir.path().join("fake.yaml");
+    std::fs::write(&config, "nodesAreInstances: true\nlatencyMs: 300\n").unwrap();
+    let lease = unique_name("lease");
+    let args = |user: &str| {
+        let kubeconfig = cp.kubeconfig_for_user(user, &["system:masters"]).unwrap();
+        vec![
+            "--cloud-provider=fake".to_owned(),
+            format!("--cloud-config={}", config.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--cluster-cidr=10.244.0.0/16".to_owned(),
+            "--secure-port=0".to_owned(),
+            "--concurrent-service-syncs=2".to_owned(),
+            "--leader-elect=true".to_owned(),
+            format!("--leader-elect-resource-name={lease}"),
+            "--leader-elect-lease-duration=3s".to_owned(),
+            "--leader-elect-renew-deadline=2s".to_owned(),
+            "--leader-elect-retry-period=250ms".to_owned(),
+        ]
+    };
+    let (user_a, user_b) = (unique_name("ccm-a"), unique_name("ccm-b"));
+    let mut a = Replica::spawn(&args(&user_a), "replica-a", dir.path());
+    let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
+    wait_holder(&leases, &lease, "replica-a", &a).await;
+    let b = Replica::spawn(&args(&user_b), "replica-b", dir.path());
+
+    // Work for the leader: ten load balancers, two at a time, 300 ms a call.
+    let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
+    let mut names = Vec::new();
+    for _ in 0..10 {
+        let name = unique_name("fenced-lb");
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        services
+            .create(&PostParams::default(), &service)
+            .await
+            .unwrap();
+        names.push(name);
+    }
+    eventually("replica-a to be at work", WAIT, || async {
+        match with_ingress(&services, &names).await {
+            0 => Err(a.output()),
+            n => Ok(n),
+        }
+    })
+    .await;
+
+    // Paused mid-call until replica-b leads, and a second more.
+    a.send("-STOP");
+    let paused = tokio::time::Instant::now();
+    wait_holder(&leases, &lease, "replica-b", &b).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (resumed_at, log_before) = (Timestamp::now(), a.output().len());
+    println!(
+        "replica-b took over; resuming replica-a after {:.1?} paused",
+        paused.elapsed()
+    );
+    a.send("-CONT");
+    let status = eventually("replica-a to exit", WAIT, || {
+        std::future::ready(a.process.try_wait().unwrap().ok_or_else(|| a.output()))
+    })
+    .await;
+    assert_eq!(status.code(), Some(1), "lost leadership:\n{}", a.output());
+
+    let awake = a.output()[log_before..].to_owned();
+    let cloud_mutations: Vec<&str> = awake
+        .lines()
+        .filter(|l| l.contains("calling the cloud") && MUTATIONS.iter().any(|m| l.contains(m)))
+        .collect();
+    let refused = awake.lines().filter(|l| l.contains("refused")).count();
+    // The audit log is written as requests complete; replica-a is gone, so it is complete
+    // once replica-b's next request shows up.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = writes_of(&audit_log, &user_a, resumed_at);
+    println!(
+        "replica-a after waking: {refused} refused calls, {} cloud mutations, API writes {writes:?}",
+        cloud_mutations.len()
+    );
+    assert!(
+        cloud_mutations.is_empty(),
+        "cloud mutations after waking up: {cloud_mutations:#?}\n{awake}"
+    );
+    let not_lease: Vec<_> = writes.iter().filter(|(_, r, _)| r != "leases").collect();
+    assert!(
+        not_lease.is_empty(),
+        "API writes after waking up: {not_lease:?}\n{awake}"
+    );
+    assert!(
+        writes.iter().all(|(_, _, code)| *code == 409),
+        "its Lease renewal must fail: {writes:?}"
+    );
+    assert!(
+        refused > 0,
+        "the fence was tested: replica-a woke up with work to do\n{awake}"
+    );
+
+    // The new leader finishes the job.
+    eventually("replica-b to finish the load balancers", WAIT, || async {
+        match with_ingress(&services, &names).await {
+            10 => Ok(()),
+            n => Err(format!("{n} of 10; replica-b:\n{}", b.output())),
+        }
+    })
+    .await;
+}

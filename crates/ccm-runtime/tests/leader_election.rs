@@ -1,4 +1,4 @@
-//! Leader election on a real Lease.
+//! Leader election on a real Lease, and the fence it keeps.
 
 mod support;
 
@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ccm_fake_cloud::FakeCloud;
 use ccm_runtime::app::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
+use ccm_runtime::client::Fence;
 use ccm_test::unique_name;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
@@ -125,5 +126,63 @@ async fn shutdown_releases_the_lease() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.cancel();
     assert_eq!(hold.await.unwrap(), LeadershipEnd::Shutdown);
+    assert_eq!(holder(&h, &lease).await, None);
+}
+
+#[tokio::test]
+async fn the_fence_is_open_only_while_the_lease_is_renewed() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let lease = unique_name("lease");
+    let config = config(&lease, "a");
+    let fence = Fence::leased(config.renew_deadline);
+    let mut a = LeaderElector::new(h.client.clone(), config).with_fence(fence.clone());
+    assert!(!fence.is_open(), "closed before the Lease is held");
+    assert!(a.acquire(&CancellationToken::new()).await);
+    assert!(fence.is_open(), "open once acquired");
+
+    // Not renewed: it closes by itself at the renew deadline (1.5 s), before the lease
+    // (2 s) lets anyone else in.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(!fence.is_open(), "closed after the renew deadline");
+    assert!(
+        a.try_acquire_or_renew().await.unwrap(),
+        "still ours: renewed"
+    );
+    assert!(fence.is_open(), "open again");
+
+    // Renewed every 200 ms, it stays open across several deadlines.
+    let hold = tokio::spawn(async move { a.hold(&CancellationToken::new(), |_| {}).await });
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(fence.is_open(), "open while renewing");
+    }
+    // Another holder: closed when the leader sees it.
+    let leases: Api<Lease> = Api::namespaced(h.admin.clone(), "kube-system");
+    leases
+        .patch(
+            &lease,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "intruder"}})),
+        )
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(10), hold)
+        .await
+        .expect("hold ends")
+        .unwrap();
+    assert_eq!(end, LeadershipEnd::Lost);
+    assert!(!fence.is_open(), "closed on loss");
+}
+
+#[tokio::test]
+async fn releasing_closes_the_fence() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let lease = unique_name("lease");
+    let mut a = LeaderElector::new(h.client.clone(), config(&lease, "a"));
+    assert!(a.acquire(&CancellationToken::new()).await);
+    let fence = a.fence().clone();
+    assert!(fence.is_open());
+    a.release().await;
+    assert!(!fence.is_open());
     assert_eq!(holder(&h, &lease).await, None);
 }

@@ -1,5 +1,12 @@
 //! The `--cloud-config` file: read once at startup and handed to the provider's factory.
+//!
+//! Every input is bounded: the file is read only if it is a regular file of at most
+//! [`CloudConfig::MAX_BYTES`], and [`CloudConfig::parse_yaml`] refuses nesting deeper than
+//! [`CloudConfig::MAX_DEPTH`] before the YAML is deserialized. A provider reads its own
+//! files (a token, a CA bundle) with the same guards through [`CloudConfig::read_file`].
 
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -47,13 +54,82 @@ fn field_prefix(field: &str) -> String {
 }
 
 impl CloudConfig {
-    /// Reads the file at `path`.
+    /// The largest cloud-config [`read`](Self::read) accepts: 1 MiB. A cloud-config is a few
+    /// kilobytes; the cap keeps a wrong path (a log file, a disk image) from being read whole.
+    pub const MAX_BYTES: u64 = 1024 * 1024;
+
+    /// The deepest nesting of mappings and sequences [`parse_yaml`](Self::parse_yaml)
+    /// accepts: 64. A cloud-config needs a handful of levels, while the YAML parser's time
+    /// grows with the nesting depth times the size (80 kB of nested brackets took 22 s), so
+    /// deeper text is refused before it is deserialized.
+    pub const MAX_DEPTH: usize = 64;
+
+    /// Reads the file at `path` with the guards of [`read_file`](Self::read_file) and a
+    /// limit of [`MAX_BYTES`](Self::MAX_BYTES).
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudConfig;
+    /// let err = CloudConfig::read("/dev/zero").unwrap_err();
+    /// assert_eq!(err.to_string(),
+    ///            "cannot read cloud-config file /dev/zero: is a character device, not a regular file");
+    /// ```
     pub fn read(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref().to_path_buf();
-        match std::fs::read_to_string(&path) {
+        match Self::read_file(&path, Self::MAX_BYTES) {
             Ok(contents) => Ok(Self { path, contents }),
             Err(error) => Err(ConfigError::Read { path, error }),
         }
+    }
+
+    /// Reads a small text file: a cloud-config, or a file a provider's config points to (a
+    /// token, a CA bundle). Symbolic links are followed (a mounted ConfigMap or Secret is
+    /// one); the target must be a regular file, so a named pipe nobody writes or a device
+    /// like `/dev/zero` is an error at once instead of a hang or an endless read. At most
+    /// `max_bytes + 1` bytes are read: a longer file is an error of kind
+    /// [`FileTooLarge`](io::ErrorKind::FileTooLarge). The text must be UTF-8.
+    ///
+    /// The error says what is wrong, not which file: the caller names the file and the flag
+    /// or field it came from.
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudConfig;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let token = dir.path().join("token");
+    /// std::fs::write(&token, "s3cr3t\n").unwrap();
+    /// assert_eq!(CloudConfig::read_file(&token, 64 * 1024).unwrap(), "s3cr3t\n");
+    /// let err = CloudConfig::read_file(&token, 4).unwrap_err();
+    /// assert_eq!(err.to_string(), "is larger than 4 bytes, the limit for this file");
+    /// let err = CloudConfig::read_file(dir.path(), 4).unwrap_err();
+    /// assert_eq!(err.to_string(), "is a directory, not a regular file");
+    /// ```
+    pub fn read_file(path: impl AsRef<Path>, max_bytes: u64) -> io::Result<String> {
+        let path = path.as_ref();
+        // Check before opening: opening a named pipe blocks until a writer comes.
+        regular_file(&std::fs::metadata(path)?)?;
+        let file = File::open(path)?;
+        // The path may have been replaced in between: check what was opened.
+        regular_file(&file.metadata()?)?;
+        let mut bytes = Vec::new();
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!(
+                    "is larger than {}, the limit for this file",
+                    size(max_bytes)
+                ),
+            ));
+        }
+        String::from_utf8(bytes).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "is not UTF-8 text (invalid byte at offset {})",
+                    e.utf8_error().valid_up_to()
+                ),
+            )
+        })
     }
 
     /// A config from text already in memory; `path` is only used in error messages.
@@ -91,7 +167,24 @@ impl CloudConfig {
     /// let err = cfg.parse_yaml::<Config>().unwrap_err().to_string();
     /// assert!(err.starts_with("invalid cloud-config file /etc/cloud.yaml: field `api.timeout_seconds`: "), "{err}");
     /// ```
+    ///
+    /// Text nested deeper than [`MAX_DEPTH`](Self::MAX_DEPTH) is refused before it is
+    /// deserialized, with the line and column where it gets too deep. The check streams the
+    /// text through a second YAML parser (granit-parser, kube's) that follows the YAML
+    /// specification where libyaml is lenient, so a few malformed texts libyaml used to take
+    /// are refused too, with that parser's message: a `#` right after a quoted scalar or a
+    /// block-scalar indicator (`'a'#b`, `key: |#`), tags like `!!!str`. Ordinary YAML and JSON
+    /// read as before.
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudConfig;
+    /// let cfg = CloudConfig::from_string("/etc/cloud.yaml", format!("region: {}", "[".repeat(100_000)));
+    /// let err = cfg.parse_yaml::<serde_json::Value>().unwrap_err().to_string();
+    /// assert_eq!(err, "invalid cloud-config file /etc/cloud.yaml: nested deeper than 64 levels \
+    ///                  at line 1 column 73");
+    /// ```
     pub fn parse_yaml<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        self.check_structure()?;
         let de = serde_yaml_ng::Deserializer::from_str(&self.contents);
         serde_path_to_error::deserialize(de).map_err(|e| {
             let field = e.path().to_string();
@@ -112,6 +205,65 @@ impl CloudConfig {
         })
     }
 
+    /// Streams the text's YAML events (no document is built) and stops at the first that
+    /// nests deeper than [`MAX_DEPTH`](Self::MAX_DEPTH), or at a syntax error. This parser
+    /// (granit-parser, the one kube reads kubeconfigs with) keeps its work linear in the size
+    /// of the text up to that point, so the check costs little and bounds what the
+    /// deserializer is given.
+    fn check_structure(&self) -> Result<(), ConfigError> {
+        use granit_parser::{Event, Parser};
+        let options = granit_parser::options! {
+            // Comments are skipped, never buffered (no limit on how many follow each other).
+            emit_comments: false,
+            // A byte-order mark inside a document is text, as libyaml (serde_yaml_ng) reads it.
+            bom_inside_document_as_content: true,
+            // The scanner looks ahead of the events counted below: its own limits stop it
+            // there (reported as the same error).
+            flow_nesting_limit: Self::MAX_DEPTH,
+            block_nesting_limit: Self::MAX_DEPTH,
+        };
+        let mut parser = Parser::new_from_str_with_options(&self.contents, options);
+        let mut depth = 0usize;
+        while let Some(event) = parser.next_event() {
+            let (event, span) = event.map_err(|e| {
+                let mark = e.marker();
+                let message =
+                    if matches!(e.kind(), granit_parser::ErrorKind::RecursionLimitExceeded) {
+                        format!("nested deeper than {} levels", Self::MAX_DEPTH)
+                    } else {
+                        e.info()
+                    };
+                self.invalid(
+                    "",
+                    format!(
+                        "{message} at line {} column {}",
+                        mark.line(),
+                        mark.col() + 1
+                    ),
+                )
+            })?;
+            match event {
+                Event::SequenceStart(..) | Event::MappingStart(..) => {
+                    depth += 1;
+                    if depth > Self::MAX_DEPTH {
+                        return Err(self.invalid(
+                            "",
+                            format!(
+                                "nested deeper than {} levels at line {} column {}",
+                                Self::MAX_DEPTH,
+                                span.start.line(),
+                                span.start.col() + 1
+                            ),
+                        ));
+                    }
+                }
+                Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// A [`ConfigError::Invalid`] for this file, for checks a factory makes after parsing.
     ///
     /// ```
@@ -126,6 +278,56 @@ impl CloudConfig {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+/// Whether `meta` is a regular file; otherwise an error saying what it is.
+fn regular_file(meta: &std::fs::Metadata) -> io::Result<()> {
+    let file_type = meta.file_type();
+    if file_type.is_file() {
+        return Ok(());
+    }
+    let what = if file_type.is_dir() {
+        "a directory"
+    } else {
+        special_file(&file_type)
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("is {what}, not a regular file"),
+    ))
+}
+
+#[cfg(unix)]
+fn special_file(file_type: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file(_file_type: &std::fs::FileType) -> &'static str {
+    "a special file"
+}
+
+/// `bytes` as people write limits: `1 MiB`, `64 KiB`, `100 bytes`.
+fn size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    if bytes >= KIB * KIB && bytes.is_multiple_of(KIB * KIB) {
+        format!("{} MiB", bytes / (KIB * KIB))
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} bytes")
     }
 }
 
@@ -197,6 +399,133 @@ mod tests {
             err.starts_with("invalid cloud-config file c.yaml: "),
             "{err}"
         );
+    }
+
+    fn read_error(path: &Path) -> String {
+        CloudConfig::read(path).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            read_error(dir.path()),
+            format!(
+                "cannot read cloud-config file {}: is a directory, not a regular file",
+                dir.path().display()
+            )
+        );
+        assert_eq!(
+            read_error(Path::new("/dev/zero")),
+            "cannot read cloud-config file /dev/zero: is a character device, not a regular file"
+        );
+        // A named pipe nobody writes: an error at once, not a hang.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(
+            read_error(&fifo).ends_with("fifo: is a named pipe (FIFO), not a regular file"),
+            "{}",
+            read_error(&fifo)
+        );
+        // A symbolic link to a regular file (how a ConfigMap is mounted) is followed.
+        let file = dir.path().join("cloud.yaml");
+        std::fs::write(&file, "name: a\n").unwrap();
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(CloudConfig::read(&link).unwrap().contents(), "name: a\n");
+    }
+
+    #[test]
+    fn reads_at_most_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.yaml");
+        let limit = usize::try_from(CloudConfig::MAX_BYTES).unwrap();
+        std::fs::write(&path, "#".repeat(limit)).unwrap();
+        assert_eq!(CloudConfig::read(&path).unwrap().contents().len(), limit);
+        std::fs::write(&path, "#".repeat(limit + 1)).unwrap();
+        let err = CloudConfig::read(&path).unwrap_err();
+        let ConfigError::Read { error, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(error.kind(), io::ErrorKind::FileTooLarge);
+        assert!(
+            err.to_string()
+                .ends_with("big.yaml: is larger than 1 MiB, the limit for this file"),
+            "{err}"
+        );
+        std::fs::write(&path, b"name: \xff\n").unwrap();
+        assert!(
+            read_error(&path).ends_with("is not UTF-8 text (invalid byte at offset 6)"),
+            "{}",
+            read_error(&path)
+        );
+    }
+
+    #[test]
+    fn limit_sizes_read_as_written() {
+        assert_eq!(size(1024 * 1024), "1 MiB");
+        assert_eq!(size(64 * 1024), "64 KiB");
+        assert_eq!(size(1000), "1000 bytes");
+        assert_eq!(size(1536), "1536 bytes");
+    }
+
+    fn nesting_error(text: &str) -> String {
+        CloudConfig::from_string("c.yaml", text)
+            .parse_yaml::<serde_yaml_ng::Value>()
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let max = CloudConfig::MAX_DEPTH;
+        // At the limit: parsed. One more level: refused, at the line and column.
+        let ok = format!("{}{}", "[".repeat(max), "]".repeat(max));
+        CloudConfig::from_string("c.yaml", ok)
+            .parse_yaml::<serde_yaml_ng::Value>()
+            .unwrap();
+        let deep = format!("a: 1\nb: {}{}", "[".repeat(max), "]".repeat(max));
+        assert_eq!(
+            nesting_error(&deep),
+            "invalid cloud-config file c.yaml: nested deeper than 64 levels at line 2 column 67"
+        );
+        // Flow mappings, compact block sequences, block indentation: all nesting counts.
+        for text in [
+            "{a: ".repeat(10_000),
+            "- ".repeat(10_000),
+            "? ".repeat(10_000),
+            (0..100).map(|i| format!("{}k:\n", " ".repeat(i))).collect(),
+        ] {
+            let err = nesting_error(&text);
+            assert!(
+                err.starts_with(
+                    "invalid cloud-config file c.yaml: nested deeper than 64 levels at line "
+                ),
+                "{err}"
+            );
+        }
+        // Brackets in strings, comments and block scalars are text.
+        let text = format!(
+            "a: \"{0}\"\nb: '{0}'\n# {0}\nc: |\n  {0}\nd: x{0}\n",
+            "[".repeat(200)
+        );
+        CloudConfig::from_string("c.yaml", text)
+            .parse_yaml::<serde_yaml_ng::Value>()
+            .unwrap();
+    }
+
+    #[test]
+    fn syntax_errors_say_where() {
+        let err = nesting_error("a: [1, 2\nb: 3\n");
+        assert!(
+            err.starts_with("invalid cloud-config file c.yaml: "),
+            "{err}"
+        );
+        assert!(err.contains(" at line "), "{err}");
     }
 
     #[test]

@@ -6,7 +6,13 @@ use std::str::FromStr;
 /// A parsed provider ID, `<provider>://<id>` (for example `digitalocean://12345` or
 /// `aws:///eu-west-1a/i-0abc`).
 ///
-/// The ID part is kept as written, including any leading slashes some providers use.
+/// The ID part is kept as written, including any leading slashes some providers use, so a
+/// parsed ID prints back exactly as it was given. Parsing is strict: the provider name is
+/// `[A-Za-z0-9._-]+`, and the instance ID is not empty, not only slashes, and has no
+/// whitespace or control characters (`"fake://i-1 "` is refused, not trimmed: two spellings
+/// must never name one instance). What the instance ID looks like beyond that is the
+/// provider's to check: a provider whose IDs are numbers accepts only their canonical
+/// spelling.
 ///
 /// ```
 /// use ccm_core::provider::ProviderId;
@@ -22,7 +28,8 @@ pub struct ProviderId {
     id: String,
 }
 
-/// Why a string is not a valid provider ID.
+/// Why a string is not a valid provider ID. Messages quote the string, cut to its first 128
+/// characters (a provider ID comes from a Node, and messages end up in logs and Events).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProviderIdError {
@@ -30,16 +37,25 @@ pub enum ProviderIdError {
     #[error("provider ID is empty")]
     Empty,
     /// There is no `://` separator.
-    #[error("provider ID {0:?} is not of the form <provider>://<id>")]
+    #[error("provider ID {} is not of the form <provider>://<id>", shown(.0))]
     MissingSeparator(String),
     /// The part before `://` is empty or has characters a provider name cannot have.
-    #[error("provider ID {0:?} has an invalid provider name")]
+    #[error("provider ID {} has an invalid provider name", shown(.0))]
     InvalidProvider(String),
-    /// The part after `://` is empty.
-    #[error("provider ID {0:?} has an empty instance ID")]
+    /// The part after `://` is empty, or only slashes.
+    #[error("provider ID {} has an empty instance ID", shown(.0))]
     EmptyId(String),
+    /// The part after `://` has whitespace or a control character.
+    #[error(
+        "provider ID {} has whitespace or a control character in its instance ID",
+        shown(.0)
+    )]
+    InvalidId(String),
     /// The ID belongs to another provider.
-    #[error("provider ID {id:?} belongs to provider {actual:?}, not {expected:?}")]
+    #[error(
+        "provider ID {} belongs to provider {actual:?}, not {expected:?}",
+        shown(id)
+    )]
     WrongProvider {
         /// The whole provider ID.
         id: String,
@@ -50,6 +66,17 @@ pub enum ProviderIdError {
     },
 }
 
+/// How many characters of a provider ID an error message quotes.
+const SHOWN_CHARS: usize = 128;
+
+/// `s` quoted, cut to [`SHOWN_CHARS`] characters.
+fn shown(s: &str) -> String {
+    match s.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
 fn valid_provider_name(name: &str) -> bool {
     !name.is_empty()
         && name
@@ -57,21 +84,36 @@ fn valid_provider_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// Checks the instance ID part; `whole` is the provider ID the error quotes.
+fn check_id(id: &str, whole: impl FnOnce() -> String) -> Result<(), ProviderIdError> {
+    if id.chars().all(|c| c == '/') {
+        return Err(ProviderIdError::EmptyId(whole()));
+    }
+    if id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ProviderIdError::InvalidId(whole()));
+    }
+    Ok(())
+}
+
 impl ProviderId {
-    /// A provider ID from its parts.
+    /// A provider ID from its parts, checked as [`parse`](str::parse) checks a string.
+    ///
+    /// ```
+    /// use ccm_core::provider::ProviderId;
+    /// assert!(ProviderId::new("fake", "i-1").is_ok());
+    /// assert!(ProviderId::new("fake", "i 1").is_err());
+    /// assert!(ProviderId::new("fake", "//").is_err());
+    /// ```
     pub fn new(
         provider: impl Into<String>,
         id: impl Into<String>,
     ) -> Result<Self, ProviderIdError> {
         let (provider, id) = (provider.into(), id.into());
+        let whole = || format!("{provider}://{id}");
         if !valid_provider_name(&provider) {
-            return Err(ProviderIdError::InvalidProvider(format!(
-                "{provider}://{id}"
-            )));
+            return Err(ProviderIdError::InvalidProvider(whole()));
         }
-        if id.is_empty() {
-            return Err(ProviderIdError::EmptyId(format!("{provider}://")));
-        }
+        check_id(&id, whole)?;
         Ok(Self { provider, id })
     }
 
@@ -119,9 +161,7 @@ impl FromStr for ProviderId {
         if !valid_provider_name(provider) {
             return Err(ProviderIdError::InvalidProvider(s.to_owned()));
         }
-        if id.is_empty() || id.chars().all(|c| c == '/') {
-            return Err(ProviderIdError::EmptyId(s.to_owned()));
-        }
+        check_id(id, || s.to_owned())?;
         Ok(Self {
             provider: provider.to_owned(),
             id: id.to_owned(),
@@ -183,6 +223,49 @@ mod tests {
         ));
         assert!(ProviderId::new("", "x").is_err());
         assert!(ProviderId::new("fake", "").is_err());
+        assert!(ProviderId::new("fake", "///").is_err());
+    }
+
+    #[test]
+    fn rejects_whitespace_and_control_characters() {
+        for s in [
+            "fake:// i-1",
+            "fake://i-1 ",
+            "fake://i-1\n",
+            "fake://i\t1",
+            "fake://i\u{0}1",
+            "fake://i\u{a0}1",
+            "digitalocean://100001\r",
+        ] {
+            assert_eq!(
+                s.parse::<ProviderId>(),
+                Err(ProviderIdError::InvalidId(s.to_owned())),
+                "{s:?}"
+            );
+        }
+        assert_eq!(
+            ProviderId::new("fake", "a b"),
+            Err(ProviderIdError::InvalidId("fake://a b".into()))
+        );
+        assert_eq!(
+            "fake://a b".parse::<ProviderId>().unwrap_err().to_string(),
+            r#"provider ID "fake://a b" has whitespace or a control character in its instance ID"#
+        );
+        // Leading slashes and empty path segments are some providers' format.
+        for s in ["aws:///eu-west-1a/i-0abc", "ibm://acct///cluster/worker"] {
+            assert_eq!(s.parse::<ProviderId>().unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn messages_quote_a_long_id_cut_short() {
+        let long = format!("fake://{}", "x ".repeat(50_000));
+        let msg = long.parse::<ProviderId>().unwrap_err().to_string();
+        assert!(msg.len() < 300, "{msg}");
+        assert!(
+            msg.starts_with(r#"provider ID "fake://x x"#) && msg.contains("... (100007 bytes)"),
+            "{msg}"
+        );
     }
 
     #[test]

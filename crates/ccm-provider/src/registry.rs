@@ -116,7 +116,11 @@ impl ProviderRegistry {
         self.factories.contains_key(name)
     }
 
-    /// Builds the provider `name`, reading `config_path` first when given.
+    /// Builds the provider `name`, reading `config_path` first when given (with
+    /// [`CloudConfig::read`]: a regular file of at most [`CloudConfig::MAX_BYTES`]).
+    ///
+    /// This blocks while the file is read and the factory runs; the controller manager calls
+    /// it on a thread of its own, so that a shutdown signal meanwhile still ends the process.
     pub fn init(
         &self,
         name: &str,

@@ -25,11 +25,7 @@ impl DoLikeCloud {
             .and_then(|s| s.provider_id.as_deref())
             .filter(|p| !p.is_empty());
         if let Some(pid) = provider_id {
-            let pid = ProviderId::parse_for(PROVIDER_NAME, pid)
-                .map_err(|e| CloudError::provider("bad provider ID", e))?;
-            let id: u64 = pid.id().parse().map_err(|_| {
-                CloudError::msg(format!("provider ID {pid}: the droplet ID is not a number"))
-            })?;
+            let id = droplet_id(pid).map_err(CloudError::msg)?;
             let list = self
                 .client
                 .cached_droplets()
@@ -68,6 +64,33 @@ impl DoLikeCloud {
     }
 }
 
+/// The droplet ID of a provider ID `digitalocean://<id>`. Only the canonical spelling of a
+/// number is accepted (decimal digits, no sign, no leading zero: the spelling
+/// `instance_metadata` writes), so that two Nodes never name one droplet with two spellings
+/// (`+100001`, `0100001`). The error says why, quoting at most the start of a long value.
+pub(crate) fn droplet_id(provider_id: &str) -> Result<u64, String> {
+    let pid = ProviderId::parse_for(PROVIDER_NAME, provider_id).map_err(|e| e.to_string())?;
+    let digits = pid.id();
+    let why = if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        "is not a decimal number"
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        "has a leading zero"
+    } else {
+        match digits.parse::<u64>() {
+            Ok(id) if id.to_string() == digits => return Ok(id),
+            _ => "is out of range",
+        }
+    };
+    let mut shown: String = digits.chars().take(32).collect();
+    if shown.len() < digits.len() {
+        shown.push_str("...");
+    }
+    Err(format!(
+        "provider ID {PROVIDER_NAME}://{shown}: the droplet ID {why}; expected \
+         {PROVIDER_NAME}://<droplet ID> in canonical decimal"
+    ))
+}
+
 #[async_trait]
 impl Instances for DoLikeCloud {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
@@ -99,5 +122,75 @@ impl Instances for DoLikeCloud {
             meta = meta.with_address(node_address(kind, net.ip_address.clone()));
         }
         Ok(Some(meta))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::droplet_id;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Every droplet ID has one spelling: what parses prints back exactly as given.
+        #[test]
+        fn one_spelling_a_droplet(s in prop_oneof![
+            any::<String>(),
+            "digitalocean://[-+ 0]{0,2}[0-9]{0,22}[ a-z/]{0,1}",
+            any::<u64>().prop_map(|n| format!("digitalocean://{n}")),
+        ]) {
+            if let Ok(id) = droplet_id(&s) {
+                prop_assert_eq!(format!("digitalocean://{id}"), s);
+            }
+        }
+
+        /// Every number is a droplet ID in its canonical spelling, and in no other.
+        #[test]
+        fn every_number_reads_back(n in any::<u64>(), zeros in "0{1,3}", sign in "[+-]") {
+            prop_assert_eq!(droplet_id(&format!("digitalocean://{n}")), Ok(n));
+            for other in [format!("digitalocean://{zeros}{n}"), format!("digitalocean://{sign}{n}")] {
+                prop_assert!(droplet_id(&other).is_err(), "{}", other);
+            }
+        }
+    }
+
+    #[test]
+    fn droplet_ids_are_canonical() {
+        assert_eq!(droplet_id("digitalocean://100001"), Ok(100_001));
+        assert_eq!(droplet_id("digitalocean://0"), Ok(0));
+        assert_eq!(
+            droplet_id("digitalocean://18446744073709551615"),
+            Ok(u64::MAX)
+        );
+        for (pid, why) in [
+            ("digitalocean://+100001", "is not a decimal number"),
+            ("digitalocean://-1", "is not a decimal number"),
+            ("digitalocean://0100001", "has a leading zero"),
+            ("digitalocean://00", "has a leading zero"),
+            ("digitalocean://1e5", "is not a decimal number"),
+            ("digitalocean:///100001", "is not a decimal number"),
+            ("digitalocean://١٠", "is not a decimal number"),
+            ("digitalocean://18446744073709551616", "is out of range"),
+        ] {
+            let err = droplet_id(pid).unwrap_err();
+            assert!(
+                err.contains(&format!("the droplet ID {why};")),
+                "{pid}: {err}"
+            );
+        }
+        // The generic parser's refusals come through, naming the input.
+        for pid in [
+            "digitalocean:// 100001",
+            "digitalocean://100001\n",
+            "fake://1",
+            "100001",
+        ] {
+            let err = droplet_id(pid).unwrap_err();
+            assert!(err.starts_with("provider ID "), "{pid:?}: {err}");
+        }
+        let err = droplet_id(&format!("digitalocean://{}", "9".repeat(100_000))).unwrap_err();
+        assert!(err.len() < 200, "{err}");
     }
 }

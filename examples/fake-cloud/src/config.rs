@@ -6,14 +6,15 @@
 //! defaults: { instanceType: fake-small, zone: zone-a, region: region-1 }
 //! # Which instance interface to offer: "v2" (default) or "legacy" (v1 Instances + Zones).
 //! instancesShape: v2
-//! # Latency added to every call, in milliseconds.
+//! # Latency added to every call, in milliseconds (at most 60000).
 //! latencyMs: 5
-//! # Calls kept in the in-memory call log; default 0: a controller manager cannot show it,
-//! # so it would only grow. In-process tests build FakeCloud::new(), which keeps 100000.
+//! # Calls kept in the in-memory call log (at most 1000000); default 0: a controller manager
+//! # cannot show it, so it would only grow. In-process tests build FakeCloud::new(), which
+//! # keeps 100000.
 //! callLogCapacity: 0
 //! instances:
 //!   - name: node-1
-//!     id: i-0001            # default: the name
+//!     id: i-0001            # default: the name; fake://<id> must be a valid provider ID
 //!     instanceType: fake-large
 //!     zone: zone-b
 //!     region: region-1
@@ -26,8 +27,10 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use ccm_core::provider::{CloudConfig, ConfigError};
+use ccm_core::provider::{CloudConfig, ConfigError, ProviderId};
 use serde::Deserialize;
+
+use crate::PROVIDER_NAME;
 
 /// The parsed cloud-config.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -159,9 +162,36 @@ const ADDRESS_TYPES: [&str; 5] = [
 ];
 
 impl FakeCloudConfig {
+    /// The largest `latencyMs`: a minute. A longer latency would only make every call time
+    /// out.
+    pub const MAX_LATENCY_MS: u64 = 60_000;
+
+    /// The largest `callLogCapacity`: a million calls, some hundred megabytes at most.
+    pub const MAX_CALL_LOG_CAPACITY: usize = 1_000_000;
+
     /// Parses and checks a cloud-config; errors name the file and the field.
     pub fn parse(config: &CloudConfig) -> Result<Self, ConfigError> {
         let parsed: Self = config.parse_yaml()?;
+        if parsed.latency_ms > Self::MAX_LATENCY_MS {
+            return Err(config.invalid(
+                "latencyMs",
+                format!(
+                    "must be at most {}, got {}",
+                    Self::MAX_LATENCY_MS,
+                    parsed.latency_ms
+                ),
+            ));
+        }
+        if parsed.call_log_capacity > Self::MAX_CALL_LOG_CAPACITY {
+            return Err(config.invalid(
+                "callLogCapacity",
+                format!(
+                    "must be at most {}, got {}",
+                    Self::MAX_CALL_LOG_CAPACITY,
+                    parsed.call_log_capacity
+                ),
+            ));
+        }
         let mut names = std::collections::BTreeSet::new();
         let mut ids = std::collections::BTreeSet::new();
         for (i, inst) in parsed.instances.iter().enumerate() {
@@ -175,8 +205,16 @@ impl FakeCloudConfig {
                 ));
             }
             let id = inst.id.as_deref().unwrap_or(&inst.name);
+            // The ID field at fault: `id`, or `name` when the ID defaults to it.
+            let id_field = if inst.id.is_some() { "id" } else { "name" };
             if id.is_empty() {
                 return Err(config.invalid(format!("instances[{i}].id"), "must not be empty"));
+            }
+            if let Err(e) = ProviderId::new(PROVIDER_NAME, id) {
+                return Err(config.invalid(
+                    format!("instances[{i}].{id_field}"),
+                    format!("does not make a valid provider ID: {e}"),
+                ));
             }
             if !ids.insert(id.to_owned()) {
                 return Err(config.invalid(
@@ -259,5 +297,28 @@ mod tests {
         assert!(err.contains("field `instancesShape`"), "{err}");
         let err = parse("latencyMs: -1\n").unwrap_err();
         assert!(err.contains("field `latencyMs`"), "{err}");
+    }
+
+    #[test]
+    fn values_are_bounded() {
+        assert_eq!(
+            parse("latencyMs: 60001\n").unwrap_err(),
+            "invalid cloud-config file /etc/fake.yaml: field `latencyMs`: must be at most 60000, got 60001"
+        );
+        assert!(parse("latencyMs: 60000\n").is_ok());
+        assert_eq!(
+            parse("callLogCapacity: 18446744073709551615\n").unwrap_err(),
+            "invalid cloud-config file /etc/fake.yaml: field `callLogCapacity`: must be at most 1000000, got 18446744073709551615"
+        );
+        let err = parse("instances:\n- name: a\n  id: \"i 1\"\n").unwrap_err();
+        assert!(
+            err.contains("field `instances[0].id`: does not make a valid provider ID: provider ID \"fake://i 1\" has whitespace"),
+            "{err}"
+        );
+        let err = parse("instances:\n- name: \"a\\tb\"\n").unwrap_err();
+        assert!(
+            err.contains("field `instances[0].name`: does not make a valid provider ID"),
+            "{err}"
+        );
     }
 }

@@ -24,15 +24,15 @@ use tokio_util::sync::CancellationToken;
 use super::builtin::builtin_controllers;
 use super::controller::{Applies, Controller, ControllerFuture, controllers_help};
 use super::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
-use super::options::{FlagError, LogFormat, Options};
+use super::options::{FlagError, LogFormat, MAX_KUBECONFIG_BYTES, Options};
 use super::selection::ControllerSelection;
 use super::serve::{EndpointServer, Health, ServeOptions, Serving};
 use crate::client::{ApiLayer, Fence, build_client};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use ccm_provider::{
-    BoxError, CloudProvider, InitContext, MetricsRegistry, ProviderRegistry, RegistryError,
-    display_chain,
+    BoxError, CloudConfig, CloudProvider, InitContext, MetricsRegistry, ProviderRegistry,
+    RegistryError, display_chain,
 };
 
 /// What a controller gets when it starts.
@@ -239,11 +239,11 @@ impl CloudControllerManager {
         let controllers = self.controllers();
         let selection = ControllerSelection::parse(&options.controllers, &controllers)?;
 
-        let config_path = options
-            .cloud_config
-            .as_deref()
-            .filter(|p| !p.as_os_str().is_empty());
-        let provider = self.registry.init(&options.cloud_provider, config_path)?;
+        // Every await of startup gives way to a shutdown signal: the process ends at once
+        // (status 0), whatever step it was at.
+        let Some(provider) = build_provider(&self.registry, &options, &shutdown).await? else {
+            return Ok(());
+        };
         if !provider.has_cluster_id() && !options.allow_untagged_cloud {
             return Err(FlagError {
                 flag: "--allow-untagged-cloud",
@@ -287,7 +287,14 @@ impl CloudControllerManager {
         }
         let controllers = Arc::new(to_run);
 
-        let kube_config = kube_config(&options).await?;
+        let Some(kube_config) = shutdown
+            .run_until_cancelled(kube_config(&options))
+            .await
+            .transpose()?
+        else {
+            tracing::info!("shutting down before the Kubernetes client was configured");
+            return Ok(());
+        };
         // Under leader election, closed while this replica cannot prove it holds the Lease.
         let fence = if options.leader_election.leader_elect {
             Fence::leased(options.leader_election.leader_elect_renew_deadline)
@@ -310,7 +317,17 @@ impl CloudControllerManager {
         // The Lease's own client, as Go's: renewals neither fenced nor queued behind the
         // controllers' requests.
         let lease_client = build(&api.for_leader_election())?;
-        match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+        let answer = shutdown
+            .run_until_cancelled(tokio::time::timeout(
+                Duration::from_secs(10),
+                client.apiserver_version(),
+            ))
+            .await;
+        let Some(answer) = answer else {
+            tracing::info!("shutting down while waiting for the API server");
+            return Ok(());
+        };
+        match answer {
             Ok(Ok(v)) => tracing::info!(version = %v.git_version, "connected to the API server"),
             Ok(Err(e)) => {
                 return Err(AppError::Kube {
@@ -591,6 +608,58 @@ async fn lead(
 const WATCH_NODES: &str = "watch-nodes";
 const WATCH_SERVICES: &str = "watch-services";
 
+/// Builds the provider from `--cloud-provider` and `--cloud-config` on a thread of its own:
+/// reading and parsing the cloud-config and running the factory are blocking work, and a
+/// shutdown signal meanwhile must still end the process. `None` when `shutdown` fired first;
+/// the thread is then left to finish on its own (it holds nothing the process needs, and
+/// the process does not wait for it).
+async fn build_provider(
+    registry: &ProviderRegistry,
+    options: &Options,
+    shutdown: &CancellationToken,
+) -> Result<Option<Arc<dyn CloudProvider>>, AppError> {
+    let registry = registry.clone();
+    let name = options.cloud_provider.clone();
+    let config_path = options
+        .cloud_config
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty());
+    // A factory may use the runtime (spawn a task, build a client that needs one), as it
+    // could when it ran on it.
+    let runtime = tokio::runtime::Handle::current();
+    tracing::info!(provider = %name, cloud_config = ?config_path, "building the cloud provider");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let init_error = |name: &str, source: BoxError| {
+        AppError::Provider(RegistryError::Init {
+            name: name.to_owned(),
+            source,
+        })
+    };
+    std::thread::Builder::new()
+        .name("provider-init".into())
+        .spawn(move || {
+            let _runtime = runtime.enter();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                registry.init(&name, config_path.as_deref())
+            }));
+            let _ = tx.send(result);
+        })
+        .map_err(|e| init_error(&options.cloud_provider, Box::new(e)))?;
+    match shutdown.run_until_cancelled(rx).await {
+        None => {
+            tracing::info!("shutting down before the cloud provider was built");
+            Ok(None)
+        }
+        Some(Ok(Ok(result))) => Ok(Some(result?)),
+        // The factory panicked: go on panicking here, as when it ran on this thread.
+        Some(Ok(Err(panic))) => std::panic::resume_unwind(panic),
+        Some(Err(_)) => Err(init_error(
+            &options.cloud_provider,
+            "the provider factory ended without an answer".into(),
+        )),
+    }
+}
+
 /// A random duration in [d, 2d), like Go's `wait.Jitter(d, 1.0)`.
 fn jitter(d: Duration) -> Duration {
     let mut byte = [0u8; 1];
@@ -608,6 +677,12 @@ async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
         .as_deref()
         .filter(|p| !p.as_os_str().is_empty());
     let mut config = if let Some(path) = kubeconfig_path {
+        check_kubeconfig_file(path).map_err(|e| {
+            err(
+                &format!("--kubeconfig: cannot read {}", path.display()),
+                Box::new(e),
+            )
+        })?;
         let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
             err(
                 &format!("--kubeconfig: cannot read {}", path.display()),
@@ -626,6 +701,19 @@ async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
             )
         })?
     } else {
+        for (source, path) in default_kubeconfig_files() {
+            match check_kubeconfig_file(&path) {
+                // kube then tries the in-cluster configuration.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(err(
+                        &format!("{source}: cannot read {}", path.display()),
+                        Box::new(e),
+                    ));
+                }
+                Ok(()) => {}
+            }
+        }
         kube::Config::infer().await.map_err(|e| {
             err(
                 "no --kubeconfig given and no in-cluster or default configuration found",
@@ -640,6 +728,43 @@ async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
             .map_err(|e| err("--master: invalid URL", Box::new(e)))?;
     }
     Ok(config)
+}
+
+/// Checks a kubeconfig file before kube reads it (kube reads whole files, and resolves the
+/// paths inside relative to the file, so it is given the path, not the text): a readable
+/// regular file of at most [`MAX_KUBECONFIG_BYTES`]. Text that is not UTF-8 is left to kube,
+/// which reads UTF-16 with a byte-order mark.
+fn check_kubeconfig_file(path: &std::path::Path) -> std::io::Result<()> {
+    match CloudConfig::read_file(path, MAX_KUBECONFIG_BYTES) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// The files `kube::Config::infer` reads without `--kubeconfig`, and where each came from:
+/// the paths in `$KUBECONFIG`, else `~/.kube/config` (else the in-cluster configuration,
+/// whose files the kubelet mounts).
+fn default_kubeconfig_files() -> Vec<(&'static str, std::path::PathBuf)> {
+    let from_env: Vec<_> = std::env::var_os("KUBECONFIG")
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(|p| ("$KUBECONFIG", p))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !from_env.is_empty() {
+        return from_env;
+    }
+    std::env::var_os("HOME")
+        .map(|home| {
+            (
+                "~/.kube/config",
+                std::path::Path::new(&home).join(".kube/config"),
+            )
+        })
+        .into_iter()
+        .collect()
 }
 
 fn init_logging(options: &Options) {
@@ -664,14 +789,20 @@ fn init_logging(options: &Options) {
 }
 
 fn spawn_signal_handler(shutdown: CancellationToken) {
+    // Installed now, not when the task first runs: a signal during startup must reach the
+    // token, not end the process by the default action.
+    #[cfg(unix)]
+    let handlers = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        )
+    };
     tokio::spawn(async move {
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) else {
+            let (Ok(mut term), Ok(mut int)) = handlers else {
                 tracing::warn!("cannot install signal handlers");
                 return;
             };

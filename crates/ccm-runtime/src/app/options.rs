@@ -18,6 +18,18 @@ fn duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
 
+/// The most workers one `--concurrent-*` flag may ask for: 10,000. Workers beyond the
+/// number of objects they sync are idle, and Kubernetes' scalability limits are 5,000 Nodes
+/// and 10,000 Services a cluster, so no cluster keeps more busy; a worker is a task of a few
+/// kilobytes, so 10,000 cost little. The bound turns a typo (`1000000000`, which used to end
+/// in an allocation failure) into a clear error.
+pub const MAX_WORKERS: i32 = 10_000;
+
+/// The largest kubeconfig (`--kubeconfig`, `$KUBECONFIG`, `~/.kube/config`) read: 4 MiB. A
+/// kubeconfig embeds base64 certificates, a few kilobytes a context, and merged ones grow:
+/// 4 MiB holds hundreds of contexts, while a wrong path (a log, a device) is refused.
+pub const MAX_KUBECONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
 /// The log output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -109,7 +121,7 @@ pub struct Options {
     /// The resync period of informers (accepted; watches here do not resync).
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "12h0m0s", help_heading = "Controllers")]
     pub min_resync_period: Duration,
-    /// Service workers: how many Services are synced at once.
+    /// Service workers: how many Services are synced at once (1 to 10000).
     #[arg(
         long,
         value_name = "N",
@@ -117,7 +129,7 @@ pub struct Options {
         help_heading = "Controllers"
     )]
     pub concurrent_service_syncs: i32,
-    /// Node workers: how many Nodes are initialised at once.
+    /// Node workers: how many Nodes are initialised at once (1 to 10000).
     #[arg(
         long,
         value_name = "N",
@@ -125,7 +137,8 @@ pub struct Options {
         help_heading = "Controllers"
     )]
     pub concurrent_node_syncs: i32,
-    /// How many Nodes have their addresses refreshed at once; 0 uses --concurrent-node-syncs.
+    /// How many Nodes have their addresses refreshed at once (0 to 10000); 0 uses
+    /// --concurrent-node-syncs.
     #[arg(
         long,
         value_name = "N",
@@ -370,22 +383,26 @@ impl Options {
                 format!("must be at least 1, got {}", self.kube_api_burst),
             ));
         }
-        for (flag, v) in [
-            ("--concurrent-service-syncs", self.concurrent_service_syncs),
-            ("--concurrent-node-syncs", self.concurrent_node_syncs),
-        ] {
-            if v < 1 {
-                return Err(bad(flag, format!("must be at least 1, got {v}")));
-            }
-        }
-        if self.concurrent_node_status_updates < 0 {
-            return Err(bad(
+        for (flag, v, min) in [
+            (
+                "--concurrent-service-syncs",
+                self.concurrent_service_syncs,
+                1,
+            ),
+            ("--concurrent-node-syncs", self.concurrent_node_syncs, 1),
+            // 0: as many as --concurrent-node-syncs.
+            (
                 "--concurrent-node-status-updates",
-                format!(
-                    "must not be negative, got {}",
-                    self.concurrent_node_status_updates
-                ),
-            ));
+                self.concurrent_node_status_updates,
+                0,
+            ),
+        ] {
+            if !(min..=MAX_WORKERS).contains(&v) {
+                return Err(bad(
+                    flag,
+                    format!("must be between {min} and {MAX_WORKERS}, got {v}"),
+                ));
+            }
         }
         for (flag, d) in [
             ("--node-monitor-period", self.node_monitor_period),
@@ -587,7 +604,29 @@ mod tests {
             ),
             (
                 &["--cloud-provider=x", "--concurrent-node-syncs=0"],
-                "--concurrent-node-syncs: must be at least 1, got 0",
+                "--concurrent-node-syncs: must be between 1 and 10000, got 0",
+            ),
+            (
+                &[
+                    "--cloud-provider=x",
+                    "--concurrent-service-syncs=1000000000",
+                ],
+                "--concurrent-service-syncs: must be between 1 and 10000, got 1000000000",
+            ),
+            (
+                &["--cloud-provider=x", "--concurrent-node-syncs=10001"],
+                "--concurrent-node-syncs: must be between 1 and 10000, got 10001",
+            ),
+            (
+                &["--cloud-provider=x", "--concurrent-node-status-updates=-1"],
+                "--concurrent-node-status-updates: must be between 0 and 10000, got -1",
+            ),
+            (
+                &[
+                    "--cloud-provider=x",
+                    "--concurrent-node-status-updates=20000",
+                ],
+                "--concurrent-node-status-updates: must be between 0 and 10000, got 20000",
             ),
             (
                 &["--cloud-provider=x", "--secure-port=70000"],
@@ -620,6 +659,17 @@ mod tests {
                 "{args:?}"
             );
         }
+        // The bounds themselves are accepted.
+        assert!(
+            parse(&[
+                "--cloud-provider=x",
+                "--concurrent-service-syncs=10000",
+                "--concurrent-node-syncs=10000",
+                "--concurrent-node-status-updates=0",
+            ])
+            .validate()
+            .is_ok()
+        );
         // Leader election settings do not matter when it is off.
         assert!(
             parse(&[

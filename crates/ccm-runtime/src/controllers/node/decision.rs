@@ -735,3 +735,6 @@ mod tests {
         assert!(!needs_sync(&deleting));
     }
 }
+
+#[cfg(test)]
+mod proptests;

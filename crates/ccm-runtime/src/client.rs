@@ -37,7 +37,7 @@ use tower::{Layer, Service};
 /// no longer. Another candidate takes the Lease only after the lease duration, counted from
 /// when it saw the renewal, which was after that start; the renew deadline is shorter than
 /// the lease duration, so the fence closes before anyone else can lead, even for a process
-/// that was paused (SIGSTOP, a VM freeze) and wakes up with work in hand.
+/// that was paused (SIGSTOP: the monotonic clock runs on) and wakes up with work in hand.
 ///
 /// It is checked at the point of each call: by [`ApiLayer`] before every request that is not
 /// a read (`GET`, `HEAD`, `OPTIONS`; lists and watches are `GET`s), and by the fenced

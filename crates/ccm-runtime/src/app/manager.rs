@@ -83,13 +83,13 @@ pub enum AppError {
     /// The provider could not be picked or built.
     #[error("{}", display_chain(.0))]
     Provider(#[from] RegistryError),
-    /// The API server could not be reached or configured.
-    #[error("{context}: {source}")]
+    /// The API server could not be reached or configured, or the endpoints not served.
+    /// The message carries the whole cause chain (e.g. the OS error of a failed bind).
+    #[error("{context}: {}", display_chain(&**source))]
     Kube {
         /// What was being done.
         context: String,
         /// Why it failed.
-        #[source]
         source: BoxError,
     },
     /// A controller failed to start.

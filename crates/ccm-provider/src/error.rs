@@ -143,7 +143,7 @@ impl CloudError {
     ///      names it, but it was made for another Service"
     /// );
     /// let long = CloudError::not_owned("x".repeat(100_000), "malformed ID");
-    /// assert!(long.to_string().len() < 200);
+    /// assert!(long.to_string().len() < 256);
     /// ```
     pub fn not_owned(load_balancer: impl Into<String>, conflict: impl Into<String>) -> Self {
         Self::NotOwned {

@@ -35,6 +35,28 @@ async fn holder(h: &Harness, name: &str) -> Option<String> {
         .and_then(|s| s.holder_identity)
 }
 
+/// Writes another holder into the Lease, as a candidate that took it over would, and
+/// returns how the leader's `hold` then ends.
+async fn intruder_takes(
+    h: &Harness,
+    lease: &str,
+    hold: tokio::task::JoinHandle<LeadershipEnd>,
+) -> LeadershipEnd {
+    let leases: Api<Lease> = Api::namespaced(h.admin.clone(), "kube-system");
+    leases
+        .patch(
+            lease,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "intruder"}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), hold)
+        .await
+        .expect("hold ends")
+        .unwrap()
+}
+
 #[tokio::test]
 async fn one_leader_and_a_quick_handover_on_release() {
     let h = Harness::new(FakeCloud::new()).await;
@@ -96,20 +118,7 @@ async fn leadership_is_lost_when_another_holder_takes_the_lease() {
     let hold = tokio::spawn(async move { a.hold(&CancellationToken::new(), |_| {}).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let leases: Api<Lease> = Api::namespaced(h.admin.clone(), "kube-system");
-    leases
-        .patch(
-            &lease,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"holderIdentity": "intruder"}})),
-        )
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(10), hold)
-        .await
-        .expect("hold ends")
-        .unwrap();
-    assert_eq!(end, LeadershipEnd::Lost);
+    assert_eq!(intruder_takes(&h, &lease, hold).await, LeadershipEnd::Lost);
 }
 
 #[tokio::test]
@@ -157,20 +166,7 @@ async fn the_fence_is_open_only_while_the_lease_is_renewed() {
         assert!(fence.is_open(), "open while renewing");
     }
     // Another holder: closed when the leader sees it.
-    let leases: Api<Lease> = Api::namespaced(h.admin.clone(), "kube-system");
-    leases
-        .patch(
-            &lease,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"holderIdentity": "intruder"}})),
-        )
-        .await
-        .unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(10), hold)
-        .await
-        .expect("hold ends")
-        .unwrap();
-    assert_eq!(end, LeadershipEnd::Lost);
+    assert_eq!(intruder_takes(&h, &lease, hold).await, LeadershipEnd::Lost);
     assert!(!fence.is_open(), "closed on loss");
 }
 

@@ -12,8 +12,6 @@
 mod support;
 
 use std::cell::Cell;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -23,6 +21,8 @@ use ccm_runtime::app::{CloudControllerManager, Options};
 use ccm_test::{ControlPlane, Server, eventually, unique_name};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Service};
 use kube::api::{Api, PostParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -39,41 +39,36 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A GET over plain HTTP/1.0; returns (status, body), or (0, why) when nothing answers.
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    let mut stream = match TcpStream::connect(("127.0.0.1", port)) {
-        Ok(s) => s,
-        Err(e) => return (0, e.to_string()),
+/// `GET path` over plain HTTP/1.0 on 127.0.0.1:`port`: (status, body), or (0, why) when
+/// nothing answers (the controller manager is not serving yet).
+async fn http_get(port: u16, path: &str) -> (u16, String) {
+    let exchange = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
     };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut response = String::new();
-    if let Err(e) = stream.read_to_string(&mut response) {
-        return (0, e.to_string());
-    }
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_default();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let response = match tokio::time::timeout(Duration::from_secs(5), exchange).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => return (0, e.to_string()),
+        Err(_) => return (0, "no answer within 5 s".to_owned()),
+    };
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
+    (status.unwrap_or_default(), body.to_owned())
 }
 
 /// The controller manager's `/readyz?verbose`, waited for until `want(status, body)`.
 async fn wait_readyz(port: u16, what: &str, want: impl Fn(u16, &str) -> bool) -> String {
-    eventually(what, HANDLED_WITHIN, || {
-        let (status, body) = http_get(port, "/readyz?verbose");
-        std::future::ready(if want(status, &body) {
+    eventually(what, HANDLED_WITHIN, || async {
+        let (status, body) = http_get(port, "/readyz?verbose").await;
+        if want(status, &body) {
             Ok(body)
         } else {
             Err(format!("{status}: {body}"))
-        })
+        }
     })
     .await
 }

@@ -107,7 +107,9 @@ impl CloudConfig {
         // Check before opening: opening a named pipe blocks until a writer comes.
         regular_file(&std::fs::metadata(path)?)?;
         let file = File::open(path)?;
-        // The path may have been replaced in between: check what was opened.
+        // The path may have been replaced in between (by a device, say): check what was
+        // opened. (A named pipe swapped in would block the open itself; the controller
+        // manager builds the provider on a thread of its own, so a signal still ends it.)
         regular_file(&file.metadata()?)?;
         let mut bytes = Vec::new();
         file.take(max_bytes.saturating_add(1))

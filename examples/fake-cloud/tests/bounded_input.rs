@@ -192,13 +192,13 @@ async fn a_worker_count_beyond_the_bound_is_a_flag_error() {
     );
 }
 
-/// A kubeconfig for an API server at `address`.
-fn write_kubeconfig(dir: &Path, address: std::net::SocketAddr) -> PathBuf {
+/// A kubeconfig for an API server at `server`; `cluster` adds fields to its cluster.
+fn write_kubeconfig(dir: &Path, server: &str, cluster: &str) -> PathBuf {
     let path = dir.join("kubeconfig");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"http://{address}\"}}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{server}\"{cluster}}}\n\
              users:\n- name: u\n  user: {{}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
              current-context: x\n"
         ),
@@ -207,25 +207,39 @@ fn write_kubeconfig(dir: &Path, address: std::net::SocketAddr) -> PathBuf {
     path
 }
 
-#[tokio::test]
-async fn sigterm_during_startup_ends_the_process_at_once() {
-    // An API server that accepts connections and never answers: the startup check would
-    // wait its 10 s for it.
+/// An API server that accepts connections and never answers (the startup check would wait
+/// its 10 s for it), and a kubeconfig for it.
+fn silent_api_server(dir: &Path) -> (TcpListener, PathBuf) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = write_kubeconfig(dir.path(), listener.local_addr().unwrap());
+    let server = format!("http://{}", listener.local_addr().unwrap());
+    let kubeconfig = write_kubeconfig(dir, &server, "");
+    (listener, kubeconfig)
+}
 
+/// Waits for a clean exit after SIGTERM; the log.
+async fn exits_cleanly(mut ccm: Ccm) -> String {
+    ccm.sigterm();
+    let status = ccm.wait_exit().await;
+    let log = ccm.log();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("received SIGTERM"), "{log}");
+    log
+}
+
+#[tokio::test]
+async fn sigterm_while_the_provider_is_built_ends_the_process_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_listener, kubeconfig) = silent_api_server(dir.path());
     // A large valid cloud-config: 50,000 instances, close to the 1 MiB limit. Reading and
     // checking it takes a while (seconds in a debug build); SIGTERM comes meanwhile, or
-    // while the API server is awaited if the machine is fast. Either way: exit 0, at once.
+    // at a later step if the machine is fast. Either way: exit 0, at once.
     let config = dir.path().join("large.yaml");
     let instances: String = (0..50_000)
         .map(|i| format!("- {{name: n{i:05}}}\n"))
         .collect();
     std::fs::write(&config, format!("instances:\n{instances}")).unwrap();
     assert!(std::fs::metadata(&config).unwrap().len() < 1024 * 1024);
-
-    let mut ccm = Ccm::start(
+    let ccm = Ccm::start(
         dir.path(),
         &args(&[
             format!("--cloud-config={}", config.display()),
@@ -233,28 +247,26 @@ async fn sigterm_during_startup_ends_the_process_at_once() {
         ]),
     );
     ccm.wait_log("building the cloud provider").await;
-    ccm.sigterm();
-    let status = ccm.wait_exit().await;
-    let log = ccm.log();
-    assert_eq!(status.code(), Some(0), "{log}");
-    assert!(log.contains("received SIGTERM"), "{log}");
+    let log = exits_cleanly(ccm).await;
     assert!(
-        log.contains("shutting down before the cloud provider was built")
-            || log.contains("shutting down while waiting for the API server"),
+        [
+            "shutting down before the cloud provider was built",
+            "shutting down before the Kubernetes client was configured",
+            "shutting down while waiting for the API server",
+        ]
+        .iter()
+        .any(|line| log.contains(line)),
         "{log}"
     );
+}
 
-    // SIGTERM while the API server is awaited (a small config: that step is reached).
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let kubeconfig = write_kubeconfig(dir.path(), listener.local_addr().unwrap());
-    let small = dir.path().join("small.yaml");
-    std::fs::write(&small, "nodesAreInstances: true\n").unwrap();
-    let mut ccm = Ccm::start(
+#[tokio::test]
+async fn sigterm_while_the_api_server_is_awaited_ends_the_process_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, kubeconfig) = silent_api_server(dir.path());
+    let ccm = Ccm::start(
         dir.path(),
-        &args(&[
-            format!("--cloud-config={}", small.display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
-        ]),
+        &args(&[format!("--kubeconfig={}", kubeconfig.display())]),
     );
     // The process has connected: it is waiting for an answer.
     listener.set_nonblocking(true).unwrap();
@@ -262,12 +274,32 @@ async fn sigterm_during_startup_ends_the_process_at_once() {
         std::future::ready(listener.accept().map(|(c, _)| c).map_err(|e| e.to_string()))
     })
     .await;
-    ccm.sigterm();
-    let status = ccm.wait_exit().await;
-    let log = ccm.log();
-    assert_eq!(status.code(), Some(0), "{log}");
+    let log = exits_cleanly(ccm).await;
     assert!(
         log.contains("shutting down while waiting for the API server"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_while_kube_reads_a_file_ends_the_process_at_once() {
+    // The kubeconfig names a named pipe as its CA bundle, a file kube reads itself: the
+    // read blocks for good, and the process still ends at once.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = fifo(dir.path());
+    let kubeconfig = write_kubeconfig(
+        dir.path(),
+        "https://127.0.0.1:1",
+        &format!(", certificate-authority: \"{}\"", ca.display()),
+    );
+    let ccm = Ccm::start(
+        dir.path(),
+        &args(&[format!("--kubeconfig={}", kubeconfig.display())]),
+    );
+    ccm.wait_log("configuring the Kubernetes client").await;
+    let log = exits_cleanly(ccm).await;
+    assert!(
+        log.contains("shutting down before the Kubernetes client was configured"),
         "{log}"
     );
 }

@@ -287,11 +287,17 @@ impl CloudControllerManager {
         }
         let controllers = Arc::new(to_run);
 
-        let Some(kube_config) = shutdown
-            .run_until_cancelled(kube_config(&options))
-            .await
-            .transpose()?
-        else {
+        // kube reads the kubeconfig, and the files it names, as blocking calls.
+        let kube_options = options.clone();
+        let configured = off_the_runtime("kubeconfig", &shutdown, move || {
+            tokio::runtime::Handle::current().block_on(kube_config(&kube_options))
+        })
+        .await
+        .map_err(|e| AppError::Kube {
+            context: "reading the kubeconfig".into(),
+            source: Box::new(e),
+        })?;
+        let Some(kube_config) = configured.transpose()? else {
             tracing::info!("shutting down before the Kubernetes client was configured");
             return Ok(());
         };
@@ -608,11 +614,39 @@ async fn lead(
 const WATCH_NODES: &str = "watch-nodes";
 const WATCH_SERVICES: &str = "watch-services";
 
-/// Builds the provider from `--cloud-provider` and `--cloud-config` on a thread of its own:
-/// reading and parsing the cloud-config and running the factory are blocking work, and a
-/// shutdown signal meanwhile must still end the process. `None` when `shutdown` fired first;
-/// the thread is then left to finish on its own (it holds nothing the process needs, and
-/// the process does not wait for it).
+/// Runs `work` on a thread of its own (named `name`, with the runtime entered, so it may
+/// spawn tasks or block on a future) and waits for it unless `shutdown` fires first: `None`.
+/// Startup reads files and runs code that may block (a large cloud-config, a provider's
+/// factory, a slow disk, a named pipe named inside a kubeconfig), and a shutdown signal
+/// meanwhile must still end the process. The thread is then left to finish on its own: it
+/// holds nothing the process needs, and the process does not wait for it. A panic in `work`
+/// goes on here, as if it had run on this thread.
+async fn off_the_runtime<T: Send + 'static>(
+    name: &str,
+    shutdown: &CancellationToken,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<Option<T>> {
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let _runtime = runtime.enter();
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+        })?;
+    match shutdown.run_until_cancelled(rx).await {
+        None => Ok(None),
+        Some(Ok(Ok(value))) => Ok(Some(value)),
+        Some(Ok(Err(panic))) => std::panic::resume_unwind(panic),
+        // The thread ends by sending; a panic is caught and sent.
+        Some(Err(_)) => Err(std::io::Error::other(format!(
+            "the {name} thread ended without an answer"
+        ))),
+    }
+}
+
+/// Builds the provider from `--cloud-provider` and `--cloud-config` off the runtime (see
+/// [`off_the_runtime`]); `None` when `shutdown` fired first.
 async fn build_provider(
     registry: &ProviderRegistry,
     options: &Options,
@@ -624,39 +658,23 @@ async fn build_provider(
         .cloud_config
         .clone()
         .filter(|p| !p.as_os_str().is_empty());
-    // A factory may use the runtime (spawn a task, build a client that needs one), as it
-    // could when it ran on it.
-    let runtime = tokio::runtime::Handle::current();
     tracing::info!(provider = %name, cloud_config = ?config_path, "building the cloud provider");
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let init_error = |name: &str, source: BoxError| {
+    let built = off_the_runtime("provider-init", shutdown, move || {
+        registry.init(&name, config_path.as_deref())
+    })
+    .await
+    .map_err(|e| {
         AppError::Provider(RegistryError::Init {
-            name: name.to_owned(),
-            source,
+            name: options.cloud_provider.clone(),
+            source: Box::new(e),
         })
-    };
-    std::thread::Builder::new()
-        .name("provider-init".into())
-        .spawn(move || {
-            let _runtime = runtime.enter();
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                registry.init(&name, config_path.as_deref())
-            }));
-            let _ = tx.send(result);
-        })
-        .map_err(|e| init_error(&options.cloud_provider, Box::new(e)))?;
-    match shutdown.run_until_cancelled(rx).await {
+    })?;
+    match built {
         None => {
             tracing::info!("shutting down before the cloud provider was built");
             Ok(None)
         }
-        Some(Ok(Ok(result))) => Ok(Some(result?)),
-        // The factory panicked: go on panicking here, as when it ran on this thread.
-        Some(Ok(Err(panic))) => std::panic::resume_unwind(panic),
-        Some(Err(_)) => Err(init_error(
-            &options.cloud_provider,
-            "the provider factory ended without an answer".into(),
-        )),
+        Some(provider) => Ok(Some(provider?)),
     }
 }
 
@@ -676,6 +694,7 @@ async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
         .kubeconfig
         .as_deref()
         .filter(|p| !p.as_os_str().is_empty());
+    tracing::info!(kubeconfig = ?kubeconfig_path, "configuring the Kubernetes client");
     let mut config = if let Some(path) = kubeconfig_path {
         check_kubeconfig_file(path).map_err(|e| {
             err(

@@ -33,12 +33,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    CloudError, CloudResult, LoadBalancer, ProviderId, ServiceAnnotator, default_load_balancer_name,
+    CloudError, CloudResult, LoadBalancer, ServiceAnnotator, default_load_balancer_name, node_name,
+    node_provider_id,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::api::{ForwardingRule, HealthCheck, LoadBalancerObject, LoadBalancerRequest};
-use crate::{DoLikeCloud, PROVIDER_NAME, cloud_error};
+use crate::{DoLikeCloud, cloud_error};
 
 /// The LB's ID, used for lookup when present (only an LB this Service owns is used).
 pub const ANNOTATION_LOAD_BALANCER_ID: &str = "do-like.example.com/load-balancer-id";
@@ -338,17 +339,14 @@ impl DoLikeCloud {
         let mut droplet_ids = BTreeSet::new();
         let mut by_name = Vec::new();
         for node in nodes {
-            let pid = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(|p| ProviderId::parse_for(PROVIDER_NAME, p).ok())
-                .and_then(|p| p.id().parse::<u64>().ok());
+            // Only a canonical droplet ID counts (`+100001` or `0100001` is not droplet
+            // 100001); anything else is looked up by the Node's name.
+            let pid = node_provider_id(node).and_then(|p| crate::instances::droplet_id(p).ok());
             match pid {
                 Some(id) => {
                     droplet_ids.insert(id);
                 }
-                None => by_name.push(node.metadata.name.as_deref().unwrap_or_default()),
+                None => by_name.push(node_name(node)),
             }
         }
         if !by_name.is_empty() {

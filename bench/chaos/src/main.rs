@@ -397,12 +397,14 @@ impl Cluster {
             && outcome.stuck_finalizers == 0)
     }
 
-    /// Waits until nothing is left behind; records the seconds since `since`.
+    /// Waits until nothing is left behind; records the seconds since `since`. On timeout
+    /// it prints the tail of `ccm`'s log, the replica that should have converged.
     async fn converge(
         &self,
         outcome: &mut Outcome,
         since: Instant,
         timeout: Duration,
+        ccm: &Ccm,
     ) -> Result<()> {
         loop {
             if self.inspect(outcome).await? {
@@ -410,6 +412,11 @@ impl Cluster {
                 return Ok(());
             }
             if since.elapsed() > timeout {
+                eprintln!(
+                    "{}: did not converge; CCM log tail:\n{}",
+                    outcome.experiment,
+                    ccm.log_tail()
+                );
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -482,11 +489,9 @@ async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
             &mut outcome,
             Instant::now(),
             Duration::from_secs(opts.timeout_secs),
+            &ccm,
         )
         .await?;
-    if outcome.converged_secs.is_none() {
-        eprintln!("kill: did not converge; CCM log tail:\n{}", ccm.log_tail());
-    }
     Ok(outcome)
 }
 
@@ -520,14 +525,9 @@ async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
             &mut outcome,
             Instant::now(),
             Duration::from_secs(opts.timeout_secs),
+            &ccm,
         )
         .await?;
-    if outcome.converged_secs.is_none() {
-        eprintln!(
-            "faults: did not converge; CCM log tail:\n{}",
-            ccm.log_tail()
-        );
-    }
     Ok(outcome)
 }
 
@@ -593,7 +593,7 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
         ..Outcome::default()
     };
     cluster
-        .converge(&mut outcome, Instant::now(), timeout)
+        .converge(&mut outcome, Instant::now(), timeout, &leader)
         .await?;
 
     // Work the paused leader will find queued when it wakes: Services created while it
@@ -610,7 +610,7 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     outcome.takeover_secs = takeover.map(|_| stopped.elapsed().as_secs_f64());
     outcome.services += 3;
     cluster
-        .converge(&mut outcome, Instant::now(), timeout)
+        .converge(&mut outcome, Instant::now(), timeout, &standby)
         .await?;
     // Keep it paused well past its Lease, then let the new leader go quiet.
     tokio::time::sleep(Duration::from_secs(lease * 2).saturating_sub(stopped.elapsed())).await;
@@ -666,7 +666,7 @@ async fn outage(opts: &Options, ccm_binary: &Path, server: Server) -> Result<Out
         ..Outcome::default()
     };
     cluster
-        .converge(&mut outcome, Instant::now(), timeout)
+        .converge(&mut outcome, Instant::now(), timeout, &ccm)
         .await?;
     cluster.cp.stop_server(server).await?;
     tokio::time::sleep(Duration::from_secs(opts.outage_secs)).await;
@@ -677,14 +677,7 @@ async fn outage(opts: &Options, ccm_binary: &Path, server: Server) -> Result<Out
     }
     outcome.deleted = churn.deleted;
     outcome.converged_secs = None;
-    cluster.converge(&mut outcome, back, timeout).await?;
-    if outcome.converged_secs.is_none() {
-        eprintln!(
-            "{}: did not converge; CCM log tail:\n{}",
-            outcome.experiment,
-            ccm.log_tail()
-        );
-    }
+    cluster.converge(&mut outcome, back, timeout, &ccm).await?;
     Ok(outcome)
 }
 

@@ -26,6 +26,7 @@
 
 mod binaries;
 mod control_plane;
+pub mod image;
 mod pki;
 mod supervisor;
 mod wait;

@@ -35,3 +35,6 @@ scripts/images.sh --debug
 
 step "cargo test"
 cargo test --workspace --all-features --locked "$@"
+
+step "crates.io readiness (scripts/package.sh): package every publishable crate, build an author's crate on the packages"
+scripts/package.sh

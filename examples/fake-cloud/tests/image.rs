@@ -67,7 +67,9 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
     let cp = ControlPlane::start().await.expect("a real control plane");
     let (deployment, config_map) = shipped();
     let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
-    let mount = container.volume_mounts.as_ref().unwrap()[0].mount_path.clone();
+    let mount = container.volume_mounts.as_ref().unwrap()[0]
+        .mount_path
+        .clone();
 
     let dir = tempfile::tempdir().unwrap();
     readable(dir.path(), 0o755);
@@ -135,9 +137,11 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
             }
             let node = nodes.get(name).await.map_err(|e| e.to_string())?;
             let spec = node.spec.clone().unwrap_or_default();
-            let tainted = spec.taints.iter().flatten().any(|t| {
-                t.key == ccm_core::well_known::TAINT_UNINITIALIZED
-            });
+            let tainted = spec
+                .taints
+                .iter()
+                .flatten()
+                .any(|t| t.key == ccm_core::well_known::TAINT_UNINITIALIZED);
             if tainted || spec.provider_id.is_none() {
                 Err(format!("not initialised: {spec:?}; container log:\n{log}"))
             } else {

@@ -33,6 +33,37 @@ if [ -n "$unpublishable" ]; then
   exit 1
 fi
 
+# What crates.io and docs.rs show: every field set and valid, before anything is uploaded.
+cargo metadata --format-version 1 --no-deps | python3 -c '
+import json, os, re, sys
+want = sys.argv[1:]
+# crates.io category slugs used here (https://crates.io/category_slugs).
+categories = {"api-bindings", "asynchronous", "development-tools::testing", "network-programming"}
+bad = []
+for p in json.load(sys.stdin)["packages"]:
+    if p["name"] not in want:
+        continue
+    name = p["name"]
+    for field in ("description", "license", "repository", "homepage", "rust_version", "readme"):
+        if not p.get(field):
+            bad.append(f"{name}: {field} is not set")
+    readme = p.get("readme")
+    if readme and not os.path.isfile(os.path.join(os.path.dirname(p["manifest_path"]), readme)):
+        bad.append(f"{name}: readme {readme} does not exist")
+    keywords, cats, licence = p["keywords"], p["categories"], p["license"]
+    if not 1 <= len(keywords) <= 5 or any(not re.fullmatch(r"[a-z][a-z0-9_-]{0,19}", k) for k in keywords):
+        bad.append(f"{name}: keywords {keywords}: 1 to 5, lowercase, at most 20 characters")
+    if not cats or not set(cats) <= categories:
+        bad.append(f"{name}: categories {cats} not among {sorted(categories)}")
+    if "rs" not in ((p.get("metadata") or {}).get("docs") or {}):
+        bad.append(f"{name}: no [package.metadata.docs.rs] (k8s-openapi needs a version feature there)")
+    if licence and licence != "Apache-2.0":
+        bad.append(f"{name}: license {licence}, the project is Apache-2.0")
+if bad:
+    print("package.sh: crate metadata:\n  " + "\n  ".join(bad), file=sys.stderr)
+    sys.exit(1)
+' "${crates[@]}"
+
 # The author's crate, at a fixed path (its build cache stays valid between runs).
 work="$target_dir/author-crate"
 rm -rf "$work/src" "$work/tests" "$work/crates"

@@ -584,13 +584,11 @@ async fn initialized_nodes_get_ga_labels_from_beta_ones() {
         label(&node, LABEL_FAILURE_DOMAIN_BETA_ZONE),
         Some("old-zone")
     );
-    // The one cloud call is the address refresh at start; the one Node patch the labels.
+    // The one cloud call is the address refresh at start, not an initialisation. (The
+    // labels may be patched twice: the refresh's status write can reach the cache before
+    // the labels patch does, and the Node is queued again.)
     assert!(h.cloud.call_count(Method::InstanceMetadata) <= 1);
-    assert_eq!(
-        h.api.counters().count("PATCH", "nodes"),
-        1,
-        "initialised Nodes are not re-initialised"
-    );
+    assert!(h.api.counters().count("PATCH", "nodes") <= 2);
     assert!(
         h.events_for(&name)
             .await

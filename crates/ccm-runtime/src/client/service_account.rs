@@ -112,7 +112,8 @@ struct Inner {
     namespace: String,
     lifetime: Duration,
     refresh_at: f64,
-    accounts: tokio::sync::Mutex<BTreeMap<String, Client>>,
+    /// Each account's client, and the token that ends its renewals.
+    accounts: tokio::sync::Mutex<BTreeMap<String, (Client, CancellationToken)>>,
 }
 
 impl ServiceAccountClients {
@@ -175,7 +176,8 @@ impl ServiceAccountClients {
 
     /// The client of the ServiceAccount `name`: made on the first call (the account
     /// created if missing, a first token requested, retried for up to a minute) and kept
-    /// fresh by a task that ends when `cancel` fires; later calls return the same client.
+    /// fresh by a task that ends when `cancel` fires; later calls return the same client
+    /// while that task runs, and make a new one after.
     ///
     /// # Errors
     ///
@@ -187,7 +189,9 @@ impl ServiceAccountClients {
         cancel: &CancellationToken,
     ) -> Result<Client, ServiceAccountError> {
         let mut accounts = self.inner.accounts.lock().await;
-        if let Some(client) = accounts.get(name) {
+        if let Some((client, renewing)) = accounts.get(name)
+            && !renewing.is_cancelled()
+        {
             return Ok(client.clone());
         }
         let slot = Arc::new(TokenSlot::default());
@@ -242,7 +246,7 @@ impl ServiceAccountClients {
             lifetime,
             cancel.clone(),
         ));
-        accounts.insert(name.to_owned(), client.clone());
+        accounts.insert(name.to_owned(), (client.clone(), cancel.clone()));
         Ok(client)
     }
 }

@@ -1,6 +1,8 @@
 //! The Kubernetes client a CCM uses: a client-side rate limit (`--kube-api-qps` /
 //! `--kube-api-burst`), a count of every request by verb and resource, for metrics and
 //! for tests that hold a controller to a request budget, and the leader's [`Fence`].
+//! [`service_account`] makes a client per controller, with its own ServiceAccount's token
+//! (`--use-service-account-credentials`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -11,6 +13,8 @@
 //! println!("{} requests so far", layer.counters().total());
 //! # Ok(()) }
 //! ```
+
+pub mod service_account;
 
 use std::collections::BTreeMap;
 use std::future::Future;

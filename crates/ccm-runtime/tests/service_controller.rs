@@ -781,8 +781,8 @@ async fn invalid_ingress_from_the_provider_is_never_written() {
     assert!(ingress_of(&svc).is_empty(), "nothing written");
     assert!(has_lb_finalizer(&svc));
 
-    // An empty entry is refused too. (Another Service: events.k8s.io series fold a
-    // later note with the same reason into the first event of the object.)
+    // An empty entry is refused too. (Another Service: the one above already has a
+    // SyncLoadBalancerFailed event, which `wait_event_in` would find first.)
     h.cloud.set_ingress_override(Some(String::new()));
     create_service(&h, &ns, &lb_service("blank", &[("http", 80)])).await;
     let note = h

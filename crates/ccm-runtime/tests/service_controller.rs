@@ -664,9 +664,9 @@ async fn cloud_failures_back_off_with_growing_delays_then_converge() {
     }
     assert!(gaps[2] > gaps[0], "the delays grow: {gaps:?}");
 
-    // Three identical Warnings: the event, then its series at 2; the third is counted by
-    // the recorder and written with the series' next refresh (client-go's events library).
-    wait_event_count(&h, &ns, "web", REASON_SYNC_FAILED, 2).await;
+    // Three identical Warnings: one Event, its count patched to 2, then 3 (client-go's
+    // record package).
+    wait_event_count(&h, &ns, "web", REASON_SYNC_FAILED, 3).await;
     let note = h.wait_event_in(&ns, "web", REASON_SYNC_FAILED, WAIT).await;
     assert_eq!(
         note,
@@ -710,7 +710,7 @@ async fn retry_after_is_a_fixed_delay_without_backoff() {
         assert!(gap < Duration::from_secs(15), "{gap:?}: no backoff growth");
     }
     assert_eq!(ctl.queue.metrics().retries_total(), 0, "never rate-limited");
-    wait_event_count(&h, &ns, "web", REASON_SYNC_FAILED, 2).await;
+    wait_event_count(&h, &ns, "web", REASON_SYNC_FAILED, 3).await;
 }
 
 /// Waits until the events with `reason` about `ns/name` count `want` on the server (they

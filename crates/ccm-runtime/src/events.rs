@@ -17,8 +17,8 @@
 //! one object in order). At most [`MAX_QUEUED_EVENTS`] writes wait; past that, and for what the
 //! spam filter or the API server refuses, the event is dropped and counted in
 //! `ccm_events_dropped_total{component, reason}`. The caches are bounded (4096 entries each,
-//! as Go's LRUs) and keep hashes and counts, not copies of events. `docs/app.md` ("Events")
-//! lists what differs from client-go.
+//! as Go's LRUs) and keep hashes and counts, not copies of events. `docs/architecture.md`
+//! ("Events: what differs from client-go") lists the differences.
 
 use std::collections::HashMap;
 use std::collections::hash_map::{DefaultHasher, RandomState};

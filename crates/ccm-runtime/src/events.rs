@@ -323,11 +323,10 @@ async fn write_once(client: &Client, write: &mut Write) -> Result<(), kube::Erro
 
 /// A number in [0, 1) that differs between calls (to spread retries, as client-go does).
 fn random_fraction() -> f64 {
-    let mut hasher = RandomState::new().build_hasher();
-    Timestamp::now().as_nanosecond().hash(&mut hasher);
+    let random = RandomState::new().hash_one(Timestamp::now().as_nanosecond());
     // 53 bits fit an f64 exactly.
     #[allow(clippy::cast_precision_loss)]
-    let fraction = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    let fraction = (random >> 11) as f64 / (1u64 << 53) as f64;
     fraction
 }
 

@@ -83,7 +83,8 @@ pub(crate) fn dropped_metric() -> Family<DropLabels, Counter> {
     DROPPED.clone()
 }
 
-fn count_drop(component: &str, reason: &'static str) {
+/// Counts one event of `component` dropped for `reason`.
+pub(crate) fn count_drop(component: &str, reason: &'static str) {
     DROPPED
         .get_or_create(&DropLabels {
             component: component.to_owned(),

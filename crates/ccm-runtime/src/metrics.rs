@@ -1119,6 +1119,7 @@ mod tests {
         // Labelled metrics appear once they have a first label set.
         metrics.controller_started("c");
         metrics.set_leader("l", false);
+        crate::events::count_drop("c", "queue_full");
         let mut instances = MockInstances::new();
         instances.expect_instance_exists().returning(|_| Ok(true));
         let p = metrics.instrument(Arc::new(MockCloud::new("acme").with_instances(instances)));

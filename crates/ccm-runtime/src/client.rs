@@ -229,7 +229,7 @@ fn verb_of<B>(req: &Request<B>) -> String {
 }
 
 /// The resource a request path names: `/api/v1/nodes/n1/status` → `nodes/status`,
-/// `/apis/events.k8s.io/v1/namespaces/default/events` → `events`.
+/// `/api/v1/namespaces/default/events/n1.17a` → `events`.
 fn resource_of(path: &str) -> String {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest = match parts.as_slice() {
@@ -432,6 +432,11 @@ mod tests {
                 "services/status",
             ),
             ("/api/v1/namespaces/default/services", "services"),
+            ("/api/v1/namespaces/default/events", "events"),
+            (
+                "/api/v1/namespaces/default/events/n1.1826c5e9a7f0a3b1",
+                "events",
+            ),
             ("/apis/events.k8s.io/v1/namespaces/default/events", "events"),
             (
                 "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm",

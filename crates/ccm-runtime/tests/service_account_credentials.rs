@@ -92,7 +92,7 @@ fn sa(name: &str) -> serde_json::Value {
 
 /// Events in both API groups: the recorder's group is not this test's concern.
 fn events_rule() -> serde_json::Value {
-    serde_json::json!({"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]})
+    serde_json::json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]})
 }
 
 /// The manager's rights: its Lease, the accounts and their tokens, its informers. The

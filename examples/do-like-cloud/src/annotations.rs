@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Service;
 
 use crate::api::{HealthCheck, StickySessions};
 
-
 /// The LB's ID, used for lookup when present (only an LB this Service owns is used).
 pub const ANNOTATION_LOAD_BALANCER_ID: &str = "kubernetes.digitalocean.com/load-balancer-id";
 /// The provider's first name for [`ANNOTATION_LOAD_BALANCER_ID`]: read when that is absent,
@@ -85,7 +84,10 @@ pub const LEGACY_ALIASES: [(&str, &str); 4] = [
         "do-like.example.com/load-balancer-algorithm",
         ANNOTATION_ALGORITHM,
     ),
-    ("do-like.example.com/load-balancer-size", ANNOTATION_SIZE_SLUG),
+    (
+        "do-like.example.com/load-balancer-size",
+        ANNOTATION_SIZE_SLUG,
+    ),
 ];
 
 /// The longest annotation value read whole (a path, a certificate ID, a cookie name); a
@@ -149,19 +151,25 @@ fn invalid(name: &str, value: &str, why: &str) -> CloudError {
 }
 
 /// A non-empty value of `key`, checked for length.
-fn text<'a>(service: &'a Service, key: &'static str) -> CloudResult<Option<(&'static str, &'a str)>> {
+fn text<'a>(
+    service: &'a Service,
+    key: &'static str,
+) -> CloudResult<Option<(&'static str, &'a str)>> {
     match read(service, key) {
         None | Some((_, "")) => Ok(None),
-        Some((name, v)) if v.len() > MAX_VALUE => Err(invalid(
-            name,
-            v,
-            &format!("at most {MAX_VALUE} bytes"),
-        )),
+        Some((name, v)) if v.len() > MAX_VALUE => {
+            Err(invalid(name, v, &format!("at most {MAX_VALUE} bytes")))
+        }
         Some(found) => Ok(Some(found)),
     }
 }
 
-fn one_of(service: &Service, key: &'static str, allowed: &[&str], default: &str) -> CloudResult<String> {
+fn one_of(
+    service: &Service,
+    key: &'static str,
+    allowed: &[&str],
+    default: &str,
+) -> CloudResult<String> {
     match text(service, key)? {
         None => Ok(default.to_owned()),
         Some((_, v)) if allowed.contains(&v) => Ok(v.to_owned()),
@@ -267,7 +275,9 @@ impl LbSettings {
         if tls_ports.is_empty() && (!certificate_id.is_empty() || tls_passthrough) {
             tls_ports.push(443);
         }
-        let secure = protocol == "https" || protocol == "http2" || read(service, ANNOTATION_TLS_PORTS).is_some();
+        let secure = protocol == "https"
+            || protocol == "http2"
+            || read(service, ANNOTATION_TLS_PORTS).is_some();
         if secure && certificate_id.is_empty() && !tls_passthrough {
             let name = if protocol == "https" || protocol == "http2" {
                 ANNOTATION_PROTOCOL
@@ -286,11 +296,7 @@ impl LbSettings {
                 Some(p.to_owned())
             }
             Some((name, p)) => {
-                return Err(invalid(
-                    name,
-                    p,
-                    "a path starts with / and has no spaces",
-                ));
+                return Err(invalid(name, p, "a path starts with / and has no spaces"));
             }
         };
         let default_hc = if path.is_some() { "http" } else { "tcp" };
@@ -322,14 +328,29 @@ impl LbSettings {
             },
             protocol: hc_protocol,
             port: hc_port,
-            check_interval_seconds: number(service, ANNOTATION_HEALTH_CHECK_INTERVAL, 3..=300, Some(3))?
-                .unwrap_or(3),
-            response_timeout_seconds: number(service, ANNOTATION_HEALTH_CHECK_TIMEOUT, 3..=300, Some(5))?
-                .unwrap_or(5),
+            check_interval_seconds: number(
+                service,
+                ANNOTATION_HEALTH_CHECK_INTERVAL,
+                3..=300,
+                Some(3),
+            )?
+            .unwrap_or(3),
+            response_timeout_seconds: number(
+                service,
+                ANNOTATION_HEALTH_CHECK_TIMEOUT,
+                3..=300,
+                Some(5),
+            )?
+            .unwrap_or(5),
             healthy_threshold: number(service, ANNOTATION_HEALTH_CHECK_HEALTHY, 2..=10, Some(5))?
                 .unwrap_or(5),
-            unhealthy_threshold: number(service, ANNOTATION_HEALTH_CHECK_UNHEALTHY, 2..=10, Some(3))?
-                .unwrap_or(3),
+            unhealthy_threshold: number(
+                service,
+                ANNOTATION_HEALTH_CHECK_UNHEALTHY,
+                2..=10,
+                Some(3),
+            )?
+            .unwrap_or(3),
         };
 
         let algorithm = one_of(
@@ -361,7 +382,8 @@ impl LbSettings {
             "none",
         )?;
         let sticky_sessions = if sticky_type == "cookies" {
-            let Some((_, cookie_name)) = text(service, ANNOTATION_STICKY_SESSIONS_COOKIE_NAME)? else {
+            let Some((_, cookie_name)) = text(service, ANNOTATION_STICKY_SESSIONS_COOKIE_NAME)?
+            else {
                 return Err(CloudError::msg(format!(
                     "annotation {ANNOTATION_STICKY_SESSIONS_COOKIE_NAME}: required with \
                      {ANNOTATION_STICKY_SESSIONS_TYPE}: cookies"
@@ -377,7 +399,12 @@ impl LbSettings {
                     "letters, digits, - and _ only",
                 ));
             }
-            let Some(ttl) = number(service, ANNOTATION_STICKY_SESSIONS_COOKIE_TTL, 1..=u32::MAX, None)?
+            let Some(ttl) = number(
+                service,
+                ANNOTATION_STICKY_SESSIONS_COOKIE_TTL,
+                1..=u32::MAX,
+                None,
+            )?
             else {
                 return Err(CloudError::msg(format!(
                     "annotation {ANNOTATION_STICKY_SESSIONS_COOKIE_TTL}: required with \
@@ -473,7 +500,11 @@ mod tests {
             (ANNOTATION_ENABLE_PROXY_PROTOCOL, "T"),
         ]))
         .unwrap();
-        assert_eq!(s.tls_ports, [443], "a certificate makes 443 https by default");
+        assert_eq!(
+            s.tls_ports,
+            [443],
+            "a certificate makes 443 https by default"
+        );
         assert_eq!(s.certificate_id, "cert-1");
         assert_eq!(
             s.health_check,
@@ -495,7 +526,10 @@ mod tests {
     #[test]
     fn legacy_names_are_aliases_and_digitaloceans_win() {
         let s = LbSettings::from_service(&svc(&[
-            ("do-like.example.com/load-balancer-algorithm", "least_connections"),
+            (
+                "do-like.example.com/load-balancer-algorithm",
+                "least_connections",
+            ),
             ("do-like.example.com/load-balancer-size", "lb-large"),
             ("do-like.example.com/load-balancer-protocol", "tcp"),
             (ANNOTATION_PROTOCOL, "http"),
@@ -512,7 +546,9 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("annotation do-like.example.com/load-balancer-protocol: invalid value \"udp\""),
+            e.contains(
+                "annotation do-like.example.com/load-balancer-protocol: invalid value \"udp\""
+            ),
             "{e}"
         );
     }
@@ -541,19 +577,31 @@ mod tests {
             let e = LbSettings::from_service(&svc(&[(key, value)]))
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains(&format!("annotation {key}")), "{key}={value}: {e}");
+            assert!(
+                e.contains(&format!("annotation {key}")),
+                "{key}={value}: {e}"
+            );
         }
         // Pairs that exclude each other, and what is required together.
         for (pairs, named) in [
             (
-                &[(ANNOTATION_SIZE_SLUG, "lb-small"), (ANNOTATION_SIZE_UNIT, "2")][..],
+                &[
+                    (ANNOTATION_SIZE_SLUG, "lb-small"),
+                    (ANNOTATION_SIZE_UNIT, "2"),
+                ][..],
                 ANNOTATION_SIZE_UNIT,
             ),
             (
-                &[(ANNOTATION_CERTIFICATE_ID, "c"), (ANNOTATION_TLS_PASSTHROUGH, "true")][..],
+                &[
+                    (ANNOTATION_CERTIFICATE_ID, "c"),
+                    (ANNOTATION_TLS_PASSTHROUGH, "true"),
+                ][..],
                 ANNOTATION_TLS_PASSTHROUGH,
             ),
-            (&[(ANNOTATION_PROTOCOL, "https")][..], ANNOTATION_CERTIFICATE_ID),
+            (
+                &[(ANNOTATION_PROTOCOL, "https")][..],
+                ANNOTATION_CERTIFICATE_ID,
+            ),
             (
                 &[(ANNOTATION_STICKY_SESSIONS_TYPE, "cookies")][..],
                 ANNOTATION_STICKY_SESSIONS_COOKIE_NAME,
@@ -566,13 +614,16 @@ mod tests {
                 ANNOTATION_STICKY_SESSIONS_COOKIE_TTL,
             ),
         ] {
-            let e = LbSettings::from_service(&svc(pairs)).unwrap_err().to_string();
+            let e = LbSettings::from_service(&svc(pairs))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(named), "{pairs:?}: {e}");
         }
         // A long value is quoted by its start only.
-        let e = LbSettings::from_service(&svc(&[(ANNOTATION_CERTIFICATE_ID, &"c".repeat(100_000))]))
-            .unwrap_err()
-            .to_string();
+        let e =
+            LbSettings::from_service(&svc(&[(ANNOTATION_CERTIFICATE_ID, &"c".repeat(100_000))]))
+                .unwrap_err()
+                .to_string();
         assert!(e.len() < 400, "{e}");
     }
 }

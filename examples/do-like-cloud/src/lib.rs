@@ -30,8 +30,6 @@ use ccm_core::provider::{
     LoadBalancer, ProviderRegistry, RegistryError, Routes, ServiceAnnotator,
 };
 
-pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
-pub use self::config::DoLikeConfig;
 pub use self::annotations::{
     ANNOTATION_ALGORITHM, ANNOTATION_CERTIFICATE_ID, ANNOTATION_ENABLE_PROXY_PROTOCOL,
     ANNOTATION_HEALTH_CHECK_HEALTHY, ANNOTATION_HEALTH_CHECK_INTERVAL,
@@ -43,6 +41,8 @@ pub use self::annotations::{
     ANNOTATION_TLS_PASSTHROUGH, ANNOTATION_TLS_PORTS, LEGACY_ALIASES,
     LEGACY_ANNOTATION_LOAD_BALANCER_ID,
 };
+pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
+pub use self::config::DoLikeConfig;
 pub use self::load_balancer::{cluster_tag, owner_tag};
 
 /// The provider's name: the `--cloud-provider` value and the scheme of provider IDs

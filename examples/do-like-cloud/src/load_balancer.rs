@@ -284,7 +284,10 @@ impl DoLikeCloud {
         let Some(annotator) = self.annotator_for(service) else {
             return;
         };
-        for key in [ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID] {
+        for key in [
+            ANNOTATION_LOAD_BALANCER_ID,
+            LEGACY_ANNOTATION_LOAD_BALANCER_ID,
+        ] {
             let present = service
                 .metadata
                 .annotations

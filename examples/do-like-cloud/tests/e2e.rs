@@ -420,10 +420,7 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
     assert_eq!(before.len(), 1, "{before:?}");
     assert_eq!(before[0].id, id);
     assert_eq!(before[0].droplet_ids.len(), 2);
-    assert_eq!(
-        before[0].tags,
-        [cluster_tag(CLUSTER), owner_tag(&victim)]
-    );
+    assert_eq!(before[0].tags, [cluster_tag(CLUSTER), owner_tag(&victim)]);
     let victim_ip = before[0].ip.clone();
     sim.handle().reset_request_counts();
 

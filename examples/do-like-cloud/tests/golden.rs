@@ -61,9 +61,8 @@ async fn serve(lb: String) -> (String, tokio::task::JoinHandle<()>) {
         )
         .route(
             "/v2/load_balancers",
-            get(|| async { json(StatusCode::OK, LBS.to_owned()) }).post(|| async {
-                json(StatusCode::UNPROCESSABLE_ENTITY, ERROR_422.to_owned())
-            }),
+            get(|| async { json(StatusCode::OK, LBS.to_owned()) })
+                .post(|| async { json(StatusCode::UNPROCESSABLE_ENTITY, ERROR_422.to_owned()) }),
         )
         .route(
             "/v2/load_balancers/{id}",
@@ -105,10 +104,7 @@ async fn the_provider_reads_digitaloceans_droplets() {
     // Every field the provider models, as the fixture has it.
     assert_eq!(d.id, want["id"].as_u64().unwrap());
     assert_eq!(d.name, want["name"]);
-    assert_eq!(
-        (d.memory, d.vcpus, d.disk, d.locked),
-        (4096, 2, 80, false)
-    );
+    assert_eq!((d.memory, d.vcpus, d.disk, d.locked), (4096, 2, 80, false));
     assert_eq!(d.status, want["status"]);
     assert_eq!(d.created_at, want["created_at"]);
     assert_eq!(d.size_slug, want["size_slug"]);
@@ -157,18 +153,21 @@ async fn the_provider_reads_digitaloceans_load_balancers_and_errors() {
             "forwarding_rules",
             serde_json::to_value(&lb.forwarding_rules).unwrap(),
         ),
-        ("health_check", serde_json::to_value(&lb.health_check).unwrap()),
+        (
+            "health_check",
+            serde_json::to_value(&lb.health_check).unwrap(),
+        ),
         (
             "sticky_sessions",
             serde_json::to_value(&lb.sticky_sessions).unwrap(),
         ),
-        ("droplet_ids", serde_json::to_value(&lb.droplet_ids).unwrap()),
+        (
+            "droplet_ids",
+            serde_json::to_value(&lb.droplet_ids).unwrap(),
+        ),
         ("tag", lb.tag.clone().into()),
         ("tags", serde_json::to_value(&lb.tags).unwrap()),
-        (
-            "redirect_http_to_https",
-            lb.redirect_http_to_https.into(),
-        ),
+        ("redirect_http_to_https", lb.redirect_http_to_https.into()),
         ("enable_proxy_protocol", lb.enable_proxy_protocol.into()),
         ("vpc_uuid", lb.vpc_uuid.clone().into()),
     ] {
@@ -176,7 +175,10 @@ async fn the_provider_reads_digitaloceans_load_balancers_and_errors() {
     }
     // A request made from it names the region by its slug.
     assert_eq!(lb.to_request().region, "nyc1");
-    assert_eq!(client.list_load_balancers().await.unwrap(), [lb.clone()]);
+    assert_eq!(
+        client.list_load_balancers().await.unwrap(),
+        std::slice::from_ref(&lb)
+    );
 
     // A refusal keeps DigitalOcean's id, message and request_id.
     let err = client

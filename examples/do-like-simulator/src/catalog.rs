@@ -37,17 +37,23 @@ pub fn region(slug: &str) -> Option<Region> {
         name: (*name).to_owned(),
         sizes: SIZES.iter().map(|s| s.0.to_owned()).collect(),
         available: true,
-        features: ["backups", "ipv6", "metadata", "install_agent", "storage", "image_transfer"]
-            .iter()
-            .map(|f| (*f).to_owned())
-            .collect(),
+        features: [
+            "backups",
+            "ipv6",
+            "metadata",
+            "install_agent",
+            "storage",
+            "image_transfer",
+        ]
+        .iter()
+        .map(|f| (*f).to_owned())
+        .collect(),
     })
 }
 
 /// The size `slug`; `None` when the simulator does not know it.
 pub fn size(slug: &str) -> Option<Size> {
-    let &(slug, memory, vcpus, disk, transfer, monthly) =
-        SIZES.iter().find(|s| s.0 == slug)?;
+    let &(slug, memory, vcpus, disk, transfer, monthly) = SIZES.iter().find(|s| s.0 == slug)?;
     Some(Size {
         slug: slug.to_owned(),
         memory,

@@ -504,15 +504,15 @@ fn unprocessable(message: impl Into<String>) -> Response {
     )
 }
 
-/// Parses a JSON body; one that is not JSON, or not of the documented shape, is a 400.
-fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("the request body is not valid: {e}"),
-        )
-    })
+/// Parses a JSON body; one that is not JSON, or not of the documented shape, is a 400
+/// (the error is that answer's message).
+fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("the request body is not valid: {e}"))
+}
+
+/// A 400 `bad_request`.
+fn bad_request(message: String) -> Response {
+    error(StatusCode::BAD_REQUEST, "bad_request", message)
 }
 
 fn not_found() -> Response {
@@ -804,7 +804,12 @@ fn page<T: Serialize>(
         .skip((page - 1).saturating_mul(per_page))
         .take(per_page)
         .collect();
-    let url = |n: usize| format!("http://{}{path}?page={n}&per_page={per_page}", h.shared.addr);
+    let url = |n: usize| {
+        format!(
+            "http://{}{path}?page={n}&per_page={per_page}",
+            h.shared.addr
+        )
+    };
     let links = Links {
         pages: Pages {
             first: (page > 1).then(|| url(1)),
@@ -854,7 +859,7 @@ fn make_droplet(h: &SimulatorHandle, body: CreateDroplet) -> Response {
 async fn create_droplet(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -> Response {
     let b: CreateDroplet = match body(&bytes) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(m) => return bad_request(m),
     };
     match b.region.as_deref() {
         None | Some("") => return unprocessable("region is required"),
@@ -930,7 +935,11 @@ async fn admin_stats(State(h): State<SimulatorHandle>) -> Response {
 /// what the request leaves out filled in as DigitalOcean does (a size unit, the round-robin
 /// algorithm, a TCP health check on port 80, no sticky sessions, the region's VPC). `id`,
 /// `ip`, `ipv6`, `status` and `created_at` come from `was` (an update) or start afresh.
-fn lb_object(id: String, req: LoadBalancerRequest, was: Option<&LoadBalancerObject>) -> LoadBalancerObject {
+fn lb_object(
+    id: String,
+    req: LoadBalancerRequest,
+    was: Option<&LoadBalancerObject>,
+) -> LoadBalancerObject {
     let region = catalog::region(&req.region).unwrap_or_default();
     let size_unit = req.size_unit.or(match req.size.as_deref() {
         Some("lb-medium") => Some(3),
@@ -983,7 +992,7 @@ async fn list_lbs(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) 
 async fn create_lb(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -> Response {
     let b: LoadBalancerRequest = match body(&bytes) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(m) => return bad_request(m),
     };
     if let Err(message) = validate::load_balancer(&b) {
         return unprocessable(message);
@@ -1017,7 +1026,7 @@ async fn update_lb(
 ) -> Response {
     let b: LoadBalancerRequest = match body(&bytes) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(m) => return bad_request(m),
     };
     if let Err(message) = validate::load_balancer(&b) {
         return unprocessable(message);
@@ -1053,7 +1062,7 @@ async fn list_routes(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery
 async fn create_route(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -> Response {
     let mut r: XRoute = match body(&bytes) {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(m) => return bad_request(m),
     };
     let mut inner = h.inner();
     if let Some(existing) = inner

@@ -20,9 +20,7 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
     {
-        return Err(
-            "name must be at most 255 letters, digits, dashes and periods".into(),
-        );
+        return Err("name must be at most 255 letters, digits, dashes and periods".into());
     }
     if req.region.is_empty() {
         return Err("region is required".into());
@@ -40,7 +38,9 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
             ));
         }
         (None, Some(u)) if !(1..=100).contains(&u) => {
-            return Err(format!("size_unit {u} is not valid: must be between 1 and 100"));
+            return Err(format!(
+                "size_unit {u} is not valid: must be between 1 and 100"
+            ));
         }
         _ => {}
     }
@@ -207,7 +207,8 @@ mod tests {
     #[test]
     fn what_digitalocean_refuses_is_refused() {
         assert_eq!(load_balancer(&good()), Ok(()));
-        let cases: [(fn(&mut LoadBalancerRequest), &str); 12] = [
+        type Change = fn(&mut LoadBalancerRequest);
+        let cases: [(Change, &str); 12] = [
             (|r| r.region.clear(), "region is required"),
             (|r| r.region = "xyz9".into(), "region xyz9 is not available"),
             (|r| r.name.clear(), "name is required"),
@@ -276,7 +277,10 @@ mod tests {
             let mut r = good();
             change(&mut r);
             let got = load_balancer(&r).unwrap_err();
-            assert!(got.starts_with(message), "{got:?} does not start with {message:?}");
+            assert!(
+                got.starts_with(message),
+                "{got:?} does not start with {message:?}"
+            );
         }
     }
 }

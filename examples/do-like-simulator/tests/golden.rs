@@ -56,15 +56,25 @@ fn kind(v: &Value) -> &'static str {
 /// array items are `[]`.
 fn shape_diff(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
     if kind(want) != kind(got) {
-        out.push(format!("{path}: {} in the fixture, {} in the answer", kind(want), kind(got)));
+        out.push(format!(
+            "{path}: {} in the fixture, {} in the answer",
+            kind(want),
+            kind(got)
+        ));
         return;
     }
     match (want, got) {
         (Value::Object(w), Value::Object(g)) => {
             let keys: BTreeSet<&String> = w.keys().chain(g.keys()).collect();
             for key in keys {
-                let p = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
-                let alias = p.replace("droplets[]", "droplet").replace("load_balancers[]", "load_balancer");
+                let p = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let alias = p
+                    .replace("droplets[]", "droplet")
+                    .replace("load_balancers[]", "load_balancer");
                 match (w.get(key), g.get(key)) {
                     (Some(_), None) if NOT_SIMULATED.contains(&alias.as_str()) => {}
                     (Some(_), None) => out.push(format!("{p}: missing from the answer")),
@@ -88,7 +98,11 @@ fn shape_diff(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
 fn assert_same_shape(want: &Value, got: &Value) {
     let mut diffs = Vec::new();
     shape_diff("", want, got, &mut diffs);
-    assert!(diffs.is_empty(), "the answer drifted from the fixture:\n{}", diffs.join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "the answer drifted from the fixture:\n{}",
+        diffs.join("\n")
+    );
 }
 
 async fn start() -> RunningSimulator {
@@ -97,13 +111,20 @@ async fn start() -> RunningSimulator {
     RunningSimulator::start(cfg).await.unwrap()
 }
 
-async fn call(sim: &RunningSimulator, method: reqwest::Method, path: &str, body: Option<&Value>) -> reqwest::Response {
+async fn call(
+    sim: &RunningSimulator,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> reqwest::Response {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut req = reqwest::Client::new()
         .request(method, format!("{}{path}", sim.url()))
         .bearer_auth(TOKEN);
     if let Some(body) = body {
-        req = req.header("content-type", "application/json").body(body.to_string());
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
     }
     req.send().await.unwrap()
 }
@@ -137,7 +158,18 @@ async fn droplets_have_digitaloceans_shape() {
     let got = get(&sim, &format!("/v2/droplets/{}", d.id)).await;
     assert_same_shape(&want, &got);
     let g = &got["droplet"];
-    for field in ["name", "memory", "vcpus", "disk", "locked", "status", "features", "size", "size_slug", "region"] {
+    for field in [
+        "name",
+        "memory",
+        "vcpus",
+        "disk",
+        "locked",
+        "status",
+        "features",
+        "size",
+        "size_slug",
+        "region",
+    ] {
         assert_eq!(g[field], w[field], "droplet.{field}");
     }
     assert_eq!(g["networks"]["v4"][0]["type"], "private");
@@ -174,7 +206,13 @@ async fn load_balancers_have_digitaloceans_shape() {
     // The fixture's load balancer, as a request would set it.
     let lb: LoadBalancerObject = serde_json::from_value(w.clone()).unwrap();
     let request = serde_json::to_value(lb.to_request()).unwrap();
-    let resp = call(&sim, reqwest::Method::POST, "/v2/load_balancers", Some(&request)).await;
+    let resp = call(
+        &sim,
+        reqwest::Method::POST,
+        "/v2/load_balancers",
+        Some(&request),
+    )
+    .await;
     assert_eq!(resp.status(), 202);
     let created: Value = resp.json().await.unwrap();
     assert_same_shape(&want, &created);
@@ -184,14 +222,28 @@ async fn load_balancers_have_digitaloceans_shape() {
     assert_same_shape(&want, &got);
     let g = &got["load_balancer"];
     for field in [
-        "name", "size", "size_unit", "algorithm", "status", "region", "forwarding_rules",
-        "health_check", "sticky_sessions", "droplet_ids", "tag", "tags",
-        "redirect_http_to_https", "enable_proxy_protocol",
+        "name",
+        "size",
+        "size_unit",
+        "algorithm",
+        "status",
+        "region",
+        "forwarding_rules",
+        "health_check",
+        "sticky_sessions",
+        "droplet_ids",
+        "tag",
+        "tags",
+        "redirect_http_to_https",
+        "enable_proxy_protocol",
     ] {
         assert_eq!(g[field], w[field], "load_balancer.{field}");
     }
     assert_same_shape(&fixture(LBS), &get(&sim, "/v2/load_balancers").await);
-    assert_eq!(get(&sim, "/v2/load_balancers").await["meta"], fixture(LBS)["meta"]);
+    assert_eq!(
+        get(&sim, "/v2/load_balancers").await["meta"],
+        fixture(LBS)["meta"]
+    );
     sim.shutdown().await;
 }
 
@@ -207,7 +259,11 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
     };
 
     let want = fixture(ERROR_404);
-    for path in ["/v2/droplets/1", "/v2/load_balancers/nope", "/v2/no-such-thing"] {
+    for path in [
+        "/v2/droplets/1",
+        "/v2/load_balancers/nope",
+        "/v2/no-such-thing",
+    ] {
         let resp = call(&sim, reqwest::Method::GET, path, None).await;
         let status = resp.status().as_u16();
         let request_id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
@@ -219,7 +275,8 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
 
     // 422s: both droplet_ids and tag, a missing region, a bad forwarding rule.
     let want = fixture(ERROR_422);
-    let lb: LoadBalancerObject = serde_json::from_value(fixture(LB)["load_balancer"].clone()).unwrap();
+    let lb: LoadBalancerObject =
+        serde_json::from_value(fixture(LB)["load_balancer"].clone()).unwrap();
     let good = lb.to_request();
     let mut both = good.clone();
     both.tag = Some("web".into());
@@ -252,7 +309,13 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
     // A body that is not a load balancer's shape (a region object in a request) is a 400.
     let mut wrong = serde_json::to_value(&good).unwrap();
     wrong["region"] = serde_json::json!({"slug": "nyc1"});
-    let resp = call(&sim, reqwest::Method::POST, "/v2/load_balancers", Some(&wrong)).await;
+    let resp = call(
+        &sim,
+        reqwest::Method::POST,
+        "/v2/load_balancers",
+        Some(&wrong),
+    )
+    .await;
     assert_eq!(resp.status(), 400);
     let got: Value = resp.json().await.unwrap();
     assert_eq!(got["id"], "bad_request");
@@ -281,6 +344,11 @@ async fn without_the_routes_extension_x_routes_is_a_404() {
     assert_eq!(got["id"], "not_found");
     sim.shutdown().await;
     let sim = start().await;
-    assert_eq!(call(&sim, reqwest::Method::GET, "/v2/x-routes", None).await.status(), 200);
+    assert_eq!(
+        call(&sim, reqwest::Method::GET, "/v2/x-routes", None)
+            .await
+            .status(),
+        200
+    );
     sim.shutdown().await;
 }

@@ -10,6 +10,6 @@ mod types;
 pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
 pub use self::types::{
     Droplet, ErrorBody, ForwardingRule, HealthCheck, Links, LoadBalancerObject,
-    LoadBalancerRequest, Meta, NetworkV4, NetworkV6, Networks, Pages, Region, Size,
-    StickySessions, XRoute,
+    LoadBalancerRequest, Meta, NetworkV4, NetworkV6, Networks, Pages, Region, Size, StickySessions,
+    XRoute,
 };

@@ -941,11 +941,10 @@ fn lb_object(
     was: Option<&LoadBalancerObject>,
 ) -> LoadBalancerObject {
     let region = catalog::region(&req.region).unwrap_or_default();
-    let size_unit = req.size_unit.or(match req.size.as_deref() {
-        Some("lb-medium") => Some(3),
-        Some("lb-large") => Some(6),
-        _ => Some(1),
-    });
+    let size_unit = req
+        .size_unit
+        .or_else(|| req.size.as_deref().and_then(validate::slug_units))
+        .or(Some(1));
     LoadBalancerObject {
         id,
         name: req.name,

@@ -28,21 +28,27 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
     if catalog::region(&req.region).is_none() {
         return Err(format!("region {} is not available", req.region));
     }
-    match (&req.size, req.size_unit) {
-        (Some(_), Some(_)) => {
-            return Err("size and size_unit cannot both be specified".into());
-        }
-        (Some(s), None) if !["lb-small", "lb-medium", "lb-large"].contains(&s.as_str()) => {
-            return Err(format!(
-                "size {s} is not valid: must be lb-small, lb-medium or lb-large"
-            ));
-        }
-        (None, Some(u)) if !(1..=100).contains(&u) => {
-            return Err(format!(
-                "size_unit {u} is not valid: must be between 1 and 100"
-            ));
-        }
-        _ => {}
+    if let Some(s) = &req.size
+        && slug_units(s).is_none()
+    {
+        return Err(format!(
+            "size {s} is not valid: must be lb-small, lb-medium or lb-large"
+        ));
+    }
+    if let Some(u) = req.size_unit
+        && !(1..=100).contains(&u)
+    {
+        return Err(format!(
+            "size_unit {u} is not valid: must be between 1 and 100"
+        ));
+    }
+    // Both may be sent (godo's `AsRequest` copies both from an answer) when they agree.
+    if let (Some(s), Some(u)) = (&req.size, req.size_unit)
+        && slug_units(s) != Some(u)
+    {
+        return Err(format!(
+            "size {s} and size_unit {u} disagree: set one of them"
+        ));
     }
     if let Some(a) = &req.algorithm
         && a != "round_robin"
@@ -80,6 +86,16 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The size units a size slug stands for.
+pub(crate) fn slug_units(slug: &str) -> Option<u32> {
+    match slug {
+        "lb-small" => Some(1),
+        "lb-medium" => Some(3),
+        "lb-large" => Some(6),
+        _ => None,
+    }
 }
 
 fn forwarding_rule(rule: &ForwardingRule) -> Result<(), String> {
@@ -207,6 +223,11 @@ mod tests {
     #[test]
     fn what_digitalocean_refuses_is_refused() {
         assert_eq!(load_balancer(&good()), Ok(()));
+        // Both sizes, when they agree, as godo's `AsRequest` sends them.
+        let mut both = good();
+        both.size = Some("lb-medium".into());
+        both.size_unit = Some(3);
+        assert_eq!(load_balancer(&both), Ok(()));
         type Change = fn(&mut LoadBalancerRequest);
         let cases: [(Change, &str); 12] = [
             (|r| r.region.clear(), "region is required"),
@@ -248,9 +269,9 @@ mod tests {
             (
                 |r| {
                     r.size = Some("lb-small".into());
-                    r.size_unit = Some(1);
+                    r.size_unit = Some(2);
                 },
-                "size and size_unit cannot both be specified",
+                "size lb-small and size_unit 2 disagree",
             ),
             (
                 |r| {

@@ -72,9 +72,9 @@ metadata:
   name: web
   namespace: default
   annotations:
-    do-like.example.com/load-balancer-algorithm: least_connections
-    do-like.example.com/load-balancer-healthcheck-path: /healthz
-    do-like.example.com/load-balancer-protocol: http
+    service.beta.kubernetes.io/do-loadbalancer-algorithm: least_connections
+    service.beta.kubernetes.io/do-loadbalancer-healthcheck-path: /healthz
+    service.beta.kubernetes.io/do-loadbalancer-protocol: http
 spec:
   type: LoadBalancer
   selector: {app: web}
@@ -94,7 +94,7 @@ done
 say "Nodes"
 "$kubectl" get nodes -o custom-columns='NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,REGION:.metadata.labels.topology\.kubernetes\.io/region,ADDRESSES:.status.addresses[*].address,ROUTE:.status.conditions[?(@.type=="NetworkUnavailable")].reason,TAINTS:.spec.taints[*].key'
 say "Services"
-"$kubectl" get services -o custom-columns='NAME:.metadata.name,TYPE:.spec.type,INGRESS-IP:.status.loadBalancer.ingress[*].ip,LB-ID:.metadata.annotations.do-like\.example\.com/load-balancer-id,FINALIZERS:.metadata.finalizers[*]'
+"$kubectl" get services -o custom-columns='NAME:.metadata.name,TYPE:.spec.type,INGRESS-IP:.status.loadBalancer.ingress[*].ip,LB-ID:.metadata.annotations.kubernetes\.digitalocean\.com/load-balancer-id,FINALIZERS:.metadata.finalizers[*]'
 say "the simulator's load balancers and routes"
 python3 - "$api_url" "$work/token" <<'EOF'
 import json, sys, urllib.request
@@ -103,8 +103,9 @@ for path, key in (("/v2/load_balancers", "load_balancers"), ("/v2/x-routes", "ro
     req = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + token})
     for item in json.load(urllib.request.urlopen(req))[key]:
         if key == "load_balancers":
-            print(f"LB {item['id']} name={item['name']} status={item['status']} ip={item['ip']} "
-                  f"droplets={item['droplet_ids']} algorithm={item['algorithm']} tags={item['tags']}")
+            print(f"LB {item['id']} name={item['name']} region={item['region']['slug']} "
+                  f"status={item['status']} ip={item['ip']} droplets={item['droplet_ids']} "
+                  f"algorithm={item['algorithm']} tags={item['tags']}")
         else:
             print(f"route {item['destination']} -> {item['target']} tags={item['tags']}")
 EOF

@@ -369,21 +369,21 @@ impl Cluster {
         let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
         let lbs = self.sim.handle().load_balancers();
         for lb in &lbs {
-            *by_name.entry(lb.spec.name.clone()).or_default() += 1;
+            *by_name.entry(lb.name.clone()).or_default() += 1;
         }
         outcome.load_balancers = lbs.len();
         outcome.orphan_names = lbs
             .iter()
-            .filter(|lb| !wanted.contains(&lb.spec.name))
+            .filter(|lb| !wanted.contains(&lb.name))
             .map(|lb| {
                 let history = self.history.lock().ok();
                 let service = history
                     .as_ref()
-                    .and_then(|h| h.get(&lb.spec.name).cloned())
+                    .and_then(|h| h.get(&lb.name).cloned())
                     .map_or("no Service of this run".to_owned(), |(name, fin)| {
                         format!("Service {name}, finalizer when deleted: {fin:?}")
                     });
-                format!("{} (id {}, {}; {service})", lb.spec.name, lb.id, lb.status)
+                format!("{} (id {}, {}; {service})", lb.name, lb.id, lb.status)
             })
             .collect();
         outcome.orphans = by_name.keys().filter(|n| !wanted.contains(*n)).count();

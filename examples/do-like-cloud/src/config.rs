@@ -11,7 +11,7 @@ use crate::api::{ApiToken, ClientOptions};
 /// The cloud-config (YAML, camelCase):
 ///
 /// ```yaml
-/// apiUrl: http://127.0.0.1:8080   # required: http(s)://host[:port][/path]
+/// apiUrl: http://127.0.0.1:8080   # http(s)://host[:port][/path]; default https://api.digitalocean.com
 /// tokenFile: /etc/do-like/token   # or tokenEnv: DO_LIKE_TOKEN (exactly one)
 /// region: nyc1                    # the region of new load balancers
 /// requestsPerSecond: 10           # client-side rate limit
@@ -32,7 +32,9 @@ use crate::api::{ApiToken, ClientOptions};
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct DoLikeConfig {
-    /// The API's base URL.
+    /// The API's base URL; DigitalOcean's own ([`DEFAULT_API_URL`](Self::DEFAULT_API_URL))
+    /// when absent.
+    #[serde(default = "default_api_url")]
     pub api_url: String,
     /// A file holding the token.
     #[serde(default)]
@@ -60,6 +62,9 @@ pub struct DoLikeConfig {
     pub per_page: u32,
 }
 
+fn default_api_url() -> String {
+    DoLikeConfig::DEFAULT_API_URL.into()
+}
 fn default_region() -> String {
     "nyc1".into()
 }
@@ -77,6 +82,9 @@ fn default_per_page() -> u32 {
 }
 
 impl DoLikeConfig {
+    /// DigitalOcean's API, the default `apiUrl`.
+    pub const DEFAULT_API_URL: &'static str = "https://api.digitalocean.com";
+
     /// The largest token file read: 64 KiB. A token is tens of bytes; the cap keeps a wrong
     /// path (a log, `/dev/zero`) from being read whole.
     pub const MAX_TOKEN_BYTES: u64 = 64 * 1024;
@@ -238,6 +246,10 @@ mod tests {
         assert!(e.contains("field `cacheTtlSeconds`"), "{e}");
         let c = parse("apiUrl: http://x\ntokenEnv: T\n").unwrap();
         assert_eq!(c.region, "nyc1");
+        // Without apiUrl: DigitalOcean's own API (never resolved here: parsing only).
+        let c = parse("tokenEnv: T\n").unwrap();
+        assert_eq!(c.api_url, "https://api.digitalocean.com");
+        assert_eq!(c.api_url, DoLikeConfig::DEFAULT_API_URL);
         let e = parse("apiUrl: http://x\ntokenEnv: T\ntimeoutSeconds: 86400\n").unwrap_err();
         assert!(
             e.ends_with("field `timeoutSeconds`: must be between 1 and 3600, got 86400"),

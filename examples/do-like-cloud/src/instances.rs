@@ -113,13 +113,15 @@ impl Instances for DoLikeCloud {
             // DigitalOcean has no zones below regions: the region is both.
             .with_zone(d.region.slug.clone(), d.region.slug.clone())
             .with_address(node_address("Hostname", d.name.clone()));
-        for net in d.networks.v4.iter().chain(&d.networks.v6) {
-            let kind = if net.kind == "private" {
+        let v4 = d.networks.v4.iter().map(|n| (&n.kind, &n.ip_address));
+        let v6 = d.networks.v6.iter().map(|n| (&n.kind, &n.ip_address));
+        for (kind, ip) in v4.chain(v6) {
+            let kind = if kind == "private" {
                 "InternalIP"
             } else {
                 "ExternalIP"
             };
-            meta = meta.with_address(node_address(kind, net.ip_address.clone()));
+            meta = meta.with_address(node_address(kind, ip.clone()));
         }
         Ok(Some(meta))
     }

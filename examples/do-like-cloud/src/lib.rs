@@ -14,12 +14,14 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod annotations;
 pub mod api;
 mod config;
 mod instances;
 mod load_balancer;
 mod routes;
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -28,12 +30,20 @@ use ccm_core::provider::{
     LoadBalancer, ProviderRegistry, RegistryError, Routes, ServiceAnnotator,
 };
 
+pub use self::annotations::{
+    ANNOTATION_ALGORITHM, ANNOTATION_CERTIFICATE_ID, ANNOTATION_ENABLE_PROXY_PROTOCOL,
+    ANNOTATION_HEALTH_CHECK_HEALTHY, ANNOTATION_HEALTH_CHECK_INTERVAL,
+    ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_HEALTH_CHECK_PORT, ANNOTATION_HEALTH_CHECK_PROTOCOL,
+    ANNOTATION_HEALTH_CHECK_TIMEOUT, ANNOTATION_HEALTH_CHECK_UNHEALTHY,
+    ANNOTATION_LOAD_BALANCER_ID, ANNOTATION_PROTOCOL, ANNOTATION_REDIRECT_HTTP_TO_HTTPS,
+    ANNOTATION_SIZE_SLUG, ANNOTATION_SIZE_UNIT, ANNOTATION_STICKY_SESSIONS_COOKIE_NAME,
+    ANNOTATION_STICKY_SESSIONS_COOKIE_TTL, ANNOTATION_STICKY_SESSIONS_TYPE,
+    ANNOTATION_TLS_PASSTHROUGH, ANNOTATION_TLS_PORTS, LEGACY_ALIASES,
+    LEGACY_ANNOTATION_LOAD_BALANCER_ID,
+};
 pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
 pub use self::config::DoLikeConfig;
-pub use self::load_balancer::{
-    ANNOTATION_ALGORITHM, ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_LOAD_BALANCER_ID,
-    ANNOTATION_PROTOCOL, ANNOTATION_SIZE, cluster_tag, owner_tag,
-};
+pub use self::load_balancer::{cluster_tag, owner_tag};
 
 /// The provider's name: the `--cloud-provider` value and the scheme of provider IDs
 /// (`digitalocean://<droplet id>`).
@@ -47,7 +57,18 @@ pub struct DoLikeCloud {
     /// Writes the LB ID annotation; set by `initialize` (absent when the provider is used
     /// without a cluster, as in its own tests).
     annotator: OnceLock<ServiceAnnotator>,
+    /// Whether the API serves the routes extension: [`ROUTES_UNKNOWN`] until `initialize`
+    /// probed it.
+    routes: AtomicU8,
 }
+
+/// Not probed yet, or the probe failed: routes are offered (a failing call is an error the
+/// route controller retries, like any other).
+const ROUTES_UNKNOWN: u8 = 0;
+/// The API answered `/v2/x-routes`.
+const ROUTES_SERVED: u8 = 1;
+/// The API answered 404 to `/v2/x-routes` (DigitalOcean's): routes are not offered.
+const ROUTES_ABSENT: u8 = 2;
 
 impl DoLikeCloud {
     /// A provider over `client`; `region` is the default region of new load balancers.
@@ -56,6 +77,7 @@ impl DoLikeCloud {
             client,
             region: region.into(),
             annotator: OnceLock::new(),
+            routes: AtomicU8::new(ROUTES_UNKNOWN),
         }
     }
 
@@ -71,6 +93,33 @@ impl DoLikeCloud {
         let token = config.token()?;
         let client = Client::new(config.client_options(token))?;
         Ok(Self::new(client, config.region.clone()))
+    }
+
+    /// Asks the API once whether it serves the `/v2/x-routes` extension (what `initialize`
+    /// does; a later call asks again only if no answer said so either way). Without it,
+    /// [`routes`](CloudProvider::routes) is `None` from then on, so the route controller is
+    /// not started. A failed probe leaves routes offered and is logged.
+    pub async fn probe_routes(&self) {
+        if self.routes.load(Ordering::Relaxed) != ROUTES_UNKNOWN {
+            return;
+        }
+        match self.client.serves_routes().await {
+            Ok(true) => {
+                tracing::info!("the API serves the /v2/x-routes extension: routes are offered");
+                self.routes.store(ROUTES_SERVED, Ordering::Relaxed);
+            }
+            Ok(false) => {
+                tracing::info!(
+                    "the API does not serve /v2/x-routes (DigitalOcean's does not): routes are \
+                     not offered"
+                );
+                self.routes.store(ROUTES_ABSENT, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(
+                error = %ccm_core::provider::display_chain(&e),
+                "could not tell whether the API serves /v2/x-routes; routes stay offered"
+            ),
+        }
     }
 
     /// The API client (for its cache counters).
@@ -109,6 +158,7 @@ impl CloudProvider for DoLikeCloud {
     async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
         // A second initialize (a new leadership term) keeps the first annotator: same cluster.
         let _ = self.annotator.set(ctx.service_annotator());
+        self.probe_routes().await;
         Ok(())
     }
 
@@ -120,8 +170,10 @@ impl CloudProvider for DoLikeCloud {
         Some(self)
     }
 
+    /// Offered unless `initialize` found that the API does not serve `/v2/x-routes`
+    /// (DigitalOcean's API does not; the simulator does).
     fn routes(&self) -> Option<&dyn Routes> {
-        Some(self)
+        (self.routes.load(Ordering::Relaxed) != ROUTES_ABSENT).then_some(self as &dyn Routes)
     }
 }
 

@@ -38,21 +38,14 @@ use ccm_core::provider::{
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
+use crate::annotations::{
+    ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID, LbSettings, read,
+};
 use crate::api::{ForwardingRule, HealthCheck, LoadBalancerObject, LoadBalancerRequest};
 use crate::{DoLikeCloud, cloud_error};
 
-/// The LB's ID, used for lookup when present (only an LB this Service owns is used).
-pub const ANNOTATION_LOAD_BALANCER_ID: &str = "do-like.example.com/load-balancer-id";
 /// The prefix of the owner tag ([`owner_tag`]).
 const OWNER_TAG_PREFIX: &str = "kubernetes-service-uid:";
-/// `tcp` (default), `http` or `http2`: the forwarding rules' protocol.
-pub const ANNOTATION_PROTOCOL: &str = "do-like.example.com/load-balancer-protocol";
-/// The health check's path (starts with `/`); makes the health check `http`.
-pub const ANNOTATION_HEALTH_CHECK_PATH: &str = "do-like.example.com/load-balancer-healthcheck-path";
-/// `round_robin` (default) or `least_connections`.
-pub const ANNOTATION_ALGORITHM: &str = "do-like.example.com/load-balancer-algorithm";
-/// `lb-small` (default), `lb-medium` or `lb-large`.
-pub const ANNOTATION_SIZE: &str = "do-like.example.com/load-balancer-size";
 
 /// The tag on every LB and route of a cluster: `k8s:<cluster name>` (characters DigitalOcean
 /// does not allow in tags become `-`).
@@ -92,19 +85,18 @@ fn is_lb_id(id: &str) -> bool {
 
 /// Why `lb` is not `service`'s in the cluster tagged `tag`, or `None` when it is.
 fn not_ours(lb: &LoadBalancerObject, tag: &str, service: &Service) -> Option<&'static str> {
-    if !lb.spec.tags.iter().any(|t| t == tag) {
+    if !lb.tags.iter().any(|t| t == tag) {
         return Some("it is not tagged for this cluster");
     }
     let owner = owner_tag(service);
     let mut owners = lb
-        .spec
         .tags
         .iter()
         .filter(|t| t.starts_with(OWNER_TAG_PREFIX))
         .peekable();
     if owners.peek().is_none() {
         // Made before owner tags: the name derived from the UID says whose it is.
-        return (lb.spec.name != default_load_balancer_name(service))
+        return (lb.name != default_load_balancer_name(service))
             .then_some("it has no owner tag and was made for another Service");
     }
     // Exactly this Service's: an LB two Services could claim is neither's.
@@ -115,24 +107,60 @@ fn not_ours(lb: &LoadBalancerObject, tag: &str, service: &Service) -> Option<&'s
     }
 }
 
-fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
-    service
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(|v| v.trim())
+/// The forwarding rule of Service port `entry_port` (DigitalOcean's CCM's rules): TLS ports
+/// are `https` (unless the protocol is `http2`); a TLS rule ends at the certificate (target
+/// `http`) or passes TLS through (target as entry).
+fn forwarding_rule(settings: &LbSettings, entry_port: u16, target_port: u16) -> ForwardingRule {
+    let mut protocol = settings.protocol.clone();
+    if settings.tls_ports.contains(&entry_port) && protocol != "http2" {
+        protocol = "https".into();
+    }
+    let mut rule = ForwardingRule {
+        entry_protocol: protocol.clone(),
+        entry_port,
+        target_protocol: protocol.clone(),
+        target_port,
+        certificate_id: String::new(),
+        tls_passthrough: false,
+    };
+    if protocol == "https" || protocol == "http2" {
+        if settings.tls_passthrough {
+            rule.tls_passthrough = true;
+        } else {
+            rule.certificate_id = settings.certificate_id.clone();
+            rule.target_protocol = "http".into();
+        }
+    }
+    rule
 }
 
-fn one_of(service: &Service, key: &str, allowed: &[&str], default: &str) -> CloudResult<String> {
-    match annotation(service, key) {
-        None | Some("") => Ok(default.to_owned()),
-        Some(v) if allowed.contains(&v) => Ok(v.to_owned()),
-        Some(v) => Err(CloudError::msg(format!(
-            "annotation {key}: invalid value {v:?}; allowed: {}",
-            allowed.join(", ")
-        ))),
-    }
+/// Whether `lb` is already as `desired` asks: compared on what the provider sets, as sets
+/// where order means nothing (rules, droplets, tags), and ignoring what the API fills in
+/// that the provider leaves to it (a size not asked for, the VPC).
+fn up_to_date(lb: &LoadBalancerObject, desired: &LoadBalancerRequest) -> bool {
+    let size_ok = match (&desired.size, desired.size_unit) {
+        (Some(slug), _) => lb.size.as_ref() == Some(slug),
+        (None, Some(unit)) => lb.size_unit == Some(unit),
+        (None, None) => true,
+    };
+    let normal = |r: &LoadBalancerRequest| {
+        let mut r = r.clone();
+        r.size = None;
+        r.size_unit = None;
+        r.vpc_uuid = None;
+        r.forwarding_rules.sort();
+        r.droplet_ids.sort_unstable();
+        r.droplet_ids.dedup();
+        r.tags.sort();
+        r.tags.dedup();
+        if let Some(h) = &mut r.health_check
+            && h.protocol == "tcp"
+        {
+            h.path.clear();
+        }
+        r
+    };
+    size_ok && normal(&lb.to_request()) == normal(desired)
 }
 
 fn service_key(service: &Service) -> String {
@@ -177,17 +205,15 @@ impl DoLikeCloud {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerObject>> {
-        let Some(id) = annotation(service, ANNOTATION_LOAD_BALANCER_ID).filter(|i| !i.is_empty())
+        let Some((key, id)) =
+            read(service, ANNOTATION_LOAD_BALANCER_ID).filter(|(_, i)| !i.is_empty())
         else {
             return Ok(None);
         };
         if !is_lb_id(id) {
             return Err(CloudError::not_owned(
                 id,
-                format!(
-                    "annotation {ANNOTATION_LOAD_BALANCER_ID} does not hold a load balancer ID (a \
-                     UUID)"
-                ),
+                format!("annotation {key} does not hold a load balancer ID (a UUID)"),
             ));
         }
         let Some(lb) = self
@@ -202,7 +228,7 @@ impl DoLikeCloud {
             None => Ok(Some(lb)),
             Some(why) => Err(CloudError::not_owned(
                 id,
-                format!("annotation {ANNOTATION_LOAD_BALANCER_ID} names it, but {why}"),
+                format!("annotation {key} names it, but {why}"),
             )),
         }
     }
@@ -222,7 +248,7 @@ impl DoLikeCloud {
             .map_err(|e| cloud_error("listing load balancers", e))?;
         Ok(all
             .into_iter()
-            .find(|lb| lb.spec.name == name && not_ours(lb, &tag, service).is_none()))
+            .find(|lb| lb.name == name && not_ours(lb, &tag, service).is_none()))
     }
 
     /// The annotator, when the provider has one and `service` is not being deleted (a
@@ -258,12 +284,26 @@ impl DoLikeCloud {
         let Some(annotator) = self.annotator_for(service) else {
             return;
         };
-        if let Err(e) = annotator.remove(service, ANNOTATION_LOAD_BALANCER_ID).await {
-            tracing::warn!(
-                service = %service_key(service),
-                error = %ccm_core::provider::display_chain(&e),
-                "could not remove the load balancer ID annotation"
-            );
+        for key in [
+            ANNOTATION_LOAD_BALANCER_ID,
+            LEGACY_ANNOTATION_LOAD_BALANCER_ID,
+        ] {
+            let present = service
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(key));
+            if !present {
+                continue;
+            }
+            if let Err(e) = annotator.remove(service, key).await {
+                tracing::warn!(
+                    service = %service_key(service),
+                    annotation = key,
+                    error = %ccm_core::provider::display_chain(&e),
+                    "could not remove the load balancer ID annotation"
+                );
+            }
         }
     }
 
@@ -273,35 +313,9 @@ impl DoLikeCloud {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerRequest> {
-        let protocol = one_of(
-            service,
-            ANNOTATION_PROTOCOL,
-            &["tcp", "http", "http2"],
-            "tcp",
-        )?;
-        let algorithm = one_of(
-            service,
-            ANNOTATION_ALGORITHM,
-            &["round_robin", "least_connections"],
-            "round_robin",
-        )?;
-        let size = one_of(
-            service,
-            ANNOTATION_SIZE,
-            &["lb-small", "lb-medium", "lb-large"],
-            "lb-small",
-        )?;
-        let path = match annotation(service, ANNOTATION_HEALTH_CHECK_PATH) {
-            None | Some("") => None,
-            Some(p) if p.starts_with('/') && !p.contains(char::is_whitespace) => Some(p.to_owned()),
-            Some(p) => {
-                return Err(CloudError::msg(format!(
-                    "annotation {ANNOTATION_HEALTH_CHECK_PATH}: invalid value {p:?}; a path \
-                     starts with / and has no spaces"
-                )));
-            }
-        };
+        let settings = LbSettings::from_service(service)?;
         let mut rules = Vec::new();
+        let mut health_check_port = 0;
         for port in service.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
             if port.protocol.as_deref().is_some_and(|p| p != "TCP") {
                 return Err(CloudError::msg(format!(
@@ -318,12 +332,11 @@ impl DoLikeCloud {
                     port.port
                 )));
             }
-            rules.push(ForwardingRule {
-                entry_protocol: protocol.clone(),
-                entry_port: u16::try_from(port.port).unwrap_or(0),
-                target_protocol: protocol.clone(),
-                target_port: node_port,
-            });
+            let entry_port = u16::try_from(port.port).unwrap_or(0);
+            if entry_port == settings.health_check.port {
+                health_check_port = node_port;
+            }
+            rules.push(forwarding_rule(&settings, entry_port, node_port));
         }
         if rules.is_empty() {
             return Err(CloudError::msg(format!(
@@ -332,9 +345,12 @@ impl DoLikeCloud {
             )));
         }
         let health_check = HealthCheck {
-            protocol: if path.is_some() { "http" } else { "tcp" }.into(),
-            port: rules[0].target_port,
-            path,
+            port: if health_check_port == 0 {
+                rules[0].target_port
+            } else {
+                health_check_port
+            },
+            ..settings.health_check.clone()
         };
         let mut droplet_ids = BTreeSet::new();
         let mut by_name = Vec::new();
@@ -377,13 +393,18 @@ impl DoLikeCloud {
         Ok(LoadBalancerRequest {
             name: default_load_balancer_name(service),
             region: self.region.clone(),
-            size: Some(size),
-            algorithm: Some(algorithm),
+            size: settings.size,
+            size_unit: settings.size_unit,
+            algorithm: Some(settings.algorithm),
             forwarding_rules: rules,
             health_check: Some(health_check),
+            sticky_sessions: Some(settings.sticky_sessions),
             droplet_ids: droplet_ids.into_iter().collect(),
             tag: None,
             tags: vec![cluster_tag(cluster_name), owner_tag(service)],
+            redirect_http_to_https: settings.redirect_http_to_https,
+            enable_proxy_protocol: settings.enable_proxy_protocol,
+            vpc_uuid: None,
         })
     }
 }
@@ -409,7 +430,7 @@ impl LoadBalancer for DoLikeCloud {
     ) -> CloudResult<LoadBalancerStatus> {
         let desired = self.desired(cluster_name, service, nodes).await?;
         let lb = match self.find_lb(cluster_name, service).await? {
-            Some(lb) if lb.spec == desired => lb,
+            Some(lb) if up_to_date(&lb, &desired) => lb,
             Some(lb) => self
                 .client
                 .update_load_balancer(&lb.id, &desired)
@@ -449,7 +470,7 @@ impl LoadBalancer for DoLikeCloud {
             )));
         };
         self.remember_id(service, &lb).await;
-        if lb.spec != desired {
+        if !up_to_date(&lb, &desired) {
             self.client
                 .update_load_balancer(&lb.id, &desired)
                 .await
@@ -494,7 +515,7 @@ impl LoadBalancer for DoLikeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::LoadBalancerRequest;
+    use crate::api::{Region, StickySessions};
 
     #[test]
     fn cluster_tags() {
@@ -511,20 +532,105 @@ mod tests {
     fn lb(name: &str, tags: &[&str]) -> LoadBalancerObject {
         LoadBalancerObject {
             id: "4de7ac8b-495b-4884-9a69-000000000001".into(),
+            name: name.into(),
             ip: String::new(),
+            ipv6: String::new(),
+            size: None,
+            size_unit: Some(1),
             status: "active".into(),
-            spec: LoadBalancerRequest {
-                name: name.into(),
-                region: "nyc1".into(),
-                size: None,
-                algorithm: None,
-                forwarding_rules: Vec::new(),
-                health_check: None,
-                droplet_ids: Vec::new(),
-                tag: None,
-                tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            created_at: "2026-01-02T03:04:05Z".into(),
+            algorithm: "round_robin".into(),
+            region: Region {
+                slug: "nyc1".into(),
+                ..Region::default()
             },
+            forwarding_rules: Vec::new(),
+            health_check: None,
+            sticky_sessions: None,
+            droplet_ids: Vec::new(),
+            tag: String::new(),
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            redirect_http_to_https: false,
+            enable_proxy_protocol: false,
+            vpc_uuid: "c33931f2-a26a-4e61-b85c-4e95a2ec431b".into(),
         }
+    }
+
+    fn rule(entry: &str, port: u16, target: &str) -> ForwardingRule {
+        ForwardingRule {
+            entry_protocol: entry.into(),
+            entry_port: port,
+            target_protocol: target.into(),
+            target_port: 30000 + port,
+            ..ForwardingRule::default()
+        }
+    }
+
+    #[test]
+    fn an_answer_is_up_to_date_when_what_the_provider_sets_matches() {
+        let mut have = lb("a1", &["k8s:c", "kubernetes-service-uid:u"]);
+        have.forwarding_rules = vec![rule("tcp", 443, "tcp"), rule("tcp", 80, "tcp")];
+        have.droplet_ids = vec![2, 1];
+        have.health_check = Some(HealthCheck {
+            protocol: "tcp".into(),
+            port: 30080,
+            path: "/".into(),
+            check_interval_seconds: 3,
+            response_timeout_seconds: 5,
+            healthy_threshold: 5,
+            unhealthy_threshold: 3,
+        });
+        have.sticky_sessions = Some(StickySessions::default());
+        let mut want = have.to_request();
+        // The API's own choices (size, VPC) and orders mean nothing.
+        want.size_unit = None;
+        want.vpc_uuid = None;
+        want.forwarding_rules.reverse();
+        want.droplet_ids = vec![1, 2];
+        want.tags.reverse();
+        want.health_check.as_mut().unwrap().path.clear();
+        assert!(up_to_date(&have, &want));
+        // What the provider asks for counts.
+        for change in [
+            |w: &mut LoadBalancerRequest| w.size_unit = Some(2),
+            |w: &mut LoadBalancerRequest| w.size = Some("lb-small".into()),
+            |w: &mut LoadBalancerRequest| w.droplet_ids.push(3),
+            |w: &mut LoadBalancerRequest| w.algorithm = Some("least_connections".into()),
+            |w: &mut LoadBalancerRequest| w.enable_proxy_protocol = true,
+            |w: &mut LoadBalancerRequest| w.forwarding_rules[0].certificate_id = "c".into(),
+            |w: &mut LoadBalancerRequest| {
+                w.health_check.as_mut().unwrap().check_interval_seconds = 10;
+            },
+        ] {
+            let mut w = want.clone();
+            change(&mut w);
+            assert!(!up_to_date(&have, &w), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn tls_ports_end_at_the_certificate_or_pass_through() {
+        let mut s = LbSettings::from_service(&Service::default()).unwrap();
+        s.protocol = "http".into();
+        s.tls_ports = vec![443];
+        s.certificate_id = "cert".into();
+        assert_eq!(forwarding_rule(&s, 80, 30080), rule("http", 80, "http"));
+        assert_eq!(
+            forwarding_rule(&s, 443, 30443),
+            ForwardingRule {
+                certificate_id: "cert".into(),
+                ..rule("https", 443, "http")
+            }
+        );
+        s.certificate_id.clear();
+        s.tls_passthrough = true;
+        assert_eq!(
+            forwarding_rule(&s, 443, 30443),
+            ForwardingRule {
+                tls_passthrough: true,
+                ..rule("https", 443, "https")
+            }
+        );
     }
 
     #[test]

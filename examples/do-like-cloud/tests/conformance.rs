@@ -61,8 +61,8 @@ impl TestCloud for SimTestCloud {
             .handle()
             .load_balancers()
             .into_iter()
-            .filter(|lb| lb.spec.tags.contains(&tag))
-            .map(|lb| lb.spec.name)
+            .filter(|lb| lb.tags.contains(&tag))
+            .map(|lb| lb.name)
             .collect())
     }
 
@@ -79,10 +79,9 @@ impl TestCloud for SimTestCloud {
             .handle()
             .load_balancers()
             .into_iter()
-            .find(|lb| lb.spec.name == name && lb.spec.tags.contains(&tag))
+            .find(|lb| lb.name == name && lb.tags.contains(&tag))
             .map(|lb| {
-                lb.spec
-                    .droplet_ids
+                lb.droplet_ids
                     .iter()
                     .filter_map(|id| droplets.iter().find(|d| d.id == *id))
                     .map(|d| d.name.clone())
@@ -104,7 +103,7 @@ impl TestCloud for SimTestCloud {
             .handle()
             .load_balancers()
             .into_iter()
-            .filter(|lb| lb.spec.name == name && lb.spec.tags.contains(&tag))
+            .filter(|lb| lb.name == name && lb.tags.contains(&tag))
             .map(|lb| (ANNOTATION_LOAD_BALANCER_ID.to_owned(), lb.id))
             .collect())
     }

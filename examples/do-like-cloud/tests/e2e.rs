@@ -30,6 +30,10 @@ impl Ccm {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    fn child_is_running(&mut self) -> bool {
+        self.child.try_wait().is_ok_and(|status| status.is_none())
+    }
 }
 
 impl Drop for Ccm {
@@ -76,11 +80,17 @@ struct Env {
 
 /// Starts a control plane, the simulator and the CCM.
 async fn start_env() -> Env {
+    start_env_with(true).await
+}
+
+/// Starts a control plane, the simulator (serving the routes extension or not) and the CCM.
+async fn start_env_with(routes_extension: bool) -> Env {
     let cp = ControlPlane::start().await.expect(
         "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
     );
     let mut cfg = SimulatorConfig::new(TOKEN);
     cfg.lb_activation_delay = Duration::from_millis(500);
+    cfg.routes_extension = routes_extension;
     let sim = RunningSimulator::start(cfg).await.unwrap();
     let names = [unique_name("do-n1"), unique_name("do-n2")];
     let droplets: Vec<_> = names
@@ -221,7 +231,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     .await;
     let lbs = sim.handle().load_balancers();
     assert_eq!(lbs.len(), 1, "{lbs:?}");
-    assert_eq!(lbs[0].spec.forwarding_rules[0].entry_protocol, "http");
+    assert_eq!(lbs[0].forwarding_rules[0].entry_protocol, "http");
     services
         .delete(&bad_name, &DeleteParams::default())
         .await
@@ -240,6 +250,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
 
     let svc_name = unique_name("do-web");
     let svc: Service = serde_json::from_value(serde_json::json!({
+        // The provider's first name for the algorithm annotation, still read as an alias.
         "metadata": {"name": svc_name, "annotations": {
             "do-like.example.com/load-balancer-algorithm": "least_connections"
         }},
@@ -259,8 +270,8 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     assert_eq!(lbs.len(), 1, "{lbs:?}");
     assert!(max_lbs <= 1, "a duplicate load balancer was created");
     let live = services.get(&svc_name).await.unwrap();
-    assert_eq!(lbs[0].spec.tags, [cluster_tag(CLUSTER), owner_tag(&live)]);
-    assert_eq!(lbs[0].spec.algorithm.as_deref(), Some("least_connections"));
+    assert_eq!(lbs[0].tags, [cluster_tag(CLUSTER), owner_tag(&live)]);
+    assert_eq!(lbs[0].algorithm, "least_connections");
     // The LB's ID is remembered on the Service, and later lookups use it: GETs by ID, not
     // only lists.
     assert_eq!(
@@ -342,6 +353,33 @@ fn lb_service(name: &str, port: i32, annotations: serde_json::Value) -> Service 
 /// LB unchanged: ports, IP, droplets), deleting the attacker leaves the victim's LB, and the
 /// attacker finishes deleting. So do Services whose ID cannot be resolved: another cluster's
 /// LB, a 100 kB ID.
+/// Against an API without `/v2/x-routes` (as DigitalOcean's), the provider offers no routes
+/// after `initialize`: the route controller is not started, and the rest runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_routes_extension_the_route_controller_is_not_started() {
+    let mut env = start_env_with(false).await;
+    register_nodes(&env).await;
+    let log = env.ccm.log();
+    assert!(
+        log.contains("the API does not serve /v2/x-routes"),
+        "no probe result in the log:\n{log}"
+    );
+    assert!(
+        log.contains("does not support routes; not starting the controller"),
+        "the route controller was not skipped:\n{log}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("starting controller") && l.contains("node-route-controller")),
+        "{log}"
+    );
+    assert!(env.sim.handle().routes().is_empty());
+    // One probe, answered 404; no other route request.
+    assert_eq!(env.sim.handle().request_count("GET /v2/x-routes"), 1);
+    assert_eq!(env.sim.handle().request_count("POST /v2/x-routes"), 0);
+    assert!(env.ccm.child_is_running());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copied_load_balancer_id_takes_nothing_over() {
     let env = start_env().await;
@@ -380,11 +418,8 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
     let before = sim.handle().load_balancers();
     assert_eq!(before.len(), 1, "{before:?}");
     assert_eq!(before[0].id, id);
-    assert_eq!(before[0].spec.droplet_ids.len(), 2);
-    assert_eq!(
-        before[0].spec.tags,
-        [cluster_tag(CLUSTER), owner_tag(&victim)]
-    );
+    assert_eq!(before[0].droplet_ids.len(), 2);
+    assert_eq!(before[0].tags, [cluster_tag(CLUSTER), owner_tag(&victim)]);
     let victim_ip = before[0].ip.clone();
     sim.handle().reset_request_counts();
 
@@ -461,7 +496,7 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
     // its Service from being deleted.
     let mut opts = ClientOptions::new(sim.url(), ApiToken::new(TOKEN));
     opts.requests_per_second = 1000.0;
-    let mut theirs = before[0].spec.clone();
+    let mut theirs = before[0].to_request();
     theirs.name = "theirs".into();
     theirs.tags = vec![cluster_tag("another-cluster")];
     let theirs = Client::new(opts)

@@ -159,9 +159,14 @@ async fn lists_follow_pages() {
         .unwrap();
     assert_eq!(page["meta"]["total"], 45);
     assert_eq!(page["droplets"].as_array().unwrap().len(), 20);
+    // DigitalOcean's links are absolute URLs.
     assert_eq!(
         page["links"]["pages"]["next"],
-        "/v2/droplets?page=3&per_page=20"
+        format!("{}/v2/droplets?page=3&per_page=20", sim.url())
+    );
+    assert_eq!(
+        page["links"]["pages"]["prev"],
+        format!("{}/v2/droplets?page=1&per_page=20", sim.url())
     );
     sim.shutdown().await;
 }
@@ -325,19 +330,17 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
     assert_eq!(lbs.len(), 1);
     let created = &lbs[0];
     assert_eq!(created.ip, ip);
-    assert_eq!(created.spec.name, "a11111111222233334444555555555555"[..32]);
-    assert_eq!(created.spec.tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
+    assert_eq!(created.name, "a11111111222233334444555555555555"[..32]);
+    assert_eq!(created.tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
     assert_eq!(
         owner_tag(&svc),
         "kubernetes-service-uid:11111111-2222-3333-4444-555555555555"
     );
-    assert_eq!(created.spec.droplet_ids, [d1.id, d2.id]);
-    assert_eq!(created.spec.algorithm.as_deref(), Some("least_connections"));
-    assert_eq!(created.spec.forwarding_rules[0].entry_protocol, "http");
-    assert_eq!(
-        created.spec.health_check.as_ref().unwrap().path.as_deref(),
-        Some("/healthz")
-    );
+    assert_eq!(created.droplet_ids, [d1.id, d2.id]);
+    assert_eq!(created.algorithm, "least_connections");
+    assert_eq!(created.forwarding_rules[0].entry_protocol, "http");
+    assert_eq!(created.health_check.as_ref().unwrap().path, "/healthz");
+    assert_eq!(created.region.name, "New York 1", "the region is an object");
 
     // Ensured again, renamed, or looked up by the ID annotation: the same LB, no PUT.
     lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
@@ -368,7 +371,7 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
     lb.update_load_balancer(CLUSTER, &svc, &nodes[..1])
         .await
         .unwrap();
-    assert_eq!(sim.handle().load_balancers()[0].spec.droplet_ids, [d1.id]);
+    assert_eq!(sim.handle().load_balancers()[0].droplet_ids, [d1.id]);
     assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 1);
 
     // Another cluster neither sees nor touches it.
@@ -413,7 +416,7 @@ async fn bad_annotations_name_the_annotation() {
     for (key, value) in [
         (ANNOTATION_PROTOCOL, "smtp"),
         (ANNOTATION_ALGORITHM, "random"),
-        (ccm_do_like_cloud::ANNOTATION_SIZE, "huge"),
+        (ccm_do_like_cloud::ANNOTATION_SIZE_SLUG, "huge"),
         (ANNOTATION_HEALTH_CHECK_PATH, "healthz"),
     ] {
         let err = lb
@@ -772,7 +775,7 @@ async fn an_lb_made_before_owner_tags_is_kept_by_its_service_and_tagged() {
     lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.unwrap();
     // As an older provider made it: the cluster tag only.
     let made = sim.handle().load_balancers().remove(0);
-    let mut old_spec = made.spec.clone();
+    let mut old_spec = made.to_request();
     old_spec.tags = vec![cluster_tag(CLUSTER)];
     cloud
         .client()
@@ -805,6 +808,6 @@ async fn an_lb_made_before_owner_tags_is_kept_by_its_service_and_tagged() {
     let now = sim.handle().load_balancers();
     assert_eq!(now.len(), 1);
     assert_eq!(now[0].id, made.id);
-    assert_eq!(now[0].spec.tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
+    assert_eq!(now[0].tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
     sim.shutdown().await;
 }

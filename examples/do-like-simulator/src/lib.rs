@@ -1,19 +1,22 @@
-//! A simulator of a DigitalOcean-v2-shaped API, for tests, demos and the quickstart: in
-//! process ([`RunningSimulator`]) or as the `do-like-api-simulator` binary. It serves the wire
-//! types of `ccm_do_like_cloud::api`, the provider's own, so the two cannot drift apart.
+//! A simulator of DigitalOcean's v2 API, for tests, demos and the quickstart: in process
+//! ([`RunningSimulator`]) or as the `do-like-api-simulator` binary. It serves the wire types
+//! of `ccm_do_like_cloud::api`, in the shapes DigitalOcean documents (checked against the
+//! same golden fixtures the provider parses, so the two cannot drift apart together).
 //!
 //! It serves, under `/v2`, with Bearer-token auth:
 //!
 //! | Route | What |
 //! |---|---|
-//! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets |
-//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IP is assigned on activation) |
-//! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension**: DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive |
+//! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets: `size` and `region` objects, `networks.v4`/`v6` with netmask and gateway, `vpc_uuid`, `created_at` |
+//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity` |
+//! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension** (off with [`SimulatorConfig::routes_extension`]): DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive |
 //!
-//! Lists are paged with `page` / `per_page` (default 20, at most 200) and answer
-//! `links.pages.next` and `meta.total`. Every `/v2` answer carries `ratelimit-limit`,
+//! Any other `/v2` path is DigitalOcean's 404. Lists are paged with `page` / `per_page`
+//! (default 20, at most 200) and answer `links.pages` (`first`, `prev`, `next`, `last`, as
+//! absolute URLs) and `meta.total`. Every `/v2` answer carries `ratelimit-limit`,
 //! `ratelimit-remaining` and `ratelimit-reset`; past the limit it answers 429 with
-//! `Retry-After`. Errors have DigitalOcean's shape: `{"id": "not_found", "message": "..."}`.
+//! `Retry-After`. Errors have DigitalOcean's shape, `{"id": "not_found", "message": "...",
+//! "request_id": "..."}`, with the request ID also in `x-request-id`.
 //!
 //! Under `/admin` it creates, deletes, powers off and on droplets, injects faults ([`Faults`]:
 //! an error rate, latency, bursts of 429, of 503 and of malformed JSON) and reports request
@@ -31,6 +34,9 @@
 //! [`SimulatorConfig::state_file`] is set.
 #![forbid(unsafe_code)]
 
+pub mod catalog;
+mod validate;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -46,8 +52,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use ccm_do_like_cloud::api::{
-    Droplet, LoadBalancerObject, LoadBalancerRequest, Network, Networks, Region, XRoute,
+    Droplet, ErrorBody, HealthCheck, Links, LoadBalancerObject, LoadBalancerRequest, Meta,
+    NetworkV4, NetworkV6, Networks, Pages, Region, Size, XRoute,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -72,6 +80,9 @@ pub struct SimulatorConfig {
     pub rate_limit: u32,
     /// The rate-limit window.
     pub rate_limit_window: Duration,
+    /// Whether `/v2/x-routes` (the simulator's extension) is served; without it, it answers
+    /// 404 like DigitalOcean's API, and the provider offers no routes.
+    pub routes_extension: bool,
 }
 
 impl SimulatorConfig {
@@ -85,6 +96,7 @@ impl SimulatorConfig {
             lb_activation_delay: Duration::from_secs(1),
             rate_limit: 5000,
             rate_limit_window: Duration::from_secs(1),
+            routes_extension: true,
         }
     }
 }
@@ -311,37 +323,60 @@ impl SimulatorHandle {
         }
     }
 
-    /// Creates a running droplet with a private and a public IPv4 address and an IPv6 one.
+    /// Creates a running droplet with a private and a public IPv4 address and an IPv6 one,
+    /// in the region's default VPC. A size or region the catalogue does not know is taken as
+    /// given (the admin interface's leniency; `POST /v2/droplets` refuses them).
     pub fn create_droplet(&self, name: &str, size_slug: &str, region: &str) -> Droplet {
         let mut inner = self.inner();
         inner.data.next_id += 1;
         let n = inner.data.next_id;
         let id = 100_000 + n;
+        let size = catalog::size(size_slug).unwrap_or_else(|| Size {
+            slug: size_slug.to_owned(),
+            ..Size::default()
+        });
+        let (third, fourth) = (n / 250, n % 250 + 2);
         let droplet = Droplet {
             id,
             name: name.to_owned(),
-            size_slug: size_slug.to_owned(),
-            region: Region {
+            memory: size.memory,
+            vcpus: size.vcpus,
+            disk: size.disk,
+            locked: false,
+            status: "active".into(),
+            created_at: catalog::rfc3339(now_ms()),
+            features: vec!["private_networking".into(), "ipv6".into()],
+            size_slug: size.slug.clone(),
+            size,
+            region: catalog::region(region).unwrap_or_else(|| Region {
                 slug: region.to_owned(),
-            },
+                name: region.to_owned(),
+                ..Region::default()
+            }),
             networks: Networks {
                 v4: vec![
-                    Network {
-                        ip_address: format!("10.130.{}.{}", n / 250, n % 250 + 2),
+                    NetworkV4 {
+                        ip_address: format!("10.130.{third}.{fourth}"),
+                        netmask: "255.255.0.0".into(),
+                        gateway: "10.130.0.1".into(),
                         kind: "private".into(),
                     },
-                    Network {
-                        ip_address: format!("198.51.{}.{}", n / 250, n % 250 + 2),
+                    NetworkV4 {
+                        ip_address: format!("198.51.{third}.{fourth}"),
+                        netmask: "255.255.240.0".into(),
+                        gateway: "198.51.0.1".into(),
                         kind: "public".into(),
                     },
                 ],
-                v6: vec![Network {
+                v6: vec![NetworkV6 {
                     ip_address: format!("2001:db8::{n:x}"),
+                    netmask: 64,
+                    gateway: "2001:db8::1".into(),
                     kind: "public".into(),
                 }],
             },
-            status: "active".into(),
             tags: Vec::new(),
+            vpc_uuid: catalog::vpc_uuid(region),
         };
         inner.data.droplets.insert(id, droplet.clone());
         self.persist(&inner);
@@ -356,7 +391,7 @@ impl SimulatorHandle {
         found
     }
 
-    /// Sets a droplet's status (`active` or `off`); whether it exists.
+    /// Sets a droplet's status (`new`, `active`, `off` or `archive`); whether it exists.
     pub fn set_droplet_status(&self, id: u64, status: &str) -> bool {
         let mut inner = self.inner();
         let found = match inner.data.droplets.get_mut(&id) {
@@ -433,12 +468,51 @@ fn activate_due(data: &mut Data) {
             lb.status = "active".into();
             // Unique while fewer than 64000 IDs were handed out.
             lb.ip = format!("198.18.{}.{}", (n / 250) % 256, n % 250 + 2);
+            lb.ipv6 = format!("2001:db8:1b::{n:x}");
         }
     }
 }
 
+/// A request ID for an error answer: UUID-shaped, unique in this process.
+fn request_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("1d4c0b5e-7f2a-4c3b-9e8d-{n:012x}")
+}
+
+/// An error answer in DigitalOcean's shape: `{"id", "message", "request_id"}`, the request
+/// ID also in `x-request-id`.
 fn error(status: StatusCode, id: &str, message: impl Into<String>) -> Response {
-    (status, Json(json!({"id": id, "message": message.into()}))).into_response()
+    let body = ErrorBody {
+        id: id.to_owned(),
+        message: message.into(),
+        request_id: request_id(),
+    };
+    let mut resp = (status, Json(&body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&body.request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+/// A 422 with DigitalOcean's error id.
+fn unprocessable(message: impl Into<String>) -> Response {
+    error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unprocessable_entity",
+        message,
+    )
+}
+
+/// Parses a JSON body; one that is not JSON, or not of the documented shape, is a 400
+/// (the error is that answer's message).
+fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("the request body is not valid: {e}"))
+}
+
+/// A 400 `bad_request`.
+fn bad_request(message: String) -> Response {
+    error(StatusCode::BAD_REQUEST, "bad_request", message)
 }
 
 fn not_found() -> Response {
@@ -458,9 +532,15 @@ fn router(handle: SimulatorHandle) -> Router {
             "/v2/load_balancers/{id}",
             get(get_lb).put(update_lb).delete(delete_lb),
         )
-        .route("/v2/x-routes", get(list_routes).post(create_route))
-        .route("/v2/x-routes/{id}", axum::routing::delete(delete_route))
-        .layer(middleware::from_fn_with_state(handle.clone(), gate));
+        // Anything else under /v2 (the routes extension when it is off): DigitalOcean's 404.
+        .route("/v2/{*rest}", axum::routing::any(unknown_path));
+    let v2 = if handle.shared.config.routes_extension {
+        v2.route("/v2/x-routes", get(list_routes).post(create_route))
+            .route("/v2/x-routes/{id}", axum::routing::delete(delete_route))
+    } else {
+        v2
+    }
+    .layer(middleware::from_fn_with_state(handle.clone(), gate));
     let admin = Router::new()
         .route("/admin/droplets", post(admin_create_droplet))
         .route(
@@ -701,28 +781,47 @@ struct PageQuery {
     tag_name: Option<String>,
 }
 
-fn page<T: Serialize>(key: &str, path: &str, items: Vec<T>, q: &PageQuery) -> Response {
+async fn unknown_path() -> Response {
+    not_found()
+}
+
+/// A list answer: one page of `items` under `key`, with DigitalOcean's `links.pages` (absolute
+/// URLs: `first` and `prev` from the second page, `next` and `last` before the last) and
+/// `meta.total`.
+fn page<T: Serialize>(
+    h: &SimulatorHandle,
+    key: &str,
+    path: &str,
+    items: Vec<T>,
+    q: &PageQuery,
+) -> Response {
     let per_page = q.per_page.unwrap_or(20).clamp(1, 200);
     let page = q.page.unwrap_or(1).max(1);
     let total = items.len();
     let pages = total.div_ceil(per_page).max(1);
     let slice: Vec<T> = items
         .into_iter()
-        .skip((page - 1) * per_page)
+        .skip((page - 1).saturating_mul(per_page))
         .take(per_page)
         .collect();
-    let mut links = serde_json::Map::new();
-    if page < pages {
-        links.insert(
-            "next".into(),
-            json!(format!("{path}?page={}&per_page={per_page}", page + 1)),
-        );
-        links.insert(
-            "last".into(),
-            json!(format!("{path}?page={pages}&per_page={per_page}")),
-        );
-    }
-    Json(json!({key: slice, "links": {"pages": links}, "meta": {"total": total}})).into_response()
+    let url = |n: usize| {
+        format!(
+            "http://{}{path}?page={n}&per_page={per_page}",
+            h.shared.addr
+        )
+    };
+    let links = Links {
+        pages: Pages {
+            first: (page > 1).then(|| url(1)),
+            prev: (page > 1).then(|| url((page - 1).min(pages))),
+            next: (page < pages).then(|| url(page + 1)),
+            last: (page < pages).then(|| url(pages)),
+        },
+    };
+    let meta = Meta {
+        total: total as u64,
+    };
+    Json(json!({key: slice, "links": links, "meta": meta})).into_response()
 }
 
 async fn list_droplets(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) -> Response {
@@ -731,7 +830,7 @@ async fn list_droplets(State(h): State<SimulatorHandle>, Query(q): Query<PageQue
         .into_iter()
         .filter(|d| q.tag_name.as_ref().is_none_or(|t| d.tags.contains(t)))
         .collect();
-    page("droplets", "/v2/droplets", items, &q)
+    page(&h, "droplets", "/v2/droplets", items, &q)
 }
 
 #[derive(Debug, Deserialize)]
@@ -745,11 +844,7 @@ struct CreateDroplet {
 
 fn make_droplet(h: &SimulatorHandle, body: CreateDroplet) -> Response {
     if body.name.is_empty() {
-        return error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unprocessable_entity",
-            "name is required",
-        );
+        return unprocessable("name is required");
     }
     let d = h.create_droplet(
         &body.name,
@@ -759,10 +854,27 @@ fn make_droplet(h: &SimulatorHandle, body: CreateDroplet) -> Response {
     (StatusCode::ACCEPTED, Json(json!({"droplet": d}))).into_response()
 }
 
-async fn create_droplet(
-    State(h): State<SimulatorHandle>,
-    Json(b): Json<CreateDroplet>,
-) -> Response {
+/// `POST /v2/droplets`: DigitalOcean requires a known region and size (the image is not
+/// simulated and not required).
+async fn create_droplet(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -> Response {
+    let b: CreateDroplet = match body(&bytes) {
+        Ok(b) => b,
+        Err(m) => return bad_request(m),
+    };
+    match b.region.as_deref() {
+        None | Some("") => return unprocessable("region is required"),
+        Some(r) if catalog::region(r).is_none() => {
+            return unprocessable(format!("region {r} is not available"));
+        }
+        Some(_) => {}
+    }
+    match b.size.as_deref() {
+        None | Some("") => return unprocessable("size is required"),
+        Some(s) if catalog::size(s).is_none() => {
+            return unprocessable(format!("size {s} is not available"));
+        }
+        Some(_) => {}
+    }
     make_droplet(&h, b)
 }
 
@@ -819,31 +931,56 @@ async fn admin_stats(State(h): State<SimulatorHandle>) -> Response {
     Json(json!({"requests": h.request_counts()})).into_response()
 }
 
-fn validate_lb(b: &LoadBalancerRequest) -> Option<Response> {
-    let bad = |m: &str| {
-        Some(error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unprocessable_entity",
-            m,
-        ))
-    };
-    if b.name.is_empty() {
-        return bad("name is required");
+/// The load balancer `req` describes, as the API shows it: the region as an object, and
+/// what the request leaves out filled in as DigitalOcean does (a size unit, the round-robin
+/// algorithm, a TCP health check on port 80, no sticky sessions, the region's VPC). `id`,
+/// `ip`, `ipv6`, `status` and `created_at` come from `was` (an update) or start afresh.
+fn lb_object(
+    id: String,
+    req: LoadBalancerRequest,
+    was: Option<&LoadBalancerObject>,
+) -> LoadBalancerObject {
+    let region = catalog::region(&req.region).unwrap_or_default();
+    let size_unit = req
+        .size_unit
+        .or_else(|| req.size.as_deref().and_then(validate::slug_units))
+        .or(Some(1));
+    LoadBalancerObject {
+        id,
+        name: req.name,
+        ip: was.map(|w| w.ip.clone()).unwrap_or_default(),
+        ipv6: was.map(|w| w.ipv6.clone()).unwrap_or_default(),
+        size: req.size,
+        size_unit,
+        status: was.map_or_else(|| "new".to_owned(), |w| w.status.clone()),
+        created_at: was.map_or_else(|| catalog::rfc3339(now_ms()), |w| w.created_at.clone()),
+        algorithm: req.algorithm.unwrap_or_else(|| "round_robin".into()),
+        vpc_uuid: req
+            .vpc_uuid
+            .unwrap_or_else(|| catalog::vpc_uuid(&region.slug)),
+        region,
+        forwarding_rules: req.forwarding_rules,
+        health_check: Some(req.health_check.unwrap_or(HealthCheck {
+            protocol: "tcp".into(),
+            port: 80,
+            path: String::new(),
+            check_interval_seconds: 10,
+            response_timeout_seconds: 5,
+            healthy_threshold: 5,
+            unhealthy_threshold: 3,
+        })),
+        sticky_sessions: Some(req.sticky_sessions.unwrap_or_default()),
+        droplet_ids: req.droplet_ids,
+        tag: req.tag.unwrap_or_default(),
+        tags: req.tags,
+        redirect_http_to_https: req.redirect_http_to_https,
+        enable_proxy_protocol: req.enable_proxy_protocol,
     }
-    if b.forwarding_rules.is_empty() {
-        return bad("at least one forwarding rule is required");
-    }
-    if let Some(a) = &b.algorithm
-        && a != "round_robin"
-        && a != "least_connections"
-    {
-        return bad("algorithm must be round_robin or least_connections");
-    }
-    None
 }
 
 async fn list_lbs(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) -> Response {
     page(
+        &h,
         "load_balancers",
         "/v2/load_balancers",
         h.load_balancers(),
@@ -851,22 +988,18 @@ async fn list_lbs(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) 
     )
 }
 
-async fn create_lb(
-    State(h): State<SimulatorHandle>,
-    Json(b): Json<LoadBalancerRequest>,
-) -> Response {
-    if let Some(r) = validate_lb(&b) {
-        return r;
+async fn create_lb(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -> Response {
+    let b: LoadBalancerRequest = match body(&bytes) {
+        Ok(b) => b,
+        Err(m) => return bad_request(m),
+    };
+    if let Err(message) = validate::load_balancer(&b) {
+        return unprocessable(message);
     }
     let mut inner = h.inner();
     inner.data.next_id += 1;
     let id = format!("4de7ac8b-495b-4884-9a69-{:012x}", inner.data.next_id);
-    let lb = LoadBalancerObject {
-        id: id.clone(),
-        ip: String::new(),
-        status: "new".into(),
-        spec: b,
-    };
+    let lb = lb_object(id.clone(), b, None);
     inner.data.load_balancers.insert(id.clone(), lb.clone());
     let at = now_ms() + h.shared.config.lb_activation_delay.as_millis() as u64;
     inner.data.lb_activate_at.insert(id, at);
@@ -888,17 +1021,24 @@ async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Res
 async fn update_lb(
     State(h): State<SimulatorHandle>,
     Path(id): Path<String>,
-    Json(b): Json<LoadBalancerRequest>,
+    bytes: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = validate_lb(&b) {
-        return r;
+    let b: LoadBalancerRequest = match body(&bytes) {
+        Ok(b) => b,
+        Err(m) => return bad_request(m),
+    };
+    if let Err(message) = validate::load_balancer(&b) {
+        return unprocessable(message);
     }
     let mut inner = h.inner();
     activate_due(&mut inner.data);
     let Some(lb) = inner.data.load_balancers.get_mut(&id) else {
         return not_found();
     };
-    lb.spec = b;
+    if lb.region.slug != b.region {
+        return unprocessable("the region of a load balancer cannot be changed");
+    }
+    *lb = lb_object(id.clone(), b, Some(lb));
     let lb = lb.clone();
     h.persist(&inner);
     Json(json!({"load_balancer": lb})).into_response()
@@ -915,10 +1055,14 @@ async fn delete_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> 
 }
 
 async fn list_routes(State(h): State<SimulatorHandle>, Query(q): Query<PageQuery>) -> Response {
-    page("routes", "/v2/x-routes", h.routes(), &q)
+    page(&h, "routes", "/v2/x-routes", h.routes(), &q)
 }
 
-async fn create_route(State(h): State<SimulatorHandle>, Json(mut r): Json<XRoute>) -> Response {
+async fn create_route(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -> Response {
+    let mut r: XRoute = match body(&bytes) {
+        Ok(r) => r,
+        Err(m) => return bad_request(m),
+    };
     let mut inner = h.inner();
     if let Some(existing) = inner
         .data

@@ -8,6 +8,7 @@
 //! Prints `listening on http://<addr>` once bound. The token comes from `--token-file` or
 //! the `DO_LIKE_TOKEN` environment variable; `--admin-token-file` makes `/admin` require a
 //! token of its own. `--droplets N` creates `node-1` .. `node-N` when the state is empty.
+//! `--routes-extension off` answers `/v2/x-routes` with 404, as DigitalOcean's API does.
 //! Stops on Ctrl-C or SIGTERM.
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -22,7 +23,7 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: do-like-api-simulator [--listen 127.0.0.1:PORT] [--token-file FILE] \
          [--admin-token-file FILE] [--state-file FILE] [--lb-activation-ms MS] \
-         [--rate-limit N] [--droplets N]\n\
+         [--rate-limit N] [--droplets N] [--routes-extension on|off]\n\
          The token is read from --token-file or $DO_LIKE_TOKEN; /admin needs the token in \
          --admin-token-file when it is given."
     );
@@ -73,6 +74,17 @@ async fn main() -> ExitCode {
                 config.lb_activation_delay = Duration::from_millis(v);
             }),
             "--rate-limit" => number(&value).map(|v| config.rate_limit = v),
+            "--routes-extension" => match value.as_str() {
+                "on" => {
+                    config.routes_extension = true;
+                    Ok(())
+                }
+                "off" => {
+                    config.routes_extension = false;
+                    Ok(())
+                }
+                _ => Err("must be on or off".to_owned()),
+            },
             "--droplets" => number(&value).map(|v| droplets = v),
             _ => {
                 eprintln!("error: unknown flag {flag}");
@@ -118,9 +130,15 @@ async fn main() -> ExitCode {
                 .create_droplet(&format!("node-{i}"), "s-2vcpu-4gb", "nyc1");
         }
     }
+    // SIGTERM is caught from before the address is printed: whoever reads it may stop the
+    // simulator at once.
+    #[cfg(unix)]
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    #[cfg(not(unix))]
+    let term = None::<()>;
     println!("listening on {}", sim.url());
     let _ = std::io::stdout().flush();
-    wait_for_signal().await;
+    wait_for_signal(term).await;
     sim.shutdown().await;
     ExitCode::SUCCESS
 }
@@ -154,17 +172,19 @@ fn read_token(flag: &str, path: &str) -> Result<String, ExitCode> {
     })
 }
 
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
+#[cfg(unix)]
+async fn wait_for_signal(term: Option<tokio::signal::unix::Signal>) {
+    if let Some(mut term) = term {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
         }
+        return;
     }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal(_term: Option<()>) {
     let _ = tokio::signal::ctrl_c().await;
 }

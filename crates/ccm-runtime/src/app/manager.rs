@@ -586,6 +586,18 @@ async fn lead(
     }
     let mut running: BTreeMap<String, ControllerFuture> = BTreeMap::new();
     for controller in controllers.iter() {
+        // `initialize` may have found a capability missing (a probe of the cloud's API);
+        // like Go, a controller whose capability is gone is then not started.
+        if let Applies::MissingCapability(capability) =
+            controller.applies(&ctx.options, &*ctx.provider)
+        {
+            tracing::info!(
+                controller = controller.name(),
+                "after initializing, the cloud provider does not support {capability}; not \
+                 starting the controller"
+            );
+            continue;
+        }
         let mut ctx = ctx.clone();
         if let Some(accounts) = &shared.service_accounts {
             match accounts.client(controller.service_account(), &cancel).await {

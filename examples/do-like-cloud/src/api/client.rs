@@ -13,7 +13,7 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::api::{Droplet, LoadBalancerObject, LoadBalancerRequest, XRoute};
+use crate::api::{Droplet, ErrorBody, Links, LoadBalancerObject, LoadBalancerRequest, XRoute};
 
 /// An API token. Its `Debug` is redacted and it has no `Display`: it never reaches a log.
 #[derive(Clone, PartialEq, Eq)]
@@ -91,15 +91,17 @@ pub enum ApiError {
     /// [`ClientOptions::max_retry_after`] (the request was then not sent).
     #[error("rate limited by the API; retry after {0:?}")]
     RateLimited(Duration),
-    /// Any other error answer, with DigitalOcean's `id` and `message`.
-    #[error("API error {status}: {id}: {message}")]
+    /// Any other error answer, with DigitalOcean's `id`, `message` and `request_id`.
+    #[error("API error {status}: {id}: {message}{}", request_suffix(request_id))]
     Api {
         /// The HTTP status.
         status: u16,
-        /// DigitalOcean's error id.
+        /// DigitalOcean's error id, e.g. `unprocessable_entity`.
         id: String,
         /// Its message.
         message: String,
+        /// The request's ID (from the body, else the `x-request-id` header); may be empty.
+        request_id: String,
     },
     /// The request did not complete (connection, timeout); the cause is the source.
     #[error("request failed")]
@@ -124,16 +126,12 @@ pub struct CacheStats {
     pub misses: u64,
 }
 
-#[derive(serde::Deserialize)]
-struct Links {
-    #[serde(default)]
-    pages: Pages,
-}
-
-#[derive(serde::Deserialize, Default)]
-struct Pages {
-    #[serde(default)]
-    next: Option<String>,
+fn request_suffix(request_id: &str) -> String {
+    if request_id.is_empty() {
+        String::new()
+    } else {
+        format!(" (request {request_id})")
+    }
 }
 
 /// The DigitalOcean-like API client.
@@ -255,6 +253,7 @@ impl Client {
                 Err(err) => return Err(ApiError::Transport(err.without_url())),
             };
             let status = resp.status();
+            let headers = resp.headers().clone();
             if let Some(after) = self.note_backoff(path, status, resp.headers()) {
                 // The retry waits in `Pacer::wait` for the hold just set, with every other
                 // request of this client. A 503 to a POST is not retried (it may have been
@@ -281,14 +280,13 @@ impl Client {
                 return Ok(None);
             }
             if !status.is_success() {
-                #[derive(serde::Deserialize, Default)]
-                struct ErrorBody {
-                    #[serde(default)]
-                    id: String,
-                    #[serde(default)]
-                    message: String,
+                let mut e: ErrorBody = serde_json::from_slice(&bytes).unwrap_or_default();
+                if e.request_id.is_empty() {
+                    e.request_id = header_text(&headers, "x-request-id");
                 }
-                let e: ErrorBody = serde_json::from_slice(&bytes).unwrap_or_default();
+                // The request ID is short; a long one is not echoed into errors and logs.
+                e.request_id.truncate(64);
+                e.message.truncate(1024);
                 return Err(match status {
                     StatusCode::NOT_FOUND => ApiError::NotFound,
                     StatusCode::UNAUTHORIZED => ApiError::Unauthorized(e.message),
@@ -296,6 +294,7 @@ impl Client {
                         status: status.as_u16(),
                         id: e.id,
                         message: e.message,
+                        request_id: e.request_id,
                     },
                 });
             }
@@ -315,6 +314,7 @@ impl Client {
                 status: 204,
                 id: "empty".into(),
                 message: format!("empty answer from {path}"),
+                request_id: String::new(),
             })
     }
 
@@ -464,6 +464,7 @@ impl Client {
             status: 204,
             id: "empty".into(),
             message: format!("empty answer from {path}"),
+            request_id: String::new(),
         })
     }
 
@@ -479,6 +480,20 @@ impl Client {
             .await
         {
             Ok(_) | Err(ApiError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the API serves the `/v2/x-routes` extension (the simulator's; DigitalOcean's
+    /// API does not): one `GET` of a one-item page. A 404 says it does not; any other error
+    /// is returned, since it says nothing either way.
+    pub async fn serves_routes(&self) -> Result<bool, ApiError> {
+        match self
+            .get::<serde_json::Value>("/v2/x-routes?page=1&per_page=1")
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(ApiError::NotFound) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -662,6 +677,15 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(50u64 << attempt.min(6))
+}
+
+/// A header's value as text; empty when absent or not text.
+fn header_text(headers: &HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Keeps IDs path-safe (they come from annotations, which users write).

@@ -1,5 +1,5 @@
-//! The DigitalOcean-like API, as a provider sees it: its wire types (the JSON bodies of
-//! droplets, load balancers and routes) and [`Client`], the HTTP client that speaks it.
+//! DigitalOcean's v2 API, as a provider sees it: its wire types (the JSON bodies of
+//! droplets, load balancers, errors and paging, and the simulator's routes extension) and [`Client`], the HTTP client that speaks it.
 //!
 //! The simulator (crate `ccm-do-like-simulator`) serves these same types; the provider
 //! depends on nothing of it.
@@ -9,6 +9,7 @@ mod types;
 
 pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
 pub use self::types::{
-    Droplet, ForwardingRule, HealthCheck, LoadBalancerObject, LoadBalancerRequest, Network,
-    Networks, Region, XRoute,
+    Droplet, ErrorBody, ForwardingRule, HealthCheck, Links, LoadBalancerObject,
+    LoadBalancerRequest, Meta, NetworkV4, NetworkV6, Networks, Pages, Region, Size, StickySessions,
+    XRoute,
 };

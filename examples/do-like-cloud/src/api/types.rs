@@ -1,15 +1,99 @@
-//! The JSON bodies of the API: droplets, load balancers and the `/v2/x-routes` extension's
-//! routes, as the client sends and reads them and the simulator serves them. Plain data with
-//! public fields (not `#[non_exhaustive]`): both sides of the wire build them.
+//! The JSON bodies of DigitalOcean's v2 API that the provider uses — droplets, load
+//! balancers, regions, sizes, errors, paging — as DigitalOcean documents them, plus the
+//! `/v2/x-routes` extension's routes (the simulator's own). The client reads them and the
+//! simulator serves them. Plain data with public fields (not `#[non_exhaustive]`): both
+//! sides of the wire build them.
+//!
+//! Reading is tolerant and strict where it matters: fields the API may add are ignored
+//! (no `deny_unknown_fields`), and fields the provider does not rely on default when absent;
+//! the fields it relies on (a droplet's `id`, `name`, `status`, `size_slug`, `region`,
+//! `networks`; a load balancer's `id`, `name`, `status`, `region`, `forwarding_rules`) are
+//! required, with their documented types (a load balancer's `region` is an object in an
+//! answer and a slug in a request).
 
 use serde::{Deserialize, Serialize};
 
-/// A network of a droplet.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Network {
+/// A region, as answers embed it (`{"slug": "nyc1", "name": "New York 1", ...}`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    /// The region's slug, e.g. `nyc1`.
+    pub slug: String,
+    /// Its display name, e.g. `New York 1`.
+    #[serde(default)]
+    pub name: String,
+    /// The size slugs available in it.
+    #[serde(default)]
+    pub sizes: Vec<String>,
+    /// Whether new resources can be created in it.
+    #[serde(default)]
+    pub available: bool,
+    /// Its features, e.g. `private_networking`, `ipv6`.
+    #[serde(default)]
+    pub features: Vec<String>,
+}
+
+/// A droplet size, as a droplet embeds it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Size {
+    /// The size's slug, e.g. `s-2vcpu-4gb`.
+    pub slug: String,
+    /// Memory in MiB.
+    #[serde(default)]
+    pub memory: u64,
+    /// Virtual CPUs.
+    #[serde(default)]
+    pub vcpus: u32,
+    /// Disk in GiB.
+    #[serde(default)]
+    pub disk: u64,
+    /// Monthly transfer in TiB.
+    #[serde(default)]
+    pub transfer: f64,
+    /// Monthly price in USD.
+    #[serde(default)]
+    pub price_monthly: f64,
+    /// Hourly price in USD.
+    #[serde(default)]
+    pub price_hourly: f64,
+    /// The region slugs it is offered in.
+    #[serde(default)]
+    pub regions: Vec<String>,
+    /// Whether it can be created.
+    #[serde(default)]
+    pub available: bool,
+    /// A description, e.g. `Basic`.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// An IPv4 network of a droplet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkV4 {
     /// The address.
     pub ip_address: String,
+    /// The netmask, dotted (`255.255.240.0`).
+    #[serde(default)]
+    pub netmask: String,
+    /// The gateway.
+    #[serde(default)]
+    pub gateway: String,
     /// `public` or `private`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// An IPv6 network of a droplet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkV6 {
+    /// The address.
+    pub ip_address: String,
+    /// The prefix length (a number, unlike IPv4's dotted netmask).
+    #[serde(default)]
+    pub netmask: u8,
+    /// The gateway.
+    #[serde(default)]
+    pub gateway: String,
+    /// `public`.
     #[serde(rename = "type")]
     pub kind: String,
 }
@@ -19,43 +103,60 @@ pub struct Network {
 pub struct Networks {
     /// IPv4 networks.
     #[serde(default)]
-    pub v4: Vec<Network>,
+    pub v4: Vec<NetworkV4>,
     /// IPv6 networks.
     #[serde(default)]
-    pub v6: Vec<Network>,
-}
-
-/// A region reference.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Region {
-    /// The region's slug, e.g. `nyc1`.
-    pub slug: String,
+    pub v6: Vec<NetworkV6>,
 }
 
 /// A droplet as the API shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Droplet {
     /// The droplet's ID.
     pub id: u64,
     /// Its name (the node name).
     pub name: String,
-    /// Its size, e.g. `s-2vcpu-4gb`.
+    /// Memory in MiB.
+    #[serde(default)]
+    pub memory: u64,
+    /// Virtual CPUs.
+    #[serde(default)]
+    pub vcpus: u32,
+    /// Disk in GiB.
+    #[serde(default)]
+    pub disk: u64,
+    /// Whether it is locked against actions.
+    #[serde(default)]
+    pub locked: bool,
+    /// `new`, `active`, `off` or `archive`.
+    pub status: String,
+    /// When it was created (RFC 3339).
+    #[serde(default)]
+    pub created_at: String,
+    /// Its features, e.g. `private_networking`.
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Its size.
+    #[serde(default)]
+    pub size: Size,
+    /// Its size's slug, e.g. `s-2vcpu-4gb` (the Node's instance type).
     pub size_slug: String,
-    /// Its region.
+    /// Its region (the Node's region and zone).
     pub region: Region,
     /// Its addresses.
     pub networks: Networks,
-    /// `active` or `off`.
-    pub status: String,
     /// Its tags.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The VPC it is in.
+    #[serde(default)]
+    pub vpc_uuid: String,
 }
 
 /// A forwarding rule of a load balancer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ForwardingRule {
-    /// `tcp`, `udp`, `http`, ...
+    /// `tcp`, `udp`, `http`, `https`, `http2`, `http3`, `tls`.
     pub entry_protocol: String,
     /// The port clients connect to.
     pub entry_port: u16,
@@ -63,66 +164,246 @@ pub struct ForwardingRule {
     pub target_protocol: String,
     /// The port on droplets (the node port).
     pub target_port: u16,
+    /// The certificate terminating TLS (`https`/`http2` entry without passthrough); empty
+    /// for none (the API answers `""`).
+    #[serde(default)]
+    pub certificate_id: String,
+    /// Whether TLS is passed through to the droplets.
+    #[serde(default)]
+    pub tls_passthrough: bool,
 }
 
 /// A load balancer's health check.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthCheck {
-    /// `tcp` or `http`.
+    /// `tcp`, `http` or `https`.
     pub protocol: String,
     /// The port checked on droplets.
     pub port: u16,
-    /// The path, for `http`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    /// The path, for `http` and `https`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    /// Seconds between checks (3..=300).
+    #[serde(default)]
+    pub check_interval_seconds: u32,
+    /// Seconds to wait for an answer (3..=300).
+    #[serde(default)]
+    pub response_timeout_seconds: u32,
+    /// Passes before a droplet is healthy (2..=10).
+    #[serde(default)]
+    pub healthy_threshold: u32,
+    /// Failures before a droplet is unhealthy (2..=10).
+    #[serde(default)]
+    pub unhealthy_threshold: u32,
 }
 
-/// The writable part of a load balancer: the body of `POST` and `PUT`.
+/// A load balancer's sticky sessions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StickySessions {
+    /// `none` or `cookies`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The cookie's name, for `cookies`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cookie_name: String,
+    /// The cookie's lifetime in seconds, for `cookies`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cookie_ttl_seconds: u32,
+}
+
+impl Default for StickySessions {
+    fn default() -> Self {
+        Self {
+            kind: "none".into(),
+            cookie_name: String::new(),
+            cookie_ttl_seconds: 0,
+        }
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The writable part of a load balancer: the body of `POST` and `PUT`. Its `region` is a
+/// slug (an answer's is an object).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoadBalancerRequest {
     /// Its name.
+    #[serde(default)]
     pub name: String,
-    /// Its region slug.
+    /// Its region's slug (required on create).
     #[serde(default)]
     pub region: String,
-    /// `lb-small`, `lb-medium` or `lb-large`.
-    #[serde(default)]
+    /// `lb-small`, `lb-medium` or `lb-large` (or use `size_unit`, not both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<String>,
+    /// Its number of nodes, 1..=100 (or use `size`, not both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_unit: Option<u32>,
     /// `round_robin` or `least_connections`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<String>,
     /// Its forwarding rules; at least one.
+    #[serde(default)]
     pub forwarding_rules: Vec<ForwardingRule>,
     /// Its health check.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
-    /// The droplets behind it (or use `tag`).
-    #[serde(default)]
+    /// Its sticky sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sticky_sessions: Option<StickySessions>,
+    /// The droplets behind it (or use `tag`, not both).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub droplet_ids: Vec<u64>,
-    /// Droplets with this tag are behind it.
+    /// Droplets with this tag are behind it (or use `droplet_ids`, not both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
     /// Its own tags.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Whether HTTP on port 80 is redirected to HTTPS on 443.
+    #[serde(default)]
+    pub redirect_http_to_https: bool,
+    /// Whether the PROXY protocol is spoken to the droplets.
+    #[serde(default)]
+    pub enable_proxy_protocol: bool,
+    /// The VPC it is in (the region's default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc_uuid: Option<String>,
 }
 
 /// A load balancer as the API shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoadBalancerObject {
-    /// Its ID.
+    /// Its ID (a UUID).
     pub id: String,
-    /// Its public IP; empty until it is active.
+    /// Its name.
+    pub name: String,
+    /// Its public IPv4 address; empty until it is active.
     #[serde(default)]
     pub ip: String,
-    /// `new` or `active`.
+    /// Its public IPv6 address, if any.
+    #[serde(default)]
+    pub ipv6: String,
+    /// Its size slug, when it was sized by slug.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Its number of nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_unit: Option<u32>,
+    /// `new`, `active` or `errored`.
     pub status: String,
-    /// Everything it was created or updated with.
-    #[serde(flatten)]
-    pub spec: LoadBalancerRequest,
+    /// When it was created (RFC 3339).
+    #[serde(default)]
+    pub created_at: String,
+    /// `round_robin` or `least_connections`.
+    #[serde(default)]
+    pub algorithm: String,
+    /// Its region (an object).
+    pub region: Region,
+    /// Its forwarding rules.
+    pub forwarding_rules: Vec<ForwardingRule>,
+    /// Its health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+    /// Its sticky sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sticky_sessions: Option<StickySessions>,
+    /// The droplets behind it.
+    #[serde(default)]
+    pub droplet_ids: Vec<u64>,
+    /// The tag naming the droplets behind it (empty when `droplet_ids` is used).
+    #[serde(default)]
+    pub tag: String,
+    /// Its own tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Whether HTTP on port 80 is redirected to HTTPS on 443.
+    #[serde(default)]
+    pub redirect_http_to_https: bool,
+    /// Whether the PROXY protocol is spoken to the droplets.
+    #[serde(default)]
+    pub enable_proxy_protocol: bool,
+    /// The VPC it is in.
+    #[serde(default)]
+    pub vpc_uuid: String,
 }
 
-/// A route of the `/v2/x-routes` extension.
+impl LoadBalancerObject {
+    /// The request that would set this load balancer as it is (`region` as its slug), like
+    /// godo's `AsRequest`: for updates that change one thing and keep the rest.
+    pub fn to_request(&self) -> LoadBalancerRequest {
+        LoadBalancerRequest {
+            name: self.name.clone(),
+            region: self.region.slug.clone(),
+            size: self.size.clone(),
+            size_unit: if self.size.is_some() {
+                None
+            } else {
+                self.size_unit
+            },
+            algorithm: (!self.algorithm.is_empty()).then(|| self.algorithm.clone()),
+            forwarding_rules: self.forwarding_rules.clone(),
+            health_check: self.health_check.clone(),
+            sticky_sessions: self.sticky_sessions.clone(),
+            droplet_ids: self.droplet_ids.clone(),
+            tag: (!self.tag.is_empty()).then(|| self.tag.clone()),
+            tags: self.tags.clone(),
+            redirect_http_to_https: self.redirect_http_to_https,
+            enable_proxy_protocol: self.enable_proxy_protocol,
+            vpc_uuid: (!self.vpc_uuid.is_empty()).then(|| self.vpc_uuid.clone()),
+        }
+    }
+}
+
+/// The body of an error answer: `{"id": "not_found", "message": "...", "request_id": "..."}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error's kind, e.g. `not_found`, `unprocessable_entity`, `too_many_requests`.
+    #[serde(default)]
+    pub id: String,
+    /// What went wrong.
+    #[serde(default)]
+    pub message: String,
+    /// The request's ID, for support.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub request_id: String,
+}
+
+/// The page links of a list answer (absolute URLs; absent on the first or last page).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pages {
+    /// The first page, from the second on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<String>,
+    /// The previous page, from the second on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<String>,
+    /// The next page, before the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// The last page, before the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<String>,
+}
+
+/// The `links` of a list answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Links {
+    /// The page links (an empty object on a single page).
+    #[serde(default)]
+    pub pages: Pages,
+}
+
+/// The `meta` of a list answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// How many items all pages hold.
+    pub total: u64,
+}
+
+/// A route of the `/v2/x-routes` extension (not DigitalOcean's: the simulator's own).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct XRoute {
     /// Its ID (ignored on create).

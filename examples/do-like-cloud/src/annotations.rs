@@ -1,0 +1,629 @@
+//! The Service annotations the provider reads: DigitalOcean's own CCM's names
+//! (`service.beta.kubernetes.io/do-loadbalancer-*`, `kubernetes.digitalocean.com/load-balancer-id`),
+//! with the same values and defaults, so that Services written for DigitalOcean work
+//! unchanged; the provider's first names (`do-like.example.com/load-balancer-*`) are read as
+//! deprecated aliases when DigitalOcean's is absent. [`LbSettings::from_service`] turns them
+//! into the load balancer's settings, a pure function; an invalid value is an error naming
+//! the annotation as written (the service controller makes it a Warning Event).
+
+use ccm_core::provider::{CloudError, CloudResult};
+use k8s_openapi::api::core::v1::Service;
+
+use crate::api::{HealthCheck, StickySessions};
+
+/// The LB's ID, used for lookup when present (only an LB this Service owns is used).
+pub const ANNOTATION_LOAD_BALANCER_ID: &str = "kubernetes.digitalocean.com/load-balancer-id";
+/// The provider's first name for [`ANNOTATION_LOAD_BALANCER_ID`]: read when that is absent,
+/// removed with it, never written.
+pub const LEGACY_ANNOTATION_LOAD_BALANCER_ID: &str = "do-like.example.com/load-balancer-id";
+/// `tcp` (default), `http`, `https` or `http2`: the forwarding rules' protocol.
+pub const ANNOTATION_PROTOCOL: &str = "service.beta.kubernetes.io/do-loadbalancer-protocol";
+/// Comma-separated Service ports that speak `https` (with a certificate or passthrough);
+/// default `443` when a certificate or passthrough is set.
+pub const ANNOTATION_TLS_PORTS: &str = "service.beta.kubernetes.io/do-loadbalancer-tls-ports";
+/// The certificate terminating TLS on `https`/`http2` ports (the target is then `http`).
+pub const ANNOTATION_CERTIFICATE_ID: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-certificate-id";
+/// `true`: TLS on `https`/`http2` ports is passed through to the droplets.
+pub const ANNOTATION_TLS_PASSTHROUGH: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-tls-passthrough";
+/// The health check's path (starts with `/`); makes the default health check `http`.
+pub const ANNOTATION_HEALTH_CHECK_PATH: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-path";
+/// `tcp`, `http` or `https`; default `http` with a path, else `tcp`.
+pub const ANNOTATION_HEALTH_CHECK_PROTOCOL: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-protocol";
+/// The Service port whose node port is checked; default the first port.
+pub const ANNOTATION_HEALTH_CHECK_PORT: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-port";
+/// Seconds between checks, 3..=300; default 3.
+pub const ANNOTATION_HEALTH_CHECK_INTERVAL: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-check-interval-seconds";
+/// Seconds to wait for a check's answer, 3..=300; default 5.
+pub const ANNOTATION_HEALTH_CHECK_TIMEOUT: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-response-timeout-seconds";
+/// Passes before a droplet is healthy, 2..=10; default 5.
+pub const ANNOTATION_HEALTH_CHECK_HEALTHY: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-healthy-threshold";
+/// Failures before a droplet is unhealthy, 2..=10; default 3.
+pub const ANNOTATION_HEALTH_CHECK_UNHEALTHY: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-unhealthy-threshold";
+/// `round_robin` (default) or `least_connections`.
+pub const ANNOTATION_ALGORITHM: &str = "service.beta.kubernetes.io/do-loadbalancer-algorithm";
+/// `lb-small`, `lb-medium` or `lb-large` (not with [`ANNOTATION_SIZE_UNIT`]).
+pub const ANNOTATION_SIZE_SLUG: &str = "service.beta.kubernetes.io/do-loadbalancer-size-slug";
+/// The number of LB nodes, 1..=100 (not with [`ANNOTATION_SIZE_SLUG`]).
+pub const ANNOTATION_SIZE_UNIT: &str = "service.beta.kubernetes.io/do-loadbalancer-size-unit";
+/// `none` (default) or `cookies`.
+pub const ANNOTATION_STICKY_SESSIONS_TYPE: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-sticky-sessions-type";
+/// The cookie's name; required with `cookies`.
+pub const ANNOTATION_STICKY_SESSIONS_COOKIE_NAME: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-sticky-sessions-cookie-name";
+/// The cookie's lifetime in seconds (positive); required with `cookies`.
+pub const ANNOTATION_STICKY_SESSIONS_COOKIE_TTL: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-sticky-sessions-cookie-ttl";
+/// `true`: HTTP on port 80 is redirected to HTTPS on 443.
+pub const ANNOTATION_REDIRECT_HTTP_TO_HTTPS: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-redirect-http-to-https";
+/// `true`: the PROXY protocol is spoken to the droplets.
+pub const ANNOTATION_ENABLE_PROXY_PROTOCOL: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol";
+
+/// The provider's first names, read as aliases of DigitalOcean's when those are absent.
+pub const LEGACY_ALIASES: [(&str, &str); 4] = [
+    (
+        "do-like.example.com/load-balancer-protocol",
+        ANNOTATION_PROTOCOL,
+    ),
+    (
+        "do-like.example.com/load-balancer-healthcheck-path",
+        ANNOTATION_HEALTH_CHECK_PATH,
+    ),
+    (
+        "do-like.example.com/load-balancer-algorithm",
+        ANNOTATION_ALGORITHM,
+    ),
+    (
+        "do-like.example.com/load-balancer-size",
+        ANNOTATION_SIZE_SLUG,
+    ),
+];
+
+/// The longest annotation value read whole (a path, a certificate ID, a cookie name); a
+/// longer one is refused, and quoted only by its start.
+const MAX_VALUE: usize = 256;
+
+/// The settings of a Service's load balancer that annotations choose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LbSettings {
+    /// The default protocol of forwarding rules.
+    pub protocol: String,
+    /// Service ports that speak `https`.
+    pub tls_ports: Vec<u16>,
+    /// The certificate of `https`/`http2` rules.
+    pub certificate_id: String,
+    /// TLS passthrough on `https`/`http2` rules.
+    pub tls_passthrough: bool,
+    /// The health check, with `port` still a Service port (0: the first rule's target).
+    pub health_check: HealthCheck,
+    pub algorithm: String,
+    pub size: Option<String>,
+    pub size_unit: Option<u32>,
+    pub sticky_sessions: StickySessions,
+    pub redirect_http_to_https: bool,
+    pub enable_proxy_protocol: bool,
+}
+
+/// The value of annotation `key` (trimmed), or of its legacy alias when it is absent: the
+/// name actually read and its value.
+pub(crate) fn read<'a>(service: &'a Service, key: &'static str) -> Option<(&'static str, &'a str)> {
+    let annotations = service.metadata.annotations.as_ref()?;
+    if let Some(v) = annotations.get(key) {
+        return Some((key, v.trim()));
+    }
+    let legacy = if key == ANNOTATION_LOAD_BALANCER_ID {
+        Some(LEGACY_ANNOTATION_LOAD_BALANCER_ID)
+    } else {
+        LEGACY_ALIASES
+            .iter()
+            .find(|(_, new)| *new == key)
+            .map(|(old, _)| *old)
+    };
+    legacy.and_then(|old| annotations.get(old).map(|v| (old, v.trim())))
+}
+
+/// A value quoted for an error: at most its first 64 characters.
+fn quoted(v: &str) -> String {
+    let shown: String = v.chars().take(64).collect();
+    if shown.len() < v.len() {
+        format!("{shown:?}...")
+    } else {
+        format!("{shown:?}")
+    }
+}
+
+fn invalid(name: &str, value: &str, why: &str) -> CloudError {
+    CloudError::msg(format!(
+        "annotation {name}: invalid value {}; {why}",
+        quoted(value)
+    ))
+}
+
+/// A non-empty value of `key`, checked for length.
+fn text<'a>(
+    service: &'a Service,
+    key: &'static str,
+) -> CloudResult<Option<(&'static str, &'a str)>> {
+    match read(service, key) {
+        None | Some((_, "")) => Ok(None),
+        Some((name, v)) if v.len() > MAX_VALUE => {
+            Err(invalid(name, v, &format!("at most {MAX_VALUE} bytes")))
+        }
+        Some(found) => Ok(Some(found)),
+    }
+}
+
+fn one_of(
+    service: &Service,
+    key: &'static str,
+    allowed: &[&str],
+    default: &str,
+) -> CloudResult<String> {
+    match text(service, key)? {
+        None => Ok(default.to_owned()),
+        Some((_, v)) if allowed.contains(&v) => Ok(v.to_owned()),
+        Some((name, v)) => Err(invalid(
+            name,
+            v,
+            &format!("allowed: {}", allowed.join(", ")),
+        )),
+    }
+}
+
+fn number(
+    service: &Service,
+    key: &'static str,
+    range: std::ops::RangeInclusive<u32>,
+    default: Option<u32>,
+) -> CloudResult<Option<u32>> {
+    match text(service, key)? {
+        None => Ok(default),
+        Some((name, v)) => match v.parse::<u32>() {
+            Ok(n) if range.contains(&n) => Ok(Some(n)),
+            _ => Err(invalid(
+                name,
+                v,
+                &format!(
+                    "must be a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                ),
+            )),
+        },
+    }
+}
+
+/// Go's `strconv.ParseBool` spellings, as DigitalOcean's CCM reads booleans; absent is false.
+fn boolean(service: &Service, key: &'static str) -> CloudResult<bool> {
+    match text(service, key)? {
+        None => Ok(false),
+        Some((_, "1" | "t" | "T" | "true" | "TRUE" | "True")) => Ok(true),
+        Some((_, "0" | "f" | "F" | "false" | "FALSE" | "False")) => Ok(false),
+        Some((name, v)) => Err(invalid(name, v, "must be true or false")),
+    }
+}
+
+fn port_list(service: &Service, key: &'static str) -> CloudResult<Vec<u16>> {
+    let Some((name, v)) = text(service, key)? else {
+        return Ok(Vec::new());
+    };
+    let ports = service_ports(service);
+    let mut out = Vec::new();
+    for part in v.split(',').map(str::trim) {
+        match part.parse::<u16>() {
+            Ok(p) if p > 0 && ports.contains(&p) => out.push(p),
+            Ok(p) if p > 0 => {
+                return Err(invalid(
+                    name,
+                    v,
+                    &format!("port {p} is not a port of the Service"),
+                ));
+            }
+            _ => {
+                return Err(invalid(
+                    name,
+                    v,
+                    "must be comma-separated port numbers (1..65535)",
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The Service's ports (`port`, not node ports).
+fn service_ports(service: &Service) -> Vec<u16> {
+    service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter_map(|p| u16::try_from(p.port).ok())
+        .collect()
+}
+
+impl LbSettings {
+    /// Reads every annotation of `service`; the first invalid one is the error.
+    pub(crate) fn from_service(service: &Service) -> CloudResult<Self> {
+        let protocol = one_of(
+            service,
+            ANNOTATION_PROTOCOL,
+            &["tcp", "http", "https", "http2"],
+            "tcp",
+        )?;
+        let certificate_id = text(service, ANNOTATION_CERTIFICATE_ID)?
+            .map(|(_, v)| v.to_owned())
+            .unwrap_or_default();
+        let tls_passthrough = boolean(service, ANNOTATION_TLS_PASSTHROUGH)?;
+        if !certificate_id.is_empty() && tls_passthrough {
+            return Err(CloudError::msg(format!(
+                "annotations {ANNOTATION_CERTIFICATE_ID} and {ANNOTATION_TLS_PASSTHROUGH}: \
+                 set a certificate or TLS passthrough, not both"
+            )));
+        }
+        let mut tls_ports = port_list(service, ANNOTATION_TLS_PORTS)?;
+        if tls_ports.is_empty() && (!certificate_id.is_empty() || tls_passthrough) {
+            tls_ports.push(443);
+        }
+        let secure = protocol == "https"
+            || protocol == "http2"
+            || read(service, ANNOTATION_TLS_PORTS).is_some();
+        if secure && certificate_id.is_empty() && !tls_passthrough {
+            let name = if protocol == "https" || protocol == "http2" {
+                ANNOTATION_PROTOCOL
+            } else {
+                ANNOTATION_TLS_PORTS
+            };
+            return Err(CloudError::msg(format!(
+                "annotation {name}: TLS ports need {ANNOTATION_CERTIFICATE_ID} or \
+                 {ANNOTATION_TLS_PASSTHROUGH}"
+            )));
+        }
+
+        let path = match text(service, ANNOTATION_HEALTH_CHECK_PATH)? {
+            None => None,
+            Some((_, p)) if p.starts_with('/') && !p.contains(char::is_whitespace) => {
+                Some(p.to_owned())
+            }
+            Some((name, p)) => {
+                return Err(invalid(name, p, "a path starts with / and has no spaces"));
+            }
+        };
+        let default_hc = if path.is_some() { "http" } else { "tcp" };
+        let hc_protocol = one_of(
+            service,
+            ANNOTATION_HEALTH_CHECK_PROTOCOL,
+            &["tcp", "http", "https"],
+            default_hc,
+        )?;
+        let hc_port = match number(service, ANNOTATION_HEALTH_CHECK_PORT, 1..=65535, None)? {
+            None => 0,
+            Some(p) => {
+                let p = p as u16;
+                if !service_ports(service).contains(&p) {
+                    return Err(invalid(
+                        ANNOTATION_HEALTH_CHECK_PORT,
+                        &p.to_string(),
+                        &format!("port {p} is not a port of the Service"),
+                    ));
+                }
+                p
+            }
+        };
+        let health_check = HealthCheck {
+            path: if hc_protocol == "tcp" {
+                String::new()
+            } else {
+                path.unwrap_or_else(|| "/".to_owned())
+            },
+            protocol: hc_protocol,
+            port: hc_port,
+            check_interval_seconds: number(
+                service,
+                ANNOTATION_HEALTH_CHECK_INTERVAL,
+                3..=300,
+                Some(3),
+            )?
+            .unwrap_or(3),
+            response_timeout_seconds: number(
+                service,
+                ANNOTATION_HEALTH_CHECK_TIMEOUT,
+                3..=300,
+                Some(5),
+            )?
+            .unwrap_or(5),
+            healthy_threshold: number(service, ANNOTATION_HEALTH_CHECK_HEALTHY, 2..=10, Some(5))?
+                .unwrap_or(5),
+            unhealthy_threshold: number(
+                service,
+                ANNOTATION_HEALTH_CHECK_UNHEALTHY,
+                2..=10,
+                Some(3),
+            )?
+            .unwrap_or(3),
+        };
+
+        let algorithm = one_of(
+            service,
+            ANNOTATION_ALGORITHM,
+            &["round_robin", "least_connections"],
+            "round_robin",
+        )?;
+        let size = match text(service, ANNOTATION_SIZE_SLUG)? {
+            None => None,
+            Some(_) => Some(one_of(
+                service,
+                ANNOTATION_SIZE_SLUG,
+                &["lb-small", "lb-medium", "lb-large"],
+                "",
+            )?),
+        };
+        let size_unit = number(service, ANNOTATION_SIZE_UNIT, 1..=100, None)?;
+        if size.is_some() && size_unit.is_some() {
+            return Err(CloudError::msg(format!(
+                "annotations {ANNOTATION_SIZE_SLUG} and {ANNOTATION_SIZE_UNIT}: set one, not both"
+            )));
+        }
+
+        let sticky_type = one_of(
+            service,
+            ANNOTATION_STICKY_SESSIONS_TYPE,
+            &["none", "cookies"],
+            "none",
+        )?;
+        let sticky_sessions = if sticky_type == "cookies" {
+            let Some((_, cookie_name)) = text(service, ANNOTATION_STICKY_SESSIONS_COOKIE_NAME)?
+            else {
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_STICKY_SESSIONS_COOKIE_NAME}: required with \
+                     {ANNOTATION_STICKY_SESSIONS_TYPE}: cookies"
+                )));
+            };
+            if !cookie_name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(invalid(
+                    ANNOTATION_STICKY_SESSIONS_COOKIE_NAME,
+                    cookie_name,
+                    "letters, digits, - and _ only",
+                ));
+            }
+            let Some(ttl) = number(
+                service,
+                ANNOTATION_STICKY_SESSIONS_COOKIE_TTL,
+                1..=u32::MAX,
+                None,
+            )?
+            else {
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_STICKY_SESSIONS_COOKIE_TTL}: required with \
+                     {ANNOTATION_STICKY_SESSIONS_TYPE}: cookies"
+                )));
+            };
+            StickySessions {
+                kind: sticky_type,
+                cookie_name: cookie_name.to_owned(),
+                cookie_ttl_seconds: ttl,
+            }
+        } else {
+            StickySessions::default()
+        };
+
+        Ok(Self {
+            protocol,
+            tls_ports,
+            certificate_id,
+            tls_passthrough,
+            health_check,
+            algorithm,
+            size,
+            size_unit,
+            sticky_sessions,
+            redirect_http_to_https: boolean(service, ANNOTATION_REDIRECT_HTTP_TO_HTTPS)?,
+            enable_proxy_protocol: boolean(service, ANNOTATION_ENABLE_PROXY_PROTOCOL)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(annotations: &[(&str, &str)]) -> Service {
+        let mut s: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"type": "LoadBalancer", "ports": [
+                {"port": 80, "nodePort": 30080}, {"port": 443, "nodePort": 30443}
+            ]}
+        }))
+        .unwrap();
+        s.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        s
+    }
+
+    #[test]
+    fn defaults_are_digitaloceans() {
+        let s = LbSettings::from_service(&svc(&[])).unwrap();
+        assert_eq!(s.protocol, "tcp");
+        assert!(s.tls_ports.is_empty());
+        assert_eq!(
+            s.health_check,
+            HealthCheck {
+                protocol: "tcp".into(),
+                port: 0,
+                path: String::new(),
+                check_interval_seconds: 3,
+                response_timeout_seconds: 5,
+                healthy_threshold: 5,
+                unhealthy_threshold: 3,
+            }
+        );
+        assert_eq!(s.algorithm, "round_robin");
+        assert_eq!((s.size.as_deref(), s.size_unit), (None, None));
+        assert_eq!(s.sticky_sessions, StickySessions::default());
+        assert!(!s.redirect_http_to_https && !s.enable_proxy_protocol);
+    }
+
+    #[test]
+    fn every_annotation_is_read() {
+        let s = LbSettings::from_service(&svc(&[
+            (ANNOTATION_PROTOCOL, "http"),
+            (ANNOTATION_CERTIFICATE_ID, "cert-1"),
+            (ANNOTATION_HEALTH_CHECK_PATH, "/healthz"),
+            (ANNOTATION_HEALTH_CHECK_PORT, "443"),
+            (ANNOTATION_HEALTH_CHECK_INTERVAL, "10"),
+            (ANNOTATION_HEALTH_CHECK_TIMEOUT, "4"),
+            (ANNOTATION_HEALTH_CHECK_HEALTHY, "2"),
+            (ANNOTATION_HEALTH_CHECK_UNHEALTHY, "10"),
+            (ANNOTATION_ALGORITHM, "least_connections"),
+            (ANNOTATION_SIZE_UNIT, "3"),
+            (ANNOTATION_STICKY_SESSIONS_TYPE, "cookies"),
+            (ANNOTATION_STICKY_SESSIONS_COOKIE_NAME, "DO-LB"),
+            (ANNOTATION_STICKY_SESSIONS_COOKIE_TTL, "300"),
+            (ANNOTATION_REDIRECT_HTTP_TO_HTTPS, "true"),
+            (ANNOTATION_ENABLE_PROXY_PROTOCOL, "T"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.tls_ports,
+            [443],
+            "a certificate makes 443 https by default"
+        );
+        assert_eq!(s.certificate_id, "cert-1");
+        assert_eq!(
+            s.health_check,
+            HealthCheck {
+                protocol: "http".into(),
+                port: 443,
+                path: "/healthz".into(),
+                check_interval_seconds: 10,
+                response_timeout_seconds: 4,
+                healthy_threshold: 2,
+                unhealthy_threshold: 10,
+            }
+        );
+        assert_eq!(s.size_unit, Some(3));
+        assert_eq!(s.sticky_sessions.cookie_ttl_seconds, 300);
+        assert!(s.redirect_http_to_https && s.enable_proxy_protocol);
+    }
+
+    #[test]
+    fn legacy_names_are_aliases_and_digitaloceans_win() {
+        let s = LbSettings::from_service(&svc(&[
+            (
+                "do-like.example.com/load-balancer-algorithm",
+                "least_connections",
+            ),
+            ("do-like.example.com/load-balancer-size", "lb-large"),
+            ("do-like.example.com/load-balancer-protocol", "tcp"),
+            (ANNOTATION_PROTOCOL, "http"),
+        ]))
+        .unwrap();
+        assert_eq!(s.algorithm, "least_connections");
+        assert_eq!(s.size.as_deref(), Some("lb-large"));
+        assert_eq!(s.protocol, "http");
+        // An error names the annotation as written.
+        let e = LbSettings::from_service(&svc(&[(
+            "do-like.example.com/load-balancer-protocol",
+            "udp",
+        )]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(
+                "annotation do-like.example.com/load-balancer-protocol: invalid value \"udp\""
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_annotation() {
+        for (key, value) in [
+            (ANNOTATION_PROTOCOL, "udp"),
+            (ANNOTATION_TLS_PORTS, "8443"),
+            (ANNOTATION_TLS_PORTS, "443,x"),
+            (ANNOTATION_TLS_PASSTHROUGH, "yes"),
+            (ANNOTATION_HEALTH_CHECK_PATH, "healthz"),
+            (ANNOTATION_HEALTH_CHECK_PROTOCOL, "udp"),
+            (ANNOTATION_HEALTH_CHECK_PORT, "8080"),
+            (ANNOTATION_HEALTH_CHECK_INTERVAL, "1"),
+            (ANNOTATION_HEALTH_CHECK_TIMEOUT, "301"),
+            (ANNOTATION_HEALTH_CHECK_HEALTHY, "11"),
+            (ANNOTATION_HEALTH_CHECK_UNHEALTHY, "-3"),
+            (ANNOTATION_ALGORITHM, "random"),
+            (ANNOTATION_SIZE_SLUG, "huge"),
+            (ANNOTATION_SIZE_UNIT, "0"),
+            (ANNOTATION_STICKY_SESSIONS_TYPE, "ip"),
+            (ANNOTATION_REDIRECT_HTTP_TO_HTTPS, "yes"),
+            (ANNOTATION_ENABLE_PROXY_PROTOCOL, "on"),
+        ] {
+            let e = LbSettings::from_service(&svc(&[(key, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("annotation {key}")),
+                "{key}={value}: {e}"
+            );
+        }
+        // Pairs that exclude each other, and what is required together.
+        for (pairs, named) in [
+            (
+                &[
+                    (ANNOTATION_SIZE_SLUG, "lb-small"),
+                    (ANNOTATION_SIZE_UNIT, "2"),
+                ][..],
+                ANNOTATION_SIZE_UNIT,
+            ),
+            (
+                &[
+                    (ANNOTATION_CERTIFICATE_ID, "c"),
+                    (ANNOTATION_TLS_PASSTHROUGH, "true"),
+                ][..],
+                ANNOTATION_TLS_PASSTHROUGH,
+            ),
+            (
+                &[(ANNOTATION_PROTOCOL, "https")][..],
+                ANNOTATION_CERTIFICATE_ID,
+            ),
+            (
+                &[(ANNOTATION_STICKY_SESSIONS_TYPE, "cookies")][..],
+                ANNOTATION_STICKY_SESSIONS_COOKIE_NAME,
+            ),
+            (
+                &[
+                    (ANNOTATION_STICKY_SESSIONS_TYPE, "cookies"),
+                    (ANNOTATION_STICKY_SESSIONS_COOKIE_NAME, "c"),
+                ][..],
+                ANNOTATION_STICKY_SESSIONS_COOKIE_TTL,
+            ),
+        ] {
+            let e = LbSettings::from_service(&svc(pairs))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(named), "{pairs:?}: {e}");
+        }
+        // A long value is quoted by its start only.
+        let e =
+            LbSettings::from_service(&svc(&[(ANNOTATION_CERTIFICATE_ID, &"c".repeat(100_000))]))
+                .unwrap_err()
+                .to_string();
+        assert!(e.len() < 400, "{e}");
+    }
+}

@@ -1,0 +1,307 @@
+//! Checks of a load balancer request, as DigitalOcean's API makes them before it accepts one:
+//! each failure is the message of a 422 `unprocessable_entity`. The rules follow the API
+//! reference (required fields, enumerations, ranges, what excludes what); the wording is the
+//! simulator's own, since the live API's exact messages could not be compared.
+
+use ccm_do_like_cloud::api::{ForwardingRule, HealthCheck, LoadBalancerRequest, StickySessions};
+
+use crate::catalog;
+
+const PROTOCOLS: [&str; 7] = ["http", "https", "http2", "http3", "tcp", "tls", "udp"];
+
+/// `Ok` when DigitalOcean would accept `req` for a create or an update.
+pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
+    if req.name.is_empty() {
+        return Err("name is required".into());
+    }
+    if req.name.len() > 255
+        || !req
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    {
+        return Err("name must be at most 255 letters, digits, dashes and periods".into());
+    }
+    if req.region.is_empty() {
+        return Err("region is required".into());
+    }
+    if catalog::region(&req.region).is_none() {
+        return Err(format!("region {} is not available", req.region));
+    }
+    if let Some(s) = &req.size
+        && slug_units(s).is_none()
+    {
+        return Err(format!(
+            "size {s} is not valid: must be lb-small, lb-medium or lb-large"
+        ));
+    }
+    if let Some(u) = req.size_unit
+        && !(1..=100).contains(&u)
+    {
+        return Err(format!(
+            "size_unit {u} is not valid: must be between 1 and 100"
+        ));
+    }
+    // Both may be sent (godo's `AsRequest` copies both from an answer) when they agree.
+    if let (Some(s), Some(u)) = (&req.size, req.size_unit)
+        && slug_units(s) != Some(u)
+    {
+        return Err(format!(
+            "size {s} and size_unit {u} disagree: set one of them"
+        ));
+    }
+    if let Some(a) = &req.algorithm
+        && a != "round_robin"
+        && a != "least_connections"
+    {
+        return Err(format!(
+            "algorithm {a} is not valid: must be round_robin or least_connections"
+        ));
+    }
+    if req.forwarding_rules.is_empty() {
+        return Err("at least one forwarding rule is required".into());
+    }
+    for (i, rule) in req.forwarding_rules.iter().enumerate() {
+        forwarding_rule(rule).map_err(|m| format!("forwarding_rules[{i}]: {m}"))?;
+    }
+    if let Some(hc) = &req.health_check {
+        health_check(hc).map_err(|m| format!("health_check: {m}"))?;
+    }
+    if let Some(s) = &req.sticky_sessions {
+        sticky_sessions(s).map_err(|m| format!("sticky_sessions: {m}"))?;
+    }
+    if !req.droplet_ids.is_empty() && req.tag.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Err("droplet_ids and tag cannot both be specified".into());
+    }
+    for t in req.tags.iter().chain(&req.tag) {
+        if t.is_empty()
+            || t.len() > 255
+            || !t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'-' | b'_'))
+        {
+            return Err(format!(
+                "tag {t:?} is not valid: at most 255 letters, digits, colons, dashes and underscores"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The size units a size slug stands for.
+pub(crate) fn slug_units(slug: &str) -> Option<u32> {
+    match slug {
+        "lb-small" => Some(1),
+        "lb-medium" => Some(3),
+        "lb-large" => Some(6),
+        _ => None,
+    }
+}
+
+fn forwarding_rule(rule: &ForwardingRule) -> Result<(), String> {
+    for (field, protocol) in [
+        ("entry_protocol", &rule.entry_protocol),
+        ("target_protocol", &rule.target_protocol),
+    ] {
+        if !PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(format!(
+                "{field} {protocol:?} is not valid: must be one of {}",
+                PROTOCOLS.join(", ")
+            ));
+        }
+    }
+    for (field, port) in [
+        ("entry_port", rule.entry_port),
+        ("target_port", rule.target_port),
+    ] {
+        if port == 0 {
+            return Err(format!("{field} must be between 1 and 65535"));
+        }
+    }
+    let secure_entry = matches!(rule.entry_protocol.as_str(), "https" | "http2" | "http3");
+    if rule.tls_passthrough && !rule.certificate_id.is_empty() {
+        return Err("certificate_id and tls_passthrough cannot both be set".into());
+    }
+    if secure_entry && rule.certificate_id.is_empty() && !rule.tls_passthrough {
+        return Err(format!(
+            "entry_protocol {} needs a certificate_id or tls_passthrough",
+            rule.entry_protocol
+        ));
+    }
+    if !secure_entry && (rule.tls_passthrough || !rule.certificate_id.is_empty()) {
+        return Err(format!(
+            "certificate_id and tls_passthrough need an entry_protocol of https, http2 or \
+             http3, not {}",
+            rule.entry_protocol
+        ));
+    }
+    if rule.tls_passthrough && rule.target_protocol != rule.entry_protocol {
+        return Err("with tls_passthrough, target_protocol must equal entry_protocol".into());
+    }
+    let layer4 = |p: &str| matches!(p, "tcp" | "udp" | "tls");
+    if layer4(&rule.entry_protocol) != layer4(&rule.target_protocol)
+        || (rule.entry_protocol == "udp") != (rule.target_protocol == "udp")
+    {
+        return Err(format!(
+            "entry_protocol {} cannot forward to target_protocol {}",
+            rule.entry_protocol, rule.target_protocol
+        ));
+    }
+    Ok(())
+}
+
+fn health_check(hc: &HealthCheck) -> Result<(), String> {
+    if !["tcp", "http", "https"].contains(&hc.protocol.as_str()) {
+        return Err(format!(
+            "protocol {:?} is not valid: must be tcp, http or https",
+            hc.protocol
+        ));
+    }
+    if hc.port == 0 {
+        return Err("port must be between 1 and 65535".into());
+    }
+    if hc.protocol != "tcp" && !hc.path.is_empty() && !hc.path.starts_with('/') {
+        return Err(format!("path {:?} must start with /", hc.path));
+    }
+    for (field, value, range) in [
+        ("check_interval_seconds", hc.check_interval_seconds, 3..=300),
+        (
+            "response_timeout_seconds",
+            hc.response_timeout_seconds,
+            3..=300,
+        ),
+        ("healthy_threshold", hc.healthy_threshold, 2..=10),
+        ("unhealthy_threshold", hc.unhealthy_threshold, 2..=10),
+    ] {
+        // Zero is absent: the API's default.
+        if value != 0 && !range.contains(&value) {
+            return Err(format!(
+                "{field} {value} is not valid: must be between {} and {}",
+                range.start(),
+                range.end()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn sticky_sessions(s: &StickySessions) -> Result<(), String> {
+    match s.kind.as_str() {
+        "none" => Ok(()),
+        "cookies" if s.cookie_name.is_empty() => {
+            Err("cookie_name is required with type cookies".into())
+        }
+        "cookies" if s.cookie_ttl_seconds == 0 => {
+            Err("cookie_ttl_seconds is required with type cookies".into())
+        }
+        "cookies" => Ok(()),
+        other => Err(format!(
+            "type {other:?} is not valid: must be none or cookies"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> LoadBalancerRequest {
+        LoadBalancerRequest {
+            name: "example-lb-01".into(),
+            region: "nyc1".into(),
+            forwarding_rules: vec![ForwardingRule {
+                entry_protocol: "tcp".into(),
+                entry_port: 80,
+                target_protocol: "tcp".into(),
+                target_port: 30080,
+                ..ForwardingRule::default()
+            }],
+            ..LoadBalancerRequest::default()
+        }
+    }
+
+    #[test]
+    fn what_digitalocean_refuses_is_refused() {
+        assert_eq!(load_balancer(&good()), Ok(()));
+        // Both sizes, when they agree, as godo's `AsRequest` sends them.
+        let mut both = good();
+        both.size = Some("lb-medium".into());
+        both.size_unit = Some(3);
+        assert_eq!(load_balancer(&both), Ok(()));
+        type Change = fn(&mut LoadBalancerRequest);
+        let cases: [(Change, &str); 12] = [
+            (|r| r.region.clear(), "region is required"),
+            (|r| r.region = "xyz9".into(), "region xyz9 is not available"),
+            (|r| r.name.clear(), "name is required"),
+            (
+                |r| {
+                    r.droplet_ids = vec![1];
+                    r.tag = Some("web".into());
+                },
+                "droplet_ids and tag cannot both be specified",
+            ),
+            (
+                |r| r.forwarding_rules.clear(),
+                "at least one forwarding rule is required",
+            ),
+            (
+                |r| r.forwarding_rules[0].entry_protocol = "smtp".into(),
+                "forwarding_rules[0]: entry_protocol \"smtp\" is not valid",
+            ),
+            (
+                |r| r.forwarding_rules[0].target_port = 0,
+                "forwarding_rules[0]: target_port must be between 1 and 65535",
+            ),
+            (
+                |r| {
+                    r.forwarding_rules[0].entry_protocol = "https".into();
+                    r.forwarding_rules[0].target_protocol = "http".into();
+                },
+                "forwarding_rules[0]: entry_protocol https needs a certificate_id or tls_passthrough",
+            ),
+            (
+                |r| {
+                    r.forwarding_rules[0].entry_protocol = "http".into();
+                    r.forwarding_rules[0].target_protocol = "udp".into();
+                },
+                "forwarding_rules[0]: entry_protocol http cannot forward to target_protocol udp",
+            ),
+            (
+                |r| {
+                    r.size = Some("lb-small".into());
+                    r.size_unit = Some(2);
+                },
+                "size lb-small and size_unit 2 disagree",
+            ),
+            (
+                |r| {
+                    r.health_check = Some(HealthCheck {
+                        protocol: "http".into(),
+                        port: 80,
+                        check_interval_seconds: 1,
+                        ..HealthCheck::default()
+                    });
+                },
+                "health_check: check_interval_seconds 1 is not valid",
+            ),
+            (
+                |r| {
+                    r.sticky_sessions = Some(StickySessions {
+                        kind: "cookies".into(),
+                        ..StickySessions::default()
+                    });
+                },
+                "sticky_sessions: cookie_name is required with type cookies",
+            ),
+        ];
+        for (change, message) in cases {
+            let mut r = good();
+            change(&mut r);
+            let got = load_balancer(&r).unwrap_err();
+            assert!(
+                got.starts_with(message),
+                "{got:?} does not start with {message:?}"
+            );
+        }
+    }
+}

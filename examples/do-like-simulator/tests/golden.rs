@@ -1,0 +1,354 @@
+//! Golden tests, simulator side: the simulator's answers compared field by field with the
+//! fixtures the provider's golden tests parse (`examples/do-like-cloud/tests/fixtures/`,
+//! our own, written to DigitalOcean's documented v2 shapes). Every key of a fixture is in
+//! the answer with the same JSON type, recursively, except the few listed as not simulated;
+//! the answer has no key the fixture lacks; and what the simulator does not choose itself
+//! (sizes, regions, what a request set) has the fixture's values.
+
+use std::collections::BTreeSet;
+
+use ccm_do_like_cloud::api::LoadBalancerObject;
+use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
+use serde_json::Value;
+
+const DROPLET: &str = include_str!("../../do-like-cloud/tests/fixtures/droplet.json");
+const DROPLETS: &str = include_str!("../../do-like-cloud/tests/fixtures/droplets_list.json");
+const LB: &str = include_str!("../../do-like-cloud/tests/fixtures/load_balancer.json");
+const LBS: &str = include_str!("../../do-like-cloud/tests/fixtures/load_balancers_list.json");
+const ERROR_404: &str = include_str!("../../do-like-cloud/tests/fixtures/error_404.json");
+const ERROR_422: &str = include_str!("../../do-like-cloud/tests/fixtures/error_422.json");
+const ERROR_429: &str = include_str!("../../do-like-cloud/tests/fixtures/error_429.json");
+
+const TOKEN: &str = "golden";
+
+/// Fields of DigitalOcean's answers the simulator does not serve (docs/do-like-cloud.md
+/// lists them); everything else in a fixture must be in its answer.
+const NOT_SIMULATED: [&str; 15] = [
+    "droplet.kernel",
+    "droplet.backup_ids",
+    "droplet.next_backup_window",
+    "droplet.snapshot_ids",
+    "droplet.image",
+    "droplet.volume_ids",
+    "load_balancer.type",
+    "load_balancer.enable_backend_keepalive",
+    "load_balancer.http_idle_timeout_seconds",
+    "load_balancer.disable_lets_encrypt_dns_records",
+    "load_balancer.project_id",
+    "load_balancer.network",
+    "load_balancer.network_stack",
+    "load_balancer.firewall",
+    "load_balancer.tls_cipher_policy",
+];
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Where `got` differs from `want` in shape; `path` names the place (`droplet.size.slug`),
+/// array items are `[]`.
+fn shape_diff(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
+    if kind(want) != kind(got) {
+        out.push(format!(
+            "{path}: {} in the fixture, {} in the answer",
+            kind(want),
+            kind(got)
+        ));
+        return;
+    }
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            let keys: BTreeSet<&String> = w.keys().chain(g.keys()).collect();
+            for key in keys {
+                let p = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let alias = p
+                    .replace("droplets[]", "droplet")
+                    .replace("load_balancers[]", "load_balancer");
+                match (w.get(key), g.get(key)) {
+                    (Some(_), None) if NOT_SIMULATED.contains(&alias.as_str()) => {}
+                    (Some(_), None) => out.push(format!("{p}: missing from the answer")),
+                    (None, Some(_)) => out.push(format!("{p}: not in the fixture (invented)")),
+                    (Some(wv), Some(gv)) => shape_diff(&p, wv, gv, out),
+                    (None, None) => {}
+                }
+            }
+        }
+        (Value::Array(w), Value::Array(g)) => {
+            if let Some(first) = w.first() {
+                for item in g {
+                    shape_diff(&format!("{path}[]"), first, item, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn assert_same_shape(want: &Value, got: &Value) {
+    let mut diffs = Vec::new();
+    shape_diff("", want, got, &mut diffs);
+    assert!(
+        diffs.is_empty(),
+        "the answer drifted from the fixture:\n{}",
+        diffs.join("\n")
+    );
+}
+
+async fn start() -> RunningSimulator {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.lb_activation_delay = std::time::Duration::ZERO;
+    RunningSimulator::start(cfg).await.unwrap()
+}
+
+async fn call(
+    sim: &RunningSimulator,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> reqwest::Response {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{}{path}", sim.url()))
+        .bearer_auth(TOKEN);
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    req.send().await.unwrap()
+}
+
+async fn get(sim: &RunningSimulator, path: &str) -> Value {
+    let resp = call(sim, reqwest::Method::GET, path, None).await;
+    assert_eq!(resp.status(), 200, "{path}");
+    for header in ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"] {
+        let value = resp.headers()[header].to_str().unwrap();
+        assert!(value.parse::<u64>().is_ok(), "{header}: {value}");
+    }
+    resp.json().await.unwrap()
+}
+
+fn fixture(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+#[tokio::test]
+async fn droplets_have_digitaloceans_shape() {
+    let sim = start().await;
+    let want = fixture(DROPLET);
+    let w = &want["droplet"];
+    let d = sim.handle().create_droplet(
+        w["name"].as_str().unwrap(),
+        w["size_slug"].as_str().unwrap(),
+        w["region"]["slug"].as_str().unwrap(),
+    );
+    sim.handle().create_droplet("node-2", "s-2vcpu-4gb", "nyc1");
+
+    let got = get(&sim, &format!("/v2/droplets/{}", d.id)).await;
+    assert_same_shape(&want, &got);
+    let g = &got["droplet"];
+    for field in [
+        "name",
+        "memory",
+        "vcpus",
+        "disk",
+        "locked",
+        "status",
+        "features",
+        "size",
+        "size_slug",
+        "region",
+    ] {
+        assert_eq!(g[field], w[field], "droplet.{field}");
+    }
+    assert_eq!(g["networks"]["v4"][0]["type"], "private");
+    assert_eq!(g["networks"]["v4"][1]["type"], "public");
+
+    // The list: one per page, links to the next and last, the total in meta.
+    let want = fixture(DROPLETS);
+    let got = get(&sim, "/v2/droplets?page=1&per_page=1").await;
+    assert_same_shape(&want, &got);
+    assert_eq!(got["meta"], want["meta"]);
+    let path_of = |v: &Value| {
+        let url = v.as_str().unwrap();
+        url[url.find("/v2/").unwrap()..].to_owned()
+    };
+    for link in ["next", "last"] {
+        assert_eq!(
+            path_of(&got["links"]["pages"][link]),
+            path_of(&want["links"]["pages"][link]),
+            "links.pages.{link}"
+        );
+    }
+    // The last page links back, not on.
+    let last = get(&sim, "/v2/droplets?page=2&per_page=1").await;
+    let pages = last["links"]["pages"].as_object().unwrap();
+    assert_eq!(pages.keys().collect::<Vec<_>>(), ["first", "prev"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn load_balancers_have_digitaloceans_shape() {
+    let sim = start().await;
+    let want = fixture(LB);
+    let w = &want["load_balancer"];
+    // The fixture's load balancer, as a request would set it.
+    let lb: LoadBalancerObject = serde_json::from_value(w.clone()).unwrap();
+    let request = serde_json::to_value(lb.to_request()).unwrap();
+    let resp = call(
+        &sim,
+        reqwest::Method::POST,
+        "/v2/load_balancers",
+        Some(&request),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let created: Value = resp.json().await.unwrap();
+    assert_same_shape(&want, &created);
+
+    let id = created["load_balancer"]["id"].as_str().unwrap().to_owned();
+    let got = get(&sim, &format!("/v2/load_balancers/{id}")).await;
+    assert_same_shape(&want, &got);
+    let g = &got["load_balancer"];
+    for field in [
+        "name",
+        "size",
+        "size_unit",
+        "algorithm",
+        "status",
+        "region",
+        "forwarding_rules",
+        "health_check",
+        "sticky_sessions",
+        "droplet_ids",
+        "tag",
+        "tags",
+        "redirect_http_to_https",
+        "enable_proxy_protocol",
+    ] {
+        assert_eq!(g[field], w[field], "load_balancer.{field}");
+    }
+    assert_same_shape(&fixture(LBS), &get(&sim, "/v2/load_balancers").await);
+    assert_eq!(
+        get(&sim, "/v2/load_balancers").await["meta"],
+        fixture(LBS)["meta"]
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.rate_limit = 1000;
+    let sim = RunningSimulator::start(cfg).await.unwrap();
+    let check = |want: &Value, resp_status: u16, status: u16, got: &Value| {
+        assert_eq!(resp_status, status);
+        assert_same_shape(want, got);
+        assert_eq!(got["id"], want["id"]);
+    };
+
+    let want = fixture(ERROR_404);
+    for path in [
+        "/v2/droplets/1",
+        "/v2/load_balancers/nope",
+        "/v2/no-such-thing",
+    ] {
+        let resp = call(&sim, reqwest::Method::GET, path, None).await;
+        let status = resp.status().as_u16();
+        let request_id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let got: Value = resp.json().await.unwrap();
+        check(&want, status, 404, &got);
+        assert_eq!(got["message"], want["message"]);
+        assert_eq!(got["request_id"], request_id.as_str());
+    }
+
+    // 422s: both droplet_ids and tag, a missing region, a bad forwarding rule.
+    let want = fixture(ERROR_422);
+    let lb: LoadBalancerObject =
+        serde_json::from_value(fixture(LB)["load_balancer"].clone()).unwrap();
+    let good = lb.to_request();
+    let mut both = good.clone();
+    both.tag = Some("web".into());
+    let mut no_region = good.clone();
+    no_region.region.clear();
+    let mut bad_rule = good.clone();
+    bad_rule.forwarding_rules[1].certificate_id.clear();
+    for (request, message) in [
+        (&both, want["message"].as_str().unwrap()),
+        (&no_region, "region is required"),
+        (
+            &bad_rule,
+            "forwarding_rules[1]: entry_protocol https needs a certificate_id or tls_passthrough",
+        ),
+    ] {
+        let resp = call(
+            &sim,
+            reqwest::Method::POST,
+            "/v2/load_balancers",
+            Some(&serde_json::to_value(request).unwrap()),
+        )
+        .await;
+        let status = resp.status().as_u16();
+        let got: Value = resp.json().await.unwrap();
+        check(&want, status, 422, &got);
+        assert_eq!(got["message"], message);
+    }
+    assert!(sim.handle().load_balancers().is_empty());
+
+    // A body that is not a load balancer's shape (a region object in a request) is a 400.
+    let mut wrong = serde_json::to_value(&good).unwrap();
+    wrong["region"] = serde_json::json!({"slug": "nyc1"});
+    let resp = call(
+        &sim,
+        reqwest::Method::POST,
+        "/v2/load_balancers",
+        Some(&wrong),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let got: Value = resp.json().await.unwrap();
+    assert_eq!(got["id"], "bad_request");
+
+    // 429.
+    sim.handle().set_faults(
+        serde_json::from_value(serde_json::json!({"burst_429": 1, "retry_after_secs": 1})).unwrap(),
+    );
+    let resp = call(&sim, reqwest::Method::GET, "/v2/droplets", None).await;
+    let status = resp.status().as_u16();
+    let got: Value = resp.json().await.unwrap();
+    let want = fixture(ERROR_429);
+    check(&want, status, 429, &got);
+    assert_eq!(got["message"], want["message"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_the_routes_extension_x_routes_is_a_404() {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.routes_extension = false;
+    let sim = RunningSimulator::start(cfg).await.unwrap();
+    let resp = call(&sim, reqwest::Method::GET, "/v2/x-routes", None).await;
+    assert_eq!(resp.status(), 404);
+    let got: Value = resp.json().await.unwrap();
+    assert_eq!(got["id"], "not_found");
+    sim.shutdown().await;
+    let sim = start().await;
+    assert_eq!(
+        call(&sim, reqwest::Method::GET, "/v2/x-routes", None)
+            .await
+            .status(),
+        200
+    );
+    sim.shutdown().await;
+}

@@ -509,3 +509,84 @@ async fn a_hung_api_server_does_not_wedge_the_server() {
     server.stopped().await;
     held.abort();
 }
+
+/// The shipped RBAC (`examples/fake-cloud/deploy/rbac.yaml`) is enough for secure serving:
+/// the manager, as the ServiceAccount `kube-system/cloud-controller-manager`, reads the
+/// authentication ConfigMap at startup and reviews tokens and access for `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_rbac_allows_secure_serving() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fake-cloud/deploy/rbac.yaml");
+    let token = cp
+        .service_account_token("kube-system", "cloud-controller-manager")
+        .await
+        .unwrap();
+    let out = cp.kubectl().expect("kubectl").args(["apply", "-f"]).arg(&rbac).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A kubeconfig with the ServiceAccount's token instead of the admin's certificate.
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubeconfig: serde_json::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(cp.kubeconfig_path()).unwrap()).unwrap();
+    kubeconfig["users"][0]["user"] = serde_json::json!({ "token": token });
+    let kubeconfig_path = dir.path().join("ccm.kubeconfig");
+    std::fs::write(&kubeconfig_path, serde_yaml_ng::to_string(&kubeconfig).unwrap()).unwrap();
+    let config = dir.path().join("fake.yaml");
+    std::fs::write(&config, "nodesAreInstances: true\n").unwrap();
+    let cert_dir = dir.path().join("certs");
+    let port = free_port();
+    let options = Options::from_args([
+        "fake-cloud-controller-manager".to_owned(),
+        "--cloud-provider=fake".to_owned(),
+        format!("--cloud-config={}", config.display()),
+        format!("--kubeconfig={}", kubeconfig_path.display()),
+        "--leader-elect=false".to_owned(),
+        "--controllers=cloud-node".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+        format!("--cert-dir={}", cert_dir.display()),
+    ])
+    .unwrap();
+    let mut registry = ProviderRegistry::new();
+    FakeCloud::register(&mut registry).unwrap();
+    let shutdown = CancellationToken::new();
+    let ccm = CloudControllerManager::new("fake-cloud-controller-manager", registry);
+    let task = tokio::spawn(ccm.run_with_options(options, shutdown.clone()));
+    let cert_file = cert_dir.join("cloud-controller-manager.crt");
+    let server_cert = eventually("the certificate in --cert-dir", WAIT, || async {
+        if task.is_finished() {
+            return Err("the manager stopped".to_owned());
+        }
+        std::fs::read(&cert_file)
+            .map_err(|e| e.to_string())
+            .and_then(|pem| pem_identity_cert(&pem))
+    })
+    .await;
+    eventually("the endpoint server", WAIT, || async {
+        TcpStream::connect(("127.0.0.1", port)).await
+    })
+    .await;
+
+    // The client CA came from the ConfigMap (no --client-ca-file): a certificate of the
+    // cluster's client CA authenticates, and the access review runs.
+    let readers = unique_name("metrics-readers");
+    grant_metrics(&cp.client().unwrap(), group(&readers)).await;
+    let reader = identity_of(&cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers]).unwrap());
+    eventually("a client certificate reading /metrics", WAIT, || async {
+        match get(port, &server_cert, Some(&reader), "/metrics", &[]).await {
+            (200, _) => Ok(()),
+            (status, body) => Err(format!("{status}: {body}")),
+        }
+    })
+    .await;
+    // And tokens are reviewed: one without RBAC is forbidden (not unauthorised).
+    let ns = cp.create_namespace("serving-rbac").await.unwrap();
+    let token = cp.service_account_token(&ns, "nobody").await.unwrap();
+    let bearer = format!("Bearer {token}");
+    let (status, body) = get(port, &server_cert, None, "/metrics", &[("authorization", &bearer)]).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(get(port, &server_cert, None, "/healthz", &[]).await.0, 200);
+
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, task).await.unwrap().unwrap().unwrap();
+}

@@ -134,7 +134,9 @@ impl ProxyCa {
     fn client(&self, cn: &str) -> Identity {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
@@ -247,18 +249,27 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
     // Open: the always-allowed paths, anonymously.
     for path in ["/healthz", "/livez", "/readyz"] {
         let (status, body) = get(port, &server_cert, None, path, &[]).await;
-        assert_eq!(status, if path == "/readyz" { status } else { 200 }, "{path}: {body}");
+        assert_eq!(
+            status,
+            if path == "/readyz" { status } else { 200 },
+            "{path}: {body}"
+        );
         assert_ne!(status, 401, "{path}");
         assert_ne!(status, 403, "{path}");
     }
     let (status, body) = get(port, &server_cert, None, "/healthz?verbose", &[]).await;
-    assert_eq!((status, body.as_str()), (200, "[+]ping ok\nhealthz check passed\n"));
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "[+]ping ok\nhealthz check passed\n")
+    );
 
     // Anonymous /metrics: authenticated as system:anonymous, refused by authorization (Go: 403).
     let (status, body) = get(port, &server_cert, None, "/metrics", &[]).await;
     assert_eq!(status, 403, "{body}");
     assert!(
-        body.contains(r#""message":"forbidden: User \"system:anonymous\" cannot get path \"/metrics\"""#),
+        body.contains(
+            r#""message":"forbidden: User \"system:anonymous\" cannot get path \"/metrics\"""#
+        ),
         "{body}"
     );
     // A token the API server does not know: 401, even on an always-allowed path (as Go).
@@ -273,7 +284,14 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
     let ns = cp.create_namespace("serving").await.unwrap();
     let token = cp.service_account_token(&ns, "nobody").await.unwrap();
     let bearer = format!("Bearer {token}");
-    let (status, body) = get(port, &server_cert, None, "/metrics", &[("authorization", &bearer)]).await;
+    let (status, body) = get(
+        port,
+        &server_cert,
+        None,
+        "/metrics",
+        &[("authorization", &bearer)],
+    )
+    .await;
     assert_eq!(status, 403, "{body}");
     assert!(
         body.contains(&format!("system:serviceaccount:{ns}:nobody")),
@@ -294,30 +312,51 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
     .await;
     let bearer = format!("Bearer {token}");
     let body = eventually("the scraper's token reading /metrics", WAIT, || async {
-        match get(port, &server_cert, None, "/metrics", &[("authorization", &bearer)]).await {
+        match get(
+            port,
+            &server_cert,
+            None,
+            "/metrics",
+            &[("authorization", &bearer)],
+        )
+        .await
+        {
             (200, body) => Ok(body),
             (status, body) => Err(format!("{status}: {body}")),
         }
     })
     .await;
-    assert!(body.contains("# TYPE running_managed_controllers gauge"), "{body}");
+    assert!(
+        body.contains("# TYPE running_managed_controllers gauge"),
+        "{body}"
+    );
 
     // A client certificate signed by --client-ca-file: the user is its CN, groups its O.
     let readers = unique_name("metrics-readers");
     grant_metrics(&admin, group(&readers)).await;
-    let reader = identity_of(&cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers]).unwrap());
-    eventually("a client certificate of the group reading /metrics", WAIT, || async {
-        match get(port, &server_cert, Some(&reader), "/metrics", &[]).await {
-            (200, _) => Ok(()),
-            (status, body) => Err(format!("{status}: {body}")),
-        }
-    })
+    let reader = identity_of(
+        &cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers])
+            .unwrap(),
+    );
+    eventually(
+        "a client certificate of the group reading /metrics",
+        WAIT,
+        || async {
+            match get(port, &server_cert, Some(&reader), "/metrics", &[]).await {
+                (200, _) => Ok(()),
+                (status, body) => Err(format!("{status}: {body}")),
+            }
+        },
+    )
     .await;
     let outsider_name = unique_name("cert-outsider");
     let outsider = identity_of(&cp.kubeconfig_for_user(&outsider_name, &["nobody"]).unwrap());
     let (status, body) = get(port, &server_cert, Some(&outsider), "/metrics", &[]).await;
     assert_eq!(status, 403, "{body}");
-    assert!(body.contains(&format!(r#"User \"{outsider_name}\""#)), "{body}");
+    assert!(
+        body.contains(&format!(r#"User \"{outsider_name}\""#)),
+        "{body}"
+    );
 
     // A certificate no trusted authority signed: 401.
     let stranger = ProxyCa::new().client("stranger");
@@ -327,17 +366,31 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
     // A front proxy (request-header CA, allowed name) asserting a user of the group: 200;
     // the same headers from a proxy whose CN is not allowed, or without a certificate: no.
     let proxy = proxy_ca.client("front-proxy");
-    let asserted = [("x-remote-user", "alice"), ("x-remote-group", readers.as_str())];
+    let asserted = [
+        ("x-remote-user", "alice"),
+        ("x-remote-group", readers.as_str()),
+    ];
     let (status, body) = get(port, &server_cert, Some(&proxy), "/metrics", &asserted).await;
     assert_eq!(status, 200, "{body}");
     let other_proxy = proxy_ca.client("other-proxy");
-    let (status, body) = get(port, &server_cert, Some(&other_proxy), "/metrics", &asserted).await;
+    let (status, body) = get(
+        port,
+        &server_cert,
+        Some(&other_proxy),
+        "/metrics",
+        &asserted,
+    )
+    .await;
     assert_eq!(status, 401, "{body}");
     let (status, body) = get(port, &server_cert, None, "/metrics", &asserted).await;
     assert_eq!(status, 403, "headers alone are not trusted: {body}");
 
     shutdown.cancel();
-    tokio::time::timeout(WAIT, task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 
     // A restart reuses the certificate in --cert-dir.
     assert_eq!(
@@ -366,7 +419,8 @@ async fn the_leader_check_fails_when_renewals_stop() {
             Duration::from_millis(200),
         );
     let healthz = LeaderHealthz::new(Duration::from_secs(1));
-    let mut elector = LeaderElector::new(cp.client().unwrap(), config).with_healthz(healthz.clone());
+    let mut elector =
+        LeaderElector::new(cp.client().unwrap(), config).with_healthz(healthz.clone());
     assert_eq!(healthz.check(), Ok(()), "not leading: healthy");
 
     // Served on /healthz and /livez, as the manager registers it.
@@ -404,22 +458,38 @@ async fn the_leader_check_fails_when_renewals_stop() {
     renewing.abort();
     let _ = renewing.await;
     let started = tokio::time::Instant::now();
-    let failed = eventually("the leader check to fail", Duration::from_secs(10), || async {
-        match http_get(port, "/healthz").await {
-            (500, body) => Ok(body),
-            (status, body) => Err(format!("{status}: {body}")),
-        }
-    })
+    let failed = eventually(
+        "the leader check to fail",
+        Duration::from_secs(10),
+        || async {
+            match http_get(port, "/healthz").await {
+                (500, body) => Ok(body),
+                (status, body) => Err(format!("{status}: {body}")),
+            }
+        },
+    )
     .await;
     assert_eq!(
         failed,
         "[+]ping ok\n[-]leaderElection failed: reason withheld\nhealthz check failed\n"
     );
-    assert!(started.elapsed() >= Duration::from_millis(1500), "not before lease + tolerance");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "not before lease + tolerance"
+    );
     assert_eq!(http_get(port, "/livez").await.0, 500);
-    assert_eq!(http_get(port, "/readyz").await.0, 200, "readiness is another list");
+    assert_eq!(
+        http_get(port, "/readyz").await.0,
+        200,
+        "readiness is another list"
+    );
     let reason = healthz.check().unwrap_err();
-    assert!(reason.starts_with(&format!("failed election to renew leadership on lease {lease}")), "{reason}");
+    assert!(
+        reason.starts_with(&format!(
+            "failed election to renew leadership on lease {lease}"
+        )),
+        "{reason}"
+    );
     shutdown.cancel();
     server.stopped().await;
 }
@@ -479,7 +549,10 @@ async fn a_hung_api_server_does_not_wedge_the_server() {
     let started = tokio::time::Instant::now();
     let (status, _) = get(port, &cert, None, "/healthz", &[]).await;
     assert_eq!(status, 200);
-    assert!(started.elapsed() < timeout, "no review for an always-allowed path");
+    assert!(
+        started.elapsed() < timeout,
+        "no review for an always-allowed path"
+    );
 
     let started = tokio::time::Instant::now();
     let bearer = [("authorization", "Bearer t")];
@@ -497,7 +570,9 @@ async fn a_hung_api_server_does_not_wedge_the_server() {
             let cert = cert.clone();
             tokio::spawn(async move {
                 let token = format!("Bearer t{i}");
-                get(port, &cert, None, "/metrics", &[("authorization", &token)]).await.0
+                get(port, &cert, None, "/metrics", &[("authorization", &token)])
+                    .await
+                    .0
             })
         })
         .collect();
@@ -516,13 +591,24 @@ async fn a_hung_api_server_does_not_wedge_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_rbac_allows_secure_serving() {
     let cp = ControlPlane::shared().await.unwrap();
-    let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fake-cloud/deploy/rbac.yaml");
+    let rbac =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fake-cloud/deploy/rbac.yaml");
     let token = cp
         .service_account_token("kube-system", "cloud-controller-manager")
         .await
         .unwrap();
-    let out = cp.kubectl().expect("kubectl").args(["apply", "-f"]).arg(&rbac).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cp
+        .kubectl()
+        .expect("kubectl")
+        .args(["apply", "-f"])
+        .arg(&rbac)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // A kubeconfig with the ServiceAccount's token instead of the admin's certificate.
     let dir = tempfile::tempdir().unwrap();
@@ -530,7 +616,11 @@ async fn the_shipped_rbac_allows_secure_serving() {
         serde_yaml_ng::from_str(&std::fs::read_to_string(cp.kubeconfig_path()).unwrap()).unwrap();
     kubeconfig["users"][0]["user"] = serde_json::json!({ "token": token });
     let kubeconfig_path = dir.path().join("ccm.kubeconfig");
-    std::fs::write(&kubeconfig_path, serde_yaml_ng::to_string(&kubeconfig).unwrap()).unwrap();
+    std::fs::write(
+        &kubeconfig_path,
+        serde_yaml_ng::to_string(&kubeconfig).unwrap(),
+    )
+    .unwrap();
     let config = dir.path().join("fake.yaml");
     std::fs::write(&config, "nodesAreInstances: true\n").unwrap();
     let cert_dir = dir.path().join("certs");
@@ -571,7 +661,10 @@ async fn the_shipped_rbac_allows_secure_serving() {
     // cluster's client CA authenticates, and the access review runs.
     let readers = unique_name("metrics-readers");
     grant_metrics(&cp.client().unwrap(), group(&readers)).await;
-    let reader = identity_of(&cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers]).unwrap());
+    let reader = identity_of(
+        &cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers])
+            .unwrap(),
+    );
     eventually("a client certificate reading /metrics", WAIT, || async {
         match get(port, &server_cert, Some(&reader), "/metrics", &[]).await {
             (200, _) => Ok(()),
@@ -583,10 +676,21 @@ async fn the_shipped_rbac_allows_secure_serving() {
     let ns = cp.create_namespace("serving-rbac").await.unwrap();
     let token = cp.service_account_token(&ns, "nobody").await.unwrap();
     let bearer = format!("Bearer {token}");
-    let (status, body) = get(port, &server_cert, None, "/metrics", &[("authorization", &bearer)]).await;
+    let (status, body) = get(
+        port,
+        &server_cert,
+        None,
+        "/metrics",
+        &[("authorization", &bearer)],
+    )
+    .await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(get(port, &server_cert, None, "/healthz", &[]).await.0, 200);
 
     shutdown.cancel();
-    tokio::time::timeout(WAIT, task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }

@@ -430,7 +430,9 @@ impl DelegatedAuth {
             match ca.verify(peer) {
                 Err(e) => errors.push(format!("request-header client certificate: {e}")),
                 Ok(()) => {
-                    let cn = tls::subject(&peer[0]).map(|s| s.common_name).unwrap_or_default();
+                    let cn = tls::subject(&peer[0])
+                        .map(|s| s.common_name)
+                        .unwrap_or_default();
                     if !config.allowed_names.is_empty() && !config.allowed_names.contains(&cn) {
                         errors.push(format!(
                             "request-header client certificate: CN {cn:?} is not in --requestheader-allowed-names"
@@ -677,7 +679,10 @@ fn flag_error(flag: &'static str, message: impl Into<String>) -> FlagError {
 }
 
 /// A client from `--authentication-kubeconfig` / `--authorization-kubeconfig`.
-async fn client_from_kubeconfig(flag: &'static str, path: &Path) -> Result<kube::Client, FlagError> {
+async fn client_from_kubeconfig(
+    flag: &'static str,
+    path: &Path,
+) -> Result<kube::Client, FlagError> {
     let err = |e: String| flag_error(flag, format!("{}: {e}", path.display()));
     let bytes = {
         use std::io::Read as _;
@@ -693,10 +698,14 @@ async fn client_from_kubeconfig(flag: &'static str, path: &Path) -> Result<kube:
     };
     let text = String::from_utf8(bytes).map_err(|e| err(e.to_string()))?;
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| err(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| err(e.to_string()))?;
-    crate::client::build_client(config, &crate::client::ApiLayer::new()).map_err(|e| err(e.to_string()))
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| err(e.to_string()))?;
+    crate::client::build_client(config, &crate::client::ApiLayer::new())
+        .map_err(|e| err(e.to_string()))
 }
 
 /// What kube-apiserver publishes in `kube-system/extension-apiserver-authentication`.
@@ -783,12 +792,20 @@ pub async fn from_options(
         Some(path) => client_from_kubeconfig("--authorization-kubeconfig", &path).await?,
         None => client.clone(),
     };
-    let read_ca = |flag: &'static str, path: &Path| -> Result<Vec<CertificateDer<'static>>, FlagError> {
-        let bytes = tls::read_pem_file(path).map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))?;
-        tls::certs_from_pem(&bytes).map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))
-    };
-    let [allowed_names, username_headers, uid_headers, group_headers, extra_prefixes] =
-        options.request_header_lists();
+    let read_ca =
+        |flag: &'static str, path: &Path| -> Result<Vec<CertificateDer<'static>>, FlagError> {
+            let bytes = tls::read_pem_file(path)
+                .map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))?;
+            tls::certs_from_pem(&bytes)
+                .map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))
+        };
+    let [
+        allowed_names,
+        username_headers,
+        uid_headers,
+        group_headers,
+        extra_prefixes,
+    ] = options.request_header_lists();
     let mut cas = ClientCas::default();
     let mut request_header = None;
     if let Some(path) = options.client_ca_file() {
@@ -852,8 +869,8 @@ pub async fn from_options(
             options.authorization_webhook_cache_unauthorized_ttl,
         );
     if !cas.client_ca.is_empty() {
-        let verifier = ChainVerifier::new(&cas.client_ca)
-            .map_err(|e| flag_error("--client-ca-file", e))?;
+        let verifier =
+            ChainVerifier::new(&cas.client_ca).map_err(|e| flag_error("--client-ca-file", e))?;
         auth = auth.with_client_ca(verifier);
     }
     if let Some(config) = request_header
@@ -877,7 +894,15 @@ mod tests {
     #[test]
     fn always_allowed_paths_match_as_go() {
         let m = PathMatcher::new(&strings(&["/healthz", "readyz", "/debug/*", "/"])).unwrap();
-        for yes in ["/healthz", "healthz", "/readyz", "/debug/", "/debug/pprof/heap", "/", ""] {
+        for yes in [
+            "/healthz",
+            "healthz",
+            "/readyz",
+            "/debug/",
+            "/debug/pprof/heap",
+            "/",
+            "",
+        ] {
             assert!(m.matches(yes), "{yes}");
         }
         for no in ["/healthz/ping", "/healthzx", "/metrics", "/debug", "/livez"] {
@@ -905,7 +930,11 @@ mod tests {
         assert_eq!(bearer_token(&h("  Bearer abc  ")), Some("abc"));
         assert_eq!(bearer_token(&h("Basic abc")), None);
         assert_eq!(bearer_token(&h("Bearer")), None);
-        assert_eq!(bearer_token(&h("Bearer  abc")), None, "Go splits on single spaces");
+        assert_eq!(
+            bearer_token(&h("Bearer  abc")),
+            None,
+            "Go splits on single spaces"
+        );
         assert_eq!(bearer_token(&HeaderMap::new()), None);
     }
 
@@ -919,7 +948,11 @@ mod tests {
             strings(&["X-Remote-Extra-"]),
         );
         let mut h = HeaderMap::new();
-        assert_eq!(config.user(&h), None, "no user name: not this authenticator");
+        assert_eq!(
+            config.user(&h),
+            None,
+            "no user name: not this authenticator"
+        );
         h.insert("x-other-user", "bob".parse().unwrap());
         h.append("x-remote-group", "a".parse().unwrap());
         h.append("x-remote-group", "b".parse().unwrap());
@@ -982,7 +1015,11 @@ mod tests {
         assert_eq!(found.request_header.allowed_names, ["front-proxy-client"]);
         let mut bad = data;
         bad.insert("requestheader-group-headers".to_owned(), "nope".to_owned());
-        assert!(ClusterAuthentication::from_data(&bad).unwrap_err().starts_with("requestheader-group-headers"));
+        assert!(
+            ClusterAuthentication::from_data(&bad)
+                .unwrap_err()
+                .starts_with("requestheader-group-headers")
+        );
     }
 
     #[tokio::test]
@@ -991,7 +1028,10 @@ mod tests {
         let headers = HeaderMap::new();
         let user = auth.authenticate(&headers, &[]).await.unwrap();
         assert_eq!(user, UserInfo::anonymous());
-        assert_eq!(auth.authorize(&user, "/healthz", "get").await, Ok(Decision::Allow));
+        assert_eq!(
+            auth.authorize(&user, "/healthz", "get").await,
+            Ok(Decision::Allow)
+        );
         assert_eq!(
             auth.authorize(&user, "/metrics", "get").await,
             Ok(Decision::Deny(String::new()))
@@ -1001,7 +1041,10 @@ mod tests {
             groups: strings(&["system:masters"]),
             ..UserInfo::default()
         };
-        assert_eq!(auth.authorize(&masters, "/metrics", "get").await, Ok(Decision::Allow));
+        assert_eq!(
+            auth.authorize(&masters, "/metrics", "get").await,
+            Ok(Decision::Allow)
+        );
         let response = auth
             .check(&headers, &[], &http::Method::GET, "/metrics")
             .await
@@ -1013,7 +1056,11 @@ mod tests {
             std::str::from_utf8(&body).unwrap(),
             "{\"apiVersion\":\"v1\",\"code\":403,\"details\":{},\"kind\":\"Status\",\"message\":\"forbidden: User \\\"system:anonymous\\\" cannot get path \\\"/metrics\\\"\",\"metadata\":{},\"reason\":\"Forbidden\",\"status\":\"Failure\"}\n"
         );
-        assert!(auth.check(&headers, &[], &http::Method::GET, "/healthz").await.is_none());
+        assert!(
+            auth.check(&headers, &[], &http::Method::GET, "/healthz")
+                .await
+                .is_none()
+        );
     }
 
     #[test]

@@ -479,10 +479,9 @@ impl EndpointServer {
                 cert_file,
                 key_file,
             } => Some((tls::load_certs(cert_file)?, tls::load_key(key_file)?)),
-            Serving::HttpsSelfSigned => Some(tls::self_signed(
-                addr.ip(),
-                options.cert_dir.as_deref(),
-            )?),
+            Serving::HttpsSelfSigned => {
+                Some(tls::self_signed(addr.ip(), options.cert_dir.as_deref())?)
+            }
         };
         let certificate = tls.as_ref().and_then(|(chain, _)| chain.first().cloned());
         let acceptor = tls
@@ -692,7 +691,11 @@ struct Endpoints {
 impl Endpoints {
     /// Authenticates and authorises the request (Go's filter chain runs before its mux),
     /// then answers it.
-    async fn respond<B>(&self, req: &Request<B>, peer: &[CertificateDer<'static>]) -> Response<Full<Bytes>> {
+    async fn respond<B>(
+        &self,
+        req: &Request<B>,
+        peer: &[CertificateDer<'static>],
+    ) -> Response<Full<Bytes>> {
         if let Some(auth) = &self.auth
             && let Some(refused) = auth
                 .check(req.headers(), peer, req.method(), req.uri().path())
@@ -746,7 +749,11 @@ impl Endpoints {
 /// `/healthz` and `/livez` as Go's healthz handler answers them: `ok` when every liveness
 /// check passes (the list with `?verbose`), else 500 with the list, each failure's reason
 /// withheld (it is logged: these paths answer anyone).
-fn liveness(health: &Health, name: &str, params: &HashMap<&str, Vec<&str>>) -> Response<Full<Bytes>> {
+fn liveness(
+    health: &Health,
+    name: &str,
+    params: &HashMap<&str, Vec<&str>>,
+) -> Response<Full<Bytes>> {
     let excluded = params.get("exclude").cloned().unwrap_or_default();
     let verbose = params.contains_key("verbose");
     let mut body = String::from("[+]ping ok\n");
@@ -780,7 +787,11 @@ fn liveness(health: &Health, name: &str, params: &HashMap<&str, Vec<&str>>) -> R
 
 /// `/healthz/<name>` and `/livez/<name>`: one liveness check.
 fn liveness_check(health: &Health, name: &str) -> Response<Full<Bytes>> {
-    match health.liveness_report().into_iter().find(|(n, _)| n == name) {
+    match health
+        .liveness_report()
+        .into_iter()
+        .find(|(n, _)| n == name)
+    {
         None => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
         Some((_, Ok(()))) => text(StatusCode::OK, "ok".to_owned()),
         Some((_, Err(reason))) => {

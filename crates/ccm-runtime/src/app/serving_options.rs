@@ -22,7 +22,9 @@ pub(crate) fn parse_go_bool(s: &str) -> Result<bool, String> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("invalid boolean {s:?} (Go's strconv.ParseBool syntax)")),
+        _ => Err(format!(
+            "invalid boolean {s:?} (Go's strconv.ParseBool syntax)"
+        )),
     }
 }
 
@@ -68,7 +70,12 @@ pub struct ServingOptions {
     /// The directory where the generated self-signed certificate is written to (and reused
     /// from) when --tls-cert-file is not given (cloud-controller-manager.crt/.key). Empty:
     /// the certificate is kept in memory.
-    #[arg(long, value_name = "DIR", default_value = "", help_heading = "Secure serving")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "",
+        help_heading = "Secure serving"
+    )]
     pub cert_dir: String,
     /// File containing the default x509 certificate for HTTPS (CA cert, if any, concatenated
     /// after the server cert). Empty: a self-signed certificate is generated.
@@ -125,7 +132,12 @@ pub struct ServingOptions {
     )]
     pub tls_sni_cert_key: Vec<String>,
     /// Accepted for compatibility: the endpoints are served over HTTP/1.1 only.
-    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Secure serving")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Secure serving"
+    )]
     pub http2_max_streams_per_connection: i32,
     /// Accepted for compatibility: the endpoints are served over HTTP/1.1 only.
     #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
@@ -359,12 +371,18 @@ impl ServingOptions {
         let lists: [(&'static str, &[String]); 8] = [
             ("--tls-cipher-suites", &self.tls_cipher_suites),
             ("--tls-curve-preferences", &self.tls_curve_preferences),
-            ("--requestheader-allowed-names", &self.requestheader_allowed_names),
+            (
+                "--requestheader-allowed-names",
+                &self.requestheader_allowed_names,
+            ),
             (
                 "--requestheader-username-headers",
                 &self.requestheader_username_headers,
             ),
-            ("--requestheader-uid-headers", &self.requestheader_uid_headers),
+            (
+                "--requestheader-uid-headers",
+                &self.requestheader_uid_headers,
+            ),
             (
                 "--requestheader-group-headers",
                 &self.requestheader_group_headers,
@@ -387,14 +405,14 @@ impl ServingOptions {
                 ));
             }
             // Go: `empty value in "requestheader-username-headers"`.
-            if flag.starts_with("--requestheader")
-                && items.iter().any(|i| i.trim().is_empty())
-            {
+            if flag.starts_with("--requestheader") && items.iter().any(|i| i.trim().is_empty()) {
                 return Err(bad(flag, "empty value"));
             }
             if flag.starts_with("--requestheader")
                 && flag != "--requestheader-allowed-names"
-                && let Some(h) = items.iter().find(|h| http::HeaderName::try_from(h.as_str()).is_err())
+                && let Some(h) = items
+                    .iter()
+                    .find(|h| http::HeaderName::try_from(h.as_str()).is_err())
             {
                 return Err(bad(flag, format!("{h:?} is not a valid HTTP header name")));
             }
@@ -453,7 +471,10 @@ pub(crate) async fn start_server(
         );
     } else {
         let (auth, cas) = super::auth::from_options(options, client).await?;
-        tracing::info!(?auth, "delegated authentication and authorization configured");
+        tracing::info!(
+            ?auth,
+            "delegated authentication and authorization configured"
+        );
         serve_options = serve_options.with_auth(std::sync::Arc::new(auth), cas);
     }
     if options.http2_max_streams_per_connection != 0 || options.disable_http2_serving {
@@ -495,7 +516,10 @@ mod tests {
         assert_eq!(o.port(), Some(10258));
         assert_eq!(o.cert_dir(), None);
         assert_eq!(o.tls_cert_file(), None);
-        assert_eq!(o.authentication_token_webhook_cache_ttl, Duration::from_secs(10));
+        assert_eq!(
+            o.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(10)
+        );
         assert_eq!(
             o.authorization_webhook_cache_authorized_ttl,
             Duration::from_secs(10)
@@ -507,11 +531,14 @@ mod tests {
         assert_eq!(o.always_allow_paths(), ["/healthz", "/readyz", "/livez"]);
         let [allowed, user, uid, group, extra] = o.request_header_lists();
         assert!(allowed.is_empty() && uid.is_empty());
-        assert_eq!((user, group, extra), (
-            vec!["x-remote-user".to_owned()],
-            vec!["x-remote-group".to_owned()],
-            vec!["x-remote-extra-".to_owned()]
-        ));
+        assert_eq!(
+            (user, group, extra),
+            (
+                vec!["x-remote-user".to_owned()],
+                vec!["x-remote-group".to_owned()],
+                vec!["x-remote-extra-".to_owned()]
+            )
+        );
         assert!(!o.authentication_skip_lookup && !o.authentication_tolerate_lookup_failure);
         assert!(!o.insecure_serving && !o.permit_port_sharing && !o.permit_address_sharing);
         assert!(o.validate().is_ok());
@@ -539,7 +566,10 @@ mod tests {
             o.request_header_lists()[0],
             ["front-proxy", "aggregator", "third"]
         );
-        assert_eq!(o.authentication_token_webhook_cache_ttl, Duration::from_secs(90));
+        assert_eq!(
+            o.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(90)
+        );
         assert_eq!(o.tls_cert_file(), None, "empty = unset");
         assert_eq!(o.port(), None);
         assert!(o.validate().is_ok());
@@ -557,21 +587,56 @@ mod tests {
     #[test]
     fn validation_names_the_flag() {
         for (args, want) in [
-            (&["--secure-port=-1"][..], "--secure-port: must be between 0 and 65535, got -1"),
-            (&["--tls-cert-file=/c"], "--tls-private-key-file: is required with --tls-cert-file"),
-            (&["--tls-private-key-file=/k"], "--tls-cert-file: is required with --tls-private-key-file"),
-            (&["--requestheader-username-headers=x-remote-user, "], "--requestheader-username-headers: empty value"),
-            (&["--requestheader-group-headers=bad header"], "--requestheader-group-headers: \"bad header\" is not a valid HTTP header name"),
-            (&["--requestheader-uid-headers=x-uid"], "--requestheader-uid-headers: is set without specifying the standard X-Remote-Uid header - API aggregation will not work"),
-            (&["--authorization-always-allow-paths=/a*b"], "--authorization-always-allow-paths: only trailing * allowed in \"a*b\""),
-            (&["--tls-min-version=VersionTLS14"], "--tls-min-version: unknown version \"VersionTLS14\"; use VersionTLS12 or VersionTLS13"),
-            (&["--tls-cipher-suites=TLS_FOO"], "--tls-cipher-suites: unknown cipher suite \"TLS_FOO\""),
-            (&["--http2-max-streams-per-connection=-5"], "--http2-max-streams-per-connection: must not be negative, got -5"),
+            (
+                &["--secure-port=-1"][..],
+                "--secure-port: must be between 0 and 65535, got -1",
+            ),
+            (
+                &["--tls-cert-file=/c"],
+                "--tls-private-key-file: is required with --tls-cert-file",
+            ),
+            (
+                &["--tls-private-key-file=/k"],
+                "--tls-cert-file: is required with --tls-private-key-file",
+            ),
+            (
+                &["--requestheader-username-headers=x-remote-user, "],
+                "--requestheader-username-headers: empty value",
+            ),
+            (
+                &["--requestheader-group-headers=bad header"],
+                "--requestheader-group-headers: \"bad header\" is not a valid HTTP header name",
+            ),
+            (
+                &["--requestheader-uid-headers=x-uid"],
+                "--requestheader-uid-headers: is set without specifying the standard X-Remote-Uid header - API aggregation will not work",
+            ),
+            (
+                &["--authorization-always-allow-paths=/a*b"],
+                "--authorization-always-allow-paths: only trailing * allowed in \"a*b\"",
+            ),
+            (
+                &["--tls-min-version=VersionTLS14"],
+                "--tls-min-version: unknown version \"VersionTLS14\"; use VersionTLS12 or VersionTLS13",
+            ),
+            (
+                &["--tls-cipher-suites=TLS_FOO"],
+                "--tls-cipher-suites: unknown cipher suite \"TLS_FOO\"",
+            ),
+            (
+                &["--http2-max-streams-per-connection=-5"],
+                "--http2-max-streams-per-connection: must not be negative, got -5",
+            ),
         ] {
             let err = parse(args).unwrap().validate().unwrap_err().to_string();
             assert!(err.starts_with(want), "{args:?}: {err}");
         }
-        assert!(parse(&["--requestheader-uid-headers=X-Remote-Uid"]).unwrap().validate().is_ok());
+        assert!(
+            parse(&["--requestheader-uid-headers=X-Remote-Uid"])
+                .unwrap()
+                .validate()
+                .is_ok()
+        );
         let many = format!("--requestheader-allowed-names={}", vec!["n"; 300].join(","));
         let err = parse(&[&many]).unwrap().validate().unwrap_err();
         assert_eq!(err.flag, "--requestheader-allowed-names");

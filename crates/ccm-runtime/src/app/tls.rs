@@ -23,8 +23,8 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{
-    DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
-    SupportedCipherSuite, SupportedProtocolVersion,
+    DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme, SupportedCipherSuite,
+    SupportedProtocolVersion,
 };
 
 use super::options::FlagError;
@@ -69,9 +69,13 @@ impl PartialEq for TlsSettings {
                 .map(|v| v.iter().map(|c| c.suite()).collect::<Vec<_>>())
         };
         let groups = |g: &Option<Vec<&'static dyn SupportedKxGroup>>| {
-            g.as_ref().map(|v| v.iter().map(|k| k.name()).collect::<Vec<_>>())
+            g.as_ref()
+                .map(|v| v.iter().map(|k| k.name()).collect::<Vec<_>>())
         };
-        self.versions.iter().map(|v| v.version).eq(other.versions.iter().map(|v| v.version))
+        self.versions
+            .iter()
+            .map(|v| v.version)
+            .eq(other.versions.iter().map(|v| v.version))
             && names(&self.cipher_suites) == names(&other.cipher_suites)
             && groups(&self.kx_groups) == groups(&other.kx_groups)
             && self.sni == other.sni
@@ -93,7 +97,8 @@ enum Suite {
 fn go_cipher_suite(name: &str) -> Option<Suite> {
     use rustls::crypto::ring::cipher_suite as cs;
     const CBC: &str = "a CBC suite, which rustls does not implement";
-    const RSA_KEX: &str = "an RSA key exchange suite (no forward secrecy), which rustls does not implement";
+    const RSA_KEX: &str =
+        "an RSA key exchange suite (no forward secrecy), which rustls does not implement";
     const INSECURE: &str = "insecure (RC4, 3DES or CBC-SHA256), which rustls does not implement";
     Some(match name {
         "TLS_AES_128_GCM_SHA256" | "TLS_AES_256_GCM_SHA384" | "TLS_CHACHA20_POLY1305_SHA256" => {
@@ -105,7 +110,8 @@ fn go_cipher_suite(name: &str) -> Option<Suite> {
         "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => {
             Suite::Rustls(cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384)
         }
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
+        | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
             Suite::Rustls(cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256)
         }
         "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => {
@@ -178,14 +184,17 @@ pub fn settings(
                     ));
                 }
                 Some(Suite::Rustls(s)) => {
-                    if !tls12.iter().any(|t: &SupportedCipherSuite| t.suite() == s.suite()) {
+                    if !tls12
+                        .iter()
+                        .any(|t: &SupportedCipherSuite| t.suite() == s.suite())
+                    {
                         tls12.push(s);
                     }
                 }
                 Some(Suite::Tls13) => {}
-                Some(Suite::Unsupported(why)) => warnings.push(format!(
-                    "--tls-cipher-suites: {name} is {why}; skipped"
-                )),
+                Some(Suite::Unsupported(why)) => {
+                    warnings.push(format!("--tls-cipher-suites: {name} is {why}; skipped"))
+                }
             }
         }
         let serves_tls12 = out.versions.contains(&&rustls::version::TLS12);
@@ -223,7 +232,9 @@ pub fn settings(
                 other => {
                     return Err(bad(
                         "--tls-curve-preferences",
-                        format!("unknown curve ID {other:?}; use 23 (P-256), 24 (P-384) or 29 (X25519)"),
+                        format!(
+                            "unknown curve ID {other:?}; use 23 (P-256), 24 (P-384) or 29 (X25519)"
+                        ),
                     ));
                 }
             };
@@ -254,7 +265,13 @@ fn parse_sni(value: &str) -> Result<(PathBuf, PathBuf, Vec<String>), FlagError> 
         )
     };
     let (files, names) = match value.split_once(':') {
-        Some((files, names)) => (files, names.split(',').map(|n| n.trim().to_ascii_lowercase()).collect()),
+        Some((files, names)) => (
+            files,
+            names
+                .split(',')
+                .map(|n| n.trim().to_ascii_lowercase())
+                .collect(),
+        ),
         None => (value, Vec::new()),
     };
     let (cert, key) = files.split_once(',').ok_or_else(err)?;
@@ -358,7 +375,11 @@ pub(crate) fn self_signed(
     let (cert, key) = self_signed_pem(bind)?;
     let write = |path: &Path, data: &str, private: bool| -> Result<(), ServeError> {
         write_file(path, data.as_bytes(), private).map_err(|e| ServeError::Pem {
-            what: if private { "private key" } else { "certificate" },
+            what: if private {
+                "private key"
+            } else {
+                "certificate"
+            },
             path: path.to_owned(),
             reason: format!("--cert-dir: cannot write: {e}"),
         })
@@ -551,19 +572,16 @@ pub(crate) fn server_config(
         builder.with_no_client_auth()
     } else {
         let mut roots = RootCertStore::empty();
-        roots.add_parsable_certificates(
-            cas.client_ca
-                .iter()
-                .chain(&cas.requestheader_ca)
-                .cloned(),
-        );
+        roots.add_parsable_certificates(cas.client_ca.iter().chain(&cas.requestheader_ca).cloned());
         builder.with_client_cert_verifier(Arc::new(RequestClientCert {
             hints: roots.subjects(),
             algorithms: provider.signature_verification_algorithms,
         }))
     };
     let mut config = if settings.sni.is_empty() {
-        builder.with_single_cert(chain, key).map_err(ServeError::Tls)?
+        builder
+            .with_single_cert(chain, key)
+            .map_err(ServeError::Tls)?
     } else {
         let certified = |chain, key| -> Result<Arc<CertifiedKey>, ServeError> {
             let signing = provider
@@ -651,7 +669,9 @@ pub fn certificate_names(cert: &[u8]) -> Vec<String> {
         let mut list = der::next(extensions).map(|(_, l, _)| l).unwrap_or_default();
         while let Some((_, ext, rest)) = der::next(list) {
             list = rest;
-            let Some((_, oid, after)) = der::next(ext) else { continue };
+            let Some((_, oid, after)) = der::next(ext) else {
+                continue;
+            };
             if oid != [0x55, 0x1d, 0x11] {
                 continue;
             }
@@ -705,10 +725,7 @@ fn tbs_fields(cert: &[u8]) -> Option<Tbs<'_>> {
     // Skip the optional [0] version; then serial, signature, issuer, validity, subject.
     let skip = usize::from(fields.first()?.0 == 0xa0);
     let subject = fields.get(skip + 4).map(|(_, v)| *v);
-    let extensions = fields
-        .iter()
-        .find(|(tag, _)| *tag == 0xa3)
-        .map(|(_, v)| *v);
+    let extensions = fields.iter().find(|(tag, _)| *tag == 0xa3).map(|(_, v)| *v);
     Some(Tbs {
         subject,
         extensions,
@@ -787,48 +804,111 @@ mod tests {
         ]);
         let (s, w) = settings("VersionTLS12", &cis, &[], &[]).unwrap();
         let suites = s.cipher_suites.unwrap();
-        assert_eq!(suites.len(), 3 + 6, "every TLS 1.3 suite, the six ECDHE ones");
+        assert_eq!(
+            suites.len(),
+            3 + 6,
+            "every TLS 1.3 suite, the six ECDHE ones"
+        );
         assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w[0].contains("TLS_RSA_WITH_AES_256_GCM_SHA384") && w[0].contains("RSA key exchange"));
+        assert!(
+            w[0].contains("TLS_RSA_WITH_AES_256_GCM_SHA384") && w[0].contains("RSA key exchange")
+        );
 
-        let (s, _) = settings("", &strings(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]), &[], &[]).unwrap();
-        let tls12: Vec<_> = s.cipher_suites.unwrap().into_iter().filter(|c| c.version() == &rustls::version::TLS12).collect();
+        let (s, _) = settings(
+            "",
+            &strings(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]),
+            &[],
+            &[],
+        )
+        .unwrap();
+        let tls12: Vec<_> = s
+            .cipher_suites
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.version() == &rustls::version::TLS12)
+            .collect();
         assert_eq!(tls12.len(), 1);
-        assert_eq!(tls12[0].suite(), rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256);
+        assert_eq!(
+            tls12[0].suite(),
+            rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+        );
 
         // Only insecure (or TLS 1.3) names: TLS 1.3 only, as Go would end up.
-        let (s, w) = settings("", &strings(&["TLS_RSA_WITH_RC4_128_SHA", "TLS_AES_128_GCM_SHA256"]), &[], &[]).unwrap();
+        let (s, w) = settings(
+            "",
+            &strings(&["TLS_RSA_WITH_RC4_128_SHA", "TLS_AES_128_GCM_SHA256"]),
+            &[],
+            &[],
+        )
+        .unwrap();
         assert_eq!(s.versions.len(), 1);
         assert!(w.iter().any(|w| w.contains("insecure")), "{w:?}");
         assert!(w.iter().any(|w| w.contains("TLS 1.3 only")), "{w:?}");
 
-        let err = settings("", &strings(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "tls_foo"]), &[], &[]).unwrap_err();
-        assert_eq!(err.to_string(), "--tls-cipher-suites: unknown cipher suite \"tls_foo\"");
+        let err = settings(
+            "",
+            &strings(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "tls_foo"]),
+            &[],
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--tls-cipher-suites: unknown cipher suite \"tls_foo\""
+        );
     }
 
     #[test]
     fn curves_and_sni() {
         let (s, w) = settings("", &[], &strings(&["29", "23", "25"]), &[]).unwrap();
         let names: Vec<_> = s.kx_groups.unwrap().iter().map(|g| g.name()).collect();
-        assert_eq!(names, [rustls::NamedGroup::X25519, rustls::NamedGroup::secp256r1]);
+        assert_eq!(
+            names,
+            [rustls::NamedGroup::X25519, rustls::NamedGroup::secp256r1]
+        );
         assert_eq!(w.len(), 1);
-        assert_eq!(settings("", &[], &strings(&["7"]), &[]).unwrap_err().flag, "--tls-curve-preferences");
-        assert_eq!(settings("", &[], &strings(&["25"]), &[]).unwrap_err().flag, "--tls-curve-preferences");
+        assert_eq!(
+            settings("", &[], &strings(&["7"]), &[]).unwrap_err().flag,
+            "--tls-curve-preferences"
+        );
+        assert_eq!(
+            settings("", &[], &strings(&["25"]), &[]).unwrap_err().flag,
+            "--tls-curve-preferences"
+        );
 
-        let (s, _) = settings("", &[], &[], &strings(&["a.crt,a.key", "b.crt,b.key:*.Foo.com,foo.com"])).unwrap();
-        assert_eq!(s.sni[0], (PathBuf::from("a.crt"), PathBuf::from("a.key"), vec![]));
+        let (s, _) = settings(
+            "",
+            &[],
+            &[],
+            &strings(&["a.crt,a.key", "b.crt,b.key:*.Foo.com,foo.com"]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.sni[0],
+            (PathBuf::from("a.crt"), PathBuf::from("a.key"), vec![])
+        );
         assert_eq!(s.sni[1].2, ["*.foo.com", "foo.com"]);
         for bad in ["a.crt", "a.crt,:x", ",k", "a,b:x,,y"] {
-            assert_eq!(settings("", &[], &[], &strings(&[bad])).unwrap_err().flag, "--tls-sni-cert-key", "{bad}");
+            assert_eq!(
+                settings("", &[], &[], &strings(&[bad])).unwrap_err().flag,
+                "--tls-sni-cert-key",
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn subject_and_names_are_read_from_der() {
-        let mut params = rcgen::CertificateParams::new(vec!["a.example".to_owned(), "b.example".to_owned()]).unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["a.example".to_owned(), "b.example".to_owned()])
+                .unwrap();
         params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(rcgen::DnType::CommonName, "alice");
-        params.distinguished_name.push(rcgen::DnType::OrganizationName, "team");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "team");
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.self_signed(&key).unwrap();
         let s = subject(cert.der()).unwrap();
@@ -853,7 +933,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+            assert_eq!(
+                std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
         }
         let (again, _) = self_signed(bind, Some(dir.path())).unwrap();
         assert_eq!(first, again, "reused after a restart");

@@ -1318,6 +1318,121 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn liveness_runs_its_own_checks_with_reasons_withheld() {
+        let health = Health::new();
+        health.set_failed("informers-synced", "not synced");
+        let (server, _shutdown) = start(Serving::Http, Metrics::new(), health.clone()).await;
+        let addr = server.local_addr();
+        let reply = get(&Client::Http, addr, "/healthz?verbose").await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (StatusCode::OK, "[+]ping ok\nhealthz check passed\n"),
+            "readiness checks are not liveness checks"
+        );
+        let wedged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&wedged);
+        health.register_liveness_fn("leaderElection", move || {
+            if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                Err("failed election to renew leadership on lease x".to_owned())
+            } else {
+                Ok(())
+            }
+        });
+        let reply = get(&Client::Http, addr, "/livez").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        wedged.store(true, std::sync::atomic::Ordering::Relaxed);
+        for (path, name) in [("/healthz", "healthz"), ("/livez", "livez")] {
+            let reply = get(&Client::Http, addr, path).await;
+            assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(
+                reply.body,
+                format!(
+                    "[+]ping ok\n[-]leaderElection failed: reason withheld\n{name} check failed\n"
+                )
+            );
+        }
+        let reply = get(&Client::Http, addr, "/healthz/leaderElection").await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error: reason withheld\n"
+            )
+        );
+        let reply = get(&Client::Http, addr, "/healthz?exclude=leaderElection").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        assert_eq!(
+            get(&Client::Http, addr, "/healthz/ping").await.status,
+            StatusCode::OK
+        );
+        assert_eq!(
+            get(&Client::Http, addr, "/livez/nope").await.status,
+            StatusCode::NOT_FOUND
+        );
+        assert!(health.remove_liveness("leaderElection"));
+        assert_eq!(
+            get(&Client::Http, addr, "/healthz").await.status,
+            StatusCode::OK
+        );
+    }
+
+    #[tokio::test]
+    async fn request_heads_are_bounded() {
+        let (server, _shutdown) = start(Serving::Http, Metrics::new(), Health::new()).await;
+        let mut tcp = TcpStream::connect(server.local_addr()).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let big = "x".repeat(20 * 1024);
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: {big}\r\n\r\n");
+        let _ = tcp.write_all(request.as_bytes()).await;
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut buf)).await;
+        let answer = String::from_utf8_lossy(&buf);
+        assert!(!answer.contains("200 OK"), "{answer}");
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+            "{answer}"
+        );
+    }
+
+    #[tokio::test]
+    async fn sni_selects_the_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let sni = rcgen::generate_simple_self_signed(vec!["sni.example".to_owned()]).unwrap();
+        let cert_file = dir.path().join("sni.crt");
+        let key_file = dir.path().join("sni.key");
+        std::fs::write(&cert_file, sni.cert.pem()).unwrap();
+        std::fs::write(&key_file, sni.signing_key.serialize_pem()).unwrap();
+        let flag = format!("{},{}", cert_file.display(), key_file.display());
+        let (settings, _) = tls::settings("VersionTLS13", &[], &[], &[flag]).unwrap();
+        let options = ServeOptions::new(IpAddr::from([127, 0, 0, 1]), 0, Serving::HttpsSelfSigned)
+            .with_tls(settings);
+        let server = EndpointServer::bind_with(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            &options,
+            Metrics::new(),
+            Health::new(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+        // The name from the certificate's SANs selects it; other names get the default.
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let stream = tls_connect(sni.cert.der(), "sni.example", tcp)
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.get_ref().1.protocol_version(),
+            Some(rustls::ProtocolVersion::TLSv1_3)
+        );
+        let default = CertificateDer::from(server.certificate_der().unwrap().to_vec());
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        assert!(tls_connect(&default, "localhost", tcp).await.is_ok());
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        assert!(tls_connect(sni.cert.der(), "localhost", tcp).await.is_err());
+    }
+
+    #[tokio::test]
     async fn stops_when_the_token_fires() {
         let (server, shutdown) = start(Serving::Http, Metrics::new(), Health::new()).await;
         let addr = server.local_addr();

@@ -5,7 +5,7 @@
 //! comma-separated string slices, empty strings as unset), plus our `--insecure-serving`.
 //! [`ServingOptions::validate`] checks what clap cannot and
 //! [`ServingOptions::tls_settings`] maps the TLS flags onto what rustls implements; see
-//! [`tls`](super::tls) for that mapping and [`auth`](super::auth) for the delegation.
+//! [`tls`] for that mapping and [`auth`](super::auth) for the delegation.
 
 use std::net::IpAddr;
 use std::path::PathBuf;

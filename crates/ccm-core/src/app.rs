@@ -11,6 +11,7 @@ pub use ccm_runtime::app::{
     AppError, CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, Capability,
     CloudControllerManager, Controller, ControllerContext, ControllerFuture, FlagError, Health,
     LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options, SERVICE_LB_CONTROLLER,
+    ServingOptions,
 };
 #[doc(inline)]
 pub use ccm_runtime::informer::{Change, Informer};

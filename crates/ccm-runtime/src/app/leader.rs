@@ -14,7 +14,13 @@
 //! started; seeing another holder, or releasing, closes it. The API client and the cloud
 //! provider check that fence before every write, so a leader that was paused past its lease
 //! does nothing when it wakes up, before it has even noticed the loss.
+//!
+//! It also keeps a [`LeaderHealthz`] up to date ([`LeaderElector::with_healthz`]), the
+//! `/healthz` check of client-go's `HealthzAdaptor`: failing while this replica leads and
+//! has not renewed for the lease duration plus a tolerance (Go's cloud-controller-manager
+//! uses 20 s), so a leader whose renewals are wedged is restarted by its liveness probe.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -102,6 +108,71 @@ pub fn default_identity() -> String {
     format!("{host}_{hex}")
 }
 
+/// The tolerance of Go's cloud-controller-manager's leader-election health check
+/// (`NewLeaderHealthzAdaptor(time.Second * 20)`).
+pub const MAX_TOLERABLE_EXPIRED_LEASE: Duration = Duration::from_secs(20);
+
+/// The leader-election liveness check (client-go's `HealthzAdaptor`): passes while this
+/// replica does not lead, and while it leads and last renewed the Lease less than the lease
+/// duration plus `tolerance` ago. Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct LeaderHealthz {
+    tolerance: Duration,
+    state: Arc<Mutex<HealthzState>>,
+}
+
+#[derive(Debug, Default)]
+struct HealthzState {
+    /// The Lease (for the message) and its duration; set by the elector.
+    lease: Option<(String, Duration)>,
+    /// When this replica last acquired or renewed the Lease; `None` while not leading.
+    renewed: Option<Instant>,
+}
+
+impl LeaderHealthz {
+    /// A check tolerating `tolerance` past the lease duration ([`MAX_TOLERABLE_EXPIRED_LEASE`]
+    /// in Go's CCM).
+    #[must_use]
+    pub fn new(tolerance: Duration) -> Self {
+        Self {
+            tolerance,
+            state: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthzState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_lease(&self, name: &str, duration: Duration) {
+        self.lock().lease = Some((name.to_owned(), duration));
+    }
+
+    fn renewed(&self, at: Instant) {
+        self.lock().renewed = Some(at);
+    }
+
+    fn not_leading(&self) {
+        self.lock().renewed = None;
+    }
+
+    /// `Ok` unless this replica leads and its last renewal is older than the lease duration
+    /// plus the tolerance (Go's message: `failed election to renew leadership on lease X`).
+    pub fn check(&self) -> Result<(), String> {
+        let state = self.lock();
+        let (Some(renewed), Some((name, duration))) = (state.renewed, &state.lease) else {
+            return Ok(());
+        };
+        let since = renewed.elapsed();
+        if since > *duration + self.tolerance {
+            return Err(format!(
+                "failed election to renew leadership on lease {name} (last renewed {since:.0?} ago)"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How leading ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeadershipEnd {
@@ -121,6 +192,8 @@ pub struct LeaderElector {
     current: Option<Lease>,
     /// Open while we can prove we hold the Lease.
     fence: Fence,
+    /// The `/healthz` check, if any.
+    healthz: Option<LeaderHealthz>,
 }
 
 fn now() -> MicroTime {
@@ -147,7 +220,17 @@ impl LeaderElector {
             observed: None,
             current: None,
             fence,
+            healthz: None,
         }
+    }
+
+    /// Keeps `healthz` up to date: renewed at each successful acquisition or renewal, not
+    /// leading when another candidate holds the Lease or on release.
+    #[must_use]
+    pub fn with_healthz(mut self, healthz: LeaderHealthz) -> Self {
+        healthz.set_lease(&self.config.name, self.config.lease_duration);
+        self.healthz = Some(healthz);
+        self
     }
 
     /// Keeps `fence` up to date instead of a fence of its own: open until the renew
@@ -194,8 +277,18 @@ impl LeaderElector {
         let started = Instant::now();
         let result = self.attempt().await;
         match result {
-            Ok(true) => self.fence.renewed(started),
-            Ok(false) => self.fence.close(),
+            Ok(true) => {
+                self.fence.renewed(started);
+                if let Some(healthz) = &self.healthz {
+                    healthz.renewed(Instant::now());
+                }
+            }
+            Ok(false) => {
+                self.fence.close();
+                if let Some(healthz) = &self.healthz {
+                    healthz.not_leading();
+                }
+            }
             Err(_) => {}
         }
         result
@@ -372,6 +465,9 @@ impl LeaderElector {
     /// Gives the Lease up if we hold it, so a standby can take over at once.
     pub async fn release(&mut self) {
         self.fence.close();
+        if let Some(healthz) = &self.healthz {
+            healthz.not_leading();
+        }
         if !self.is_leader() {
             return;
         }

@@ -23,10 +23,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::builtin::builtin_controllers;
 use super::controller::{Applies, Controller, ControllerFuture, controllers_help};
-use super::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
+use super::leader::{
+    LeaderElectionConfig, LeaderElector, LeaderHealthz, LeadershipEnd, MAX_TOLERABLE_EXPIRED_LEASE,
+};
 use super::options::{FlagError, LogFormat, MAX_KUBECONFIG_BYTES, Options};
 use super::selection::ControllerSelection;
-use super::serve::{EndpointServer, Health, ServeOptions, Serving};
+use super::serve::Health;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
 use crate::client::{ApiLayer, Fence, build_client};
 use crate::informer::{Informer, trim_node, trim_service};
@@ -363,30 +365,14 @@ impl CloudControllerManager {
         metrics.register_api_counters(api.counters().clone());
 
         // The endpoints come up before the election, so a standby answers its probes too.
-        let serving = match (&options.tls_cert_file, &options.tls_private_key_file) {
-            _ if options.insecure_serving => Serving::Http,
-            (Some(cert_file), Some(key_file)) => Serving::Https {
-                cert_file: cert_file.clone(),
-                key_file: key_file.clone(),
-            },
-            _ => Serving::HttpsSelfSigned,
-        };
-        let port = u16::try_from(options.secure_port).unwrap_or_default();
-        let serve_options = ServeOptions::new(options.bind_address, port, serving);
-        let server = EndpointServer::start(
-            &serve_options,
+        let server = super::serving_options::start_server(
+            &options.serving,
+            &lease_client,
             metrics.clone(),
             health.clone(),
             shutdown.clone(),
         )
-        .await
-        .map_err(|e| AppError::Kube {
-            context: format!(
-                "--secure-port: cannot serve on {}:{port}",
-                options.bind_address
-            ),
-            source: Box::new(e),
-        })?;
+        .await?;
         if let Some(server) = &server {
             tracing::info!(address = %server.local_addr(), https = server.is_https(), "serving /healthz, /readyz and /metrics");
         }
@@ -435,7 +421,7 @@ impl CloudControllerManager {
         }
         let le = &options.leader_election;
         let lease_name = le.leader_elect_resource_name.clone();
-        let mut elector = LeaderElector::new(
+        let elector = LeaderElector::new(
             shared.lease_client.clone(),
             LeaderElectionConfig::new(
                 &le.leader_elect_resource_namespace,
@@ -448,6 +434,12 @@ impl CloudControllerManager {
             ),
         )
         .with_fence(shared.fence.clone());
+        // Live unless leading without renewing (Go's leaderElection healthz check).
+        let healthz = LeaderHealthz::new(MAX_TOLERABLE_EXPIRED_LEASE);
+        let mut elector = elector.with_healthz(healthz.clone());
+        shared
+            .health
+            .register_liveness_fn("leaderElection", move || healthz.check());
         // Ready while standing by; not ready once the leader fails to renew.
         let renewing = Arc::new(AtomicBool::new(true));
         {

@@ -1,12 +1,10 @@
 //! The controller manager's flags, named and defaulted as Go's `cloud-controller-manager`
 //! names them, so a Deployment's arguments carry over unchanged.
 //!
-//! Flags Go has that do not apply here (profiling, authentication and authorization
-//! delegation, webhooks, leader migration) are accepted, so existing manifests still start,
+//! Flags Go has that do not apply here (profiling, webhooks, leader migration) are accepted, so existing manifests still start,
 //! and documented as having no effect. Every value is checked before the cluster is touched;
 //! an error names the flag.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -186,34 +184,9 @@ pub struct Options {
     #[command(flatten)]
     pub leader_election: LeaderElectionOptions,
 
-    /// The address the endpoint server (health, readiness, metrics) listens on.
-    #[arg(
-        long,
-        value_name = "IP",
-        default_value = "0.0.0.0",
-        help_heading = "Serving"
-    )]
-    pub bind_address: IpAddr,
-    /// The HTTPS port of the endpoint server; 0 disables it.
-    #[arg(
-        long,
-        value_name = "PORT",
-        default_value_t = 10258,
-        help_heading = "Serving"
-    )]
-    pub secure_port: i32,
-    /// The certificate for HTTPS; without it a self-signed one is made at startup.
-    #[arg(long, value_name = "FILE", help_heading = "Serving")]
-    pub tls_cert_file: Option<PathBuf>,
-    /// The private key for --tls-cert-file.
-    #[arg(long, value_name = "FILE", help_heading = "Serving")]
-    pub tls_private_key_file: Option<PathBuf>,
-    /// Serve the endpoints over plain HTTP instead of HTTPS (for local runs and tests).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Serving")]
-    pub insecure_serving: bool,
-    /// Accepted for compatibility (the directory for generated certificates is not used).
-    #[arg(long, value_name = "DIR", default_value = "", help_heading = "Serving")]
-    pub cert_dir: String,
+    /// Secure serving, authentication and authorization flags.
+    #[command(flatten)]
+    pub serving: super::serving_options::ServingOptions,
     /// Accepted for compatibility; no pprof endpoints are served.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Serving")]
     pub profiling: bool,
@@ -241,31 +214,6 @@ pub struct Options {
         help_heading = "Serving"
     )]
     pub feature_gates: String,
-    /// Delegated authentication/authorization flags (accepted; the endpoints need no token).
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "",
-        help_heading = "Serving",
-        hide = true
-    )]
-    pub authentication_kubeconfig: String,
-    /// See --authentication-kubeconfig.
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "",
-        help_heading = "Serving",
-        hide = true
-    )]
-    pub authorization_kubeconfig: String,
-    /// See --authentication-kubeconfig.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, hide = true)]
-    pub authentication_skip_lookup: bool,
-    /// See --authentication-kubeconfig.
-    #[arg(long, value_name = "PATHS", default_value = "", hide = true)]
-    pub authorization_always_allow_paths: String,
-
     /// Log verbosity: 0 info, 2 more, 4 debug, 6 and up trace.
     #[arg(
         short = 'v',
@@ -422,32 +370,12 @@ impl Options {
         if self.cluster_name.is_empty() {
             return Err(bad("--cluster-name", "must not be empty"));
         }
-        if !(0..=65535).contains(&self.secure_port) {
-            return Err(bad(
-                "--secure-port",
-                format!("must be between 0 and 65535, got {}", self.secure_port),
-            ));
-        }
-        if self.secure_port != 0 && self.secure_port == self.webhook_secure_port {
+        self.serving.validate()?;
+        if self.serving.secure_port != 0 && self.serving.secure_port == self.webhook_secure_port {
             return Err(bad(
                 "--webhook-secure-port",
                 "must differ from --secure-port",
             ));
-        }
-        match (&self.tls_cert_file, &self.tls_private_key_file) {
-            (Some(_), None) => {
-                return Err(bad(
-                    "--tls-private-key-file",
-                    "is required with --tls-cert-file",
-                ));
-            }
-            (None, Some(_)) => {
-                return Err(bad(
-                    "--tls-cert-file",
-                    "is required with --tls-private-key-file",
-                ));
-            }
-            _ => {}
         }
         self.leader_election.validate()
     }
@@ -562,8 +490,8 @@ mod tests {
         assert_eq!(o.cluster_cidr, "");
         assert!(!o.allocate_node_cidrs);
         assert!(o.configure_cloud_routes);
-        assert_eq!(o.bind_address.to_string(), "0.0.0.0");
-        assert_eq!(o.secure_port, 10258);
+        assert_eq!(o.serving.bind_address.to_string(), "0.0.0.0");
+        assert_eq!(o.serving.secure_port, 10258);
         assert_eq!(o.webhook_secure_port, 10260);
     }
 

@@ -1,10 +1,14 @@
 //! The endpoint server on `--bind-address`:`--secure-port` (Go's `app/serve.go`):
-//! `/healthz` and `/livez` answer `ok` while the process runs, `/readyz` answers `ok` only
-//! while every check registered with [`Health`] passes (and lists them, Go's apiserver
+//! `/healthz` and `/livez` answer `ok` while every liveness check of [`Health`] passes (Go's
+//! `leaderElection` check: see [`LeaderHealthz`](super::leader::LeaderHealthz)), `/readyz`
+//! answers `ok` only while every readiness check passes (and lists them, Go's apiserver
 //! format, when one fails), and `/metrics` serves [`Metrics::encode`]. Like Go it serves
-//! HTTPS, with a self-signed certificate made at startup unless `--tls-cert-file` and
-//! `--tls-private-key-file` name one; [`Serving::Http`] serves plain HTTP for local use.
-//! The server stops when its [`CancellationToken`] fires.
+//! HTTPS, with a self-signed certificate made at startup (kept in `--cert-dir` when given)
+//! unless `--tls-cert-file` and `--tls-private-key-file` name one, the TLS flags of
+//! [`TlsSettings`] applied, and every request authenticated and authorised by a
+//! [`DelegatedAuth`] when one is configured; [`Serving::Http`] serves plain HTTP without
+//! authentication, for local demos only. The server stops when its [`CancellationToken`]
+//! fires.
 //!
 //! ```no_run
 //! use ccm_runtime::app::serve::{EndpointServer, Health, ServeOptions};
@@ -27,7 +31,7 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -37,14 +41,15 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::auth::DelegatedAuth;
+use super::tls::{self, ClientCas, TlsSettings};
 use crate::metrics::{self, Metrics};
 
 /// Go's default `--secure-port` of the cloud-controller-manager.
@@ -52,6 +57,10 @@ pub const DEFAULT_SECURE_PORT: u16 = 10258;
 
 /// How long a client has to finish the TLS handshake, and to send a request's headers.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most bytes of a request's head (request line and headers) read: 16 KiB. The
+/// endpoints take no body; hyper answers a larger head with 431.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// How long in-flight requests may take to finish once the server is told to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -67,16 +76,18 @@ pub enum Serving {
         /// The private key (PKCS#8, PKCS#1 or SEC1).
         key_file: PathBuf,
     },
-    /// HTTPS with a self-signed certificate made at startup for `localhost`, `127.0.0.1`,
-    /// `::1` and the bind address; what Go does without certificate flags.
+    /// HTTPS with a self-signed certificate for `localhost`, `127.0.0.1`, `::1` and the bind
+    /// address, made at startup or reused from [`ServeOptions::cert_dir`]; what Go does
+    /// without certificate flags.
     #[default]
     HttpsSelfSigned,
-    /// Plain HTTP, for local use and for clusters that put TLS elsewhere.
+    /// Plain HTTP with no authentication (`--insecure-serving`): for local demos only.
     Http,
 }
 
-/// Where and how to serve: `--bind-address`, `--secure-port`, and the TLS choice.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where and how to serve: `--bind-address`, `--secure-port`, the TLS choice and settings,
+/// and who may ask.
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ServeOptions {
     /// The address to listen on (`--bind-address`, default `0.0.0.0`).
@@ -85,6 +96,18 @@ pub struct ServeOptions {
     pub secure_port: u16,
     /// HTTPS (with which certificate) or HTTP.
     pub serving: Serving,
+    /// Versions, suites, curves, SNI certificates (`--tls-*`).
+    pub tls: TlsSettings,
+    /// Where the self-signed certificate is kept (`--cert-dir`); `None`: in memory.
+    pub cert_dir: Option<PathBuf>,
+    /// The authorities client certificates are requested for (HTTPS only).
+    pub client_cas: ClientCas,
+    /// Authentication and authorization of every request; `None` serves everyone.
+    pub auth: Option<Arc<DelegatedAuth>>,
+    /// `SO_REUSEPORT` (`--permit-port-sharing`).
+    pub permit_port_sharing: bool,
+    /// `SO_REUSEADDR` (`--permit-address-sharing`).
+    pub permit_address_sharing: bool,
 }
 
 impl Default for ServeOptions {
@@ -105,7 +128,44 @@ impl ServeOptions {
             bind_address,
             secure_port,
             serving,
+            tls: TlsSettings::default(),
+            cert_dir: None,
+            client_cas: ClientCas::default(),
+            auth: None,
+            permit_port_sharing: false,
+            permit_address_sharing: false,
         }
+    }
+
+    /// Sets the TLS settings.
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsSettings) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Keeps the self-signed certificate in `dir` (`--cert-dir`).
+    #[must_use]
+    pub fn with_cert_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cert_dir = dir;
+        self
+    }
+
+    /// Authenticates and authorises every request with `auth`, requesting client
+    /// certificates signed by `client_cas`.
+    #[must_use]
+    pub fn with_auth(mut self, auth: Arc<DelegatedAuth>, client_cas: ClientCas) -> Self {
+        self.auth = Some(auth);
+        self.client_cas = client_cas;
+        self
+    }
+
+    /// Sets `SO_REUSEPORT` and `SO_REUSEADDR` on the listening socket.
+    #[must_use]
+    pub fn with_socket_sharing(mut self, port: bool, address: bool) -> Self {
+        self.permit_port_sharing = port;
+        self.permit_address_sharing = address;
+        self
     }
 
     /// The address to listen on, or `None` when `secure_port` is 0 (serving disabled).
@@ -176,9 +236,14 @@ impl Check {
 ///
 /// A check says whether this replica works, not whether it leads: a standby that waits for
 /// the Lease is ready, or rolling updates of a two-replica Deployment would stall.
+///
+/// Liveness checks ([`register_liveness_fn`](Self::register_liveness_fn)) are a separate
+/// list, behind `/healthz` and `/livez`: a failing one gets the process restarted by its
+/// liveness probe (Go's `leaderElection` check of a leader that stopped renewing).
 #[derive(Clone, Default)]
 pub struct Health {
     checks: Arc<RwLock<Vec<(String, Check)>>>,
+    liveness: Arc<RwLock<Vec<(String, CheckFn)>>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -237,6 +302,47 @@ impl Health {
     /// Marks the check `name` failing with `reason`, registering it if needed.
     pub fn set_failed(&self, name: &str, reason: impl Into<String>) {
         self.register(name).set_failed(reason);
+    }
+
+    /// Registers a liveness check, run at every `/healthz` and `/livez` probe; replaces any
+    /// liveness check of that name.
+    pub fn register_liveness_fn(
+        &self,
+        name: impl Into<String>,
+        f: impl Fn() -> CheckResult + Send + Sync + 'static,
+    ) {
+        let name = name.into();
+        let check: CheckFn = Arc::new(f);
+        let mut checks = self
+            .liveness
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match checks.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, existing)) => *existing = check,
+            None => checks.push((name, check)),
+        }
+    }
+
+    /// Removes the liveness check `name`; `true` if there was one.
+    pub fn remove_liveness(&self, name: &str) -> bool {
+        let mut checks = self
+            .liveness
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = checks.len();
+        checks.retain(|(n, _)| n != name);
+        checks.len() != before
+    }
+
+    /// Every liveness check and its current result, in registration order.
+    #[must_use]
+    pub fn liveness_report(&self) -> Vec<(String, CheckResult)> {
+        let checks = self
+            .liveness
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        checks.into_iter().map(|(name, f)| (name, f())).collect()
     }
 
     /// Removes the check `name`; `true` if there was one.
@@ -338,14 +444,15 @@ impl EndpointServer {
                 tracing::info!("--secure-port is 0: not serving health and metrics endpoints");
                 Ok(None)
             }
-            Some(addr) => Self::bind(addr, &options.serving, metrics, health, shutdown)
+            Some(addr) => Self::bind_with(addr, options, metrics, health, shutdown)
                 .await
                 .map(Some),
         }
     }
 
     /// Starts serving on exactly `addr`, where port 0 means an ephemeral port (for tests;
-    /// [`local_addr`](Self::local_addr) tells which).
+    /// [`local_addr`](Self::local_addr) tells which), with default TLS settings and no
+    /// authentication.
     pub async fn bind(
         addr: SocketAddr,
         serving: &Serving,
@@ -353,30 +460,62 @@ impl EndpointServer {
         health: Health,
         shutdown: CancellationToken,
     ) -> Result<Self, ServeError> {
-        let tls = match serving {
+        let options = ServeOptions::new(addr.ip(), addr.port(), serving.clone());
+        Self::bind_with(addr, &options, metrics, health, shutdown).await
+    }
+
+    /// Starts serving on exactly `addr` (port 0: an ephemeral port) as `options` say,
+    /// ignoring their address and port.
+    pub async fn bind_with(
+        addr: SocketAddr,
+        options: &ServeOptions,
+        metrics: Metrics,
+        health: Health,
+        shutdown: CancellationToken,
+    ) -> Result<Self, ServeError> {
+        let tls = match &options.serving {
             Serving::Http => None,
             Serving::Https {
                 cert_file,
                 key_file,
-            } => Some((load_certs(cert_file)?, load_key(key_file)?)),
-            Serving::HttpsSelfSigned => Some(self_signed(addr.ip())?),
+            } => Some((tls::load_certs(cert_file)?, tls::load_key(key_file)?)),
+            Serving::HttpsSelfSigned => {
+                Some(tls::self_signed(addr.ip(), options.cert_dir.as_deref())?)
+            }
         };
         let certificate = tls.as_ref().and_then(|(chain, _)| chain.first().cloned());
         let acceptor = tls
-            .map(|(chain, key)| tls_acceptor(chain, key))
+            .map(|(chain, key)| {
+                tls::server_config(&options.tls, chain, key, &options.client_cas)
+                    .map(|config| TlsAcceptor::from(Arc::new(config)))
+            })
             .transpose()?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
+        let listener = listen(
+            addr,
+            options.permit_port_sharing,
+            options.permit_address_sharing,
+        )
+        .map_err(|source| ServeError::Bind { addr, source })?;
         let local_addr = listener
             .local_addr()
             .map_err(|source| ServeError::Bind { addr, source })?;
+        // Over plain HTTP nobody is authenticated: serve everyone, as the flag says.
+        let auth = if acceptor.is_some() {
+            options.auth.clone()
+        } else {
+            None
+        };
         tracing::info!(
             address = %local_addr,
             scheme = if acceptor.is_some() { "https" } else { "http" },
+            authenticated = auth.is_some(),
             "serving /healthz, /livez, /readyz and /metrics"
         );
-        let endpoints = Arc::new(Endpoints { metrics, health });
+        let endpoints = Arc::new(Endpoints {
+            metrics,
+            health,
+            auth,
+        });
         let task = tokio::spawn(accept_loop(listener, acceptor, endpoints, shutdown));
         Ok(Self {
             local_addr,
@@ -413,60 +552,24 @@ impl EndpointServer {
     }
 }
 
-fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServeError> {
-    let err = |reason: String| ServeError::Pem {
-        what: "certificate",
-        path: path.to_owned(),
-        reason,
+/// A listening socket on `addr`, with `SO_REUSEPORT` / `SO_REUSEADDR` when asked.
+fn listen(addr: SocketAddr, reuse_port: bool, reuse_address: bool) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
     };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| err(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(err("no CERTIFICATE block".to_owned()));
+    if reuse_address {
+        socket.set_reuseaddr(true)?;
     }
-    Ok(certs)
-}
-
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, ServeError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| ServeError::Pem {
-        what: "private key",
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })
-}
-
-/// A self-signed certificate for the loopback names and `bind`, and its key.
-fn self_signed(
-    bind: IpAddr,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServeError> {
-    let mut names = vec![
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        "::1".to_owned(),
-    ];
-    if !bind.is_unspecified() && !bind.is_loopback() {
-        names.push(bind.to_string());
+    #[cfg(unix)]
+    if reuse_port {
+        socket.set_reuseport(true)?;
     }
-    let certified = rcgen::generate_simple_self_signed(names).map_err(ServeError::SelfSigned)?;
-    let key = PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
-    Ok((vec![certified.cert.der().clone()], key))
-}
-
-fn tls_acceptor(
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-) -> Result<TlsAcceptor, ServeError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(ServeError::Tls)?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(ServeError::Tls)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    #[cfg(not(unix))]
+    let _ = reuse_port;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 async fn accept_loop(
@@ -508,6 +611,9 @@ async fn accept_loop(
     tracing::debug!("endpoint server stopped");
 }
 
+/// The client certificate chain of a connection (empty without one).
+type PeerCerts = Arc<[CertificateDer<'static>]>;
+
 async fn connection(
     stream: TcpStream,
     tls: Option<TlsAcceptor>,
@@ -516,7 +622,7 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     match tls {
-        None => serve_http(stream, endpoints, shutdown).await,
+        None => serve_http(stream, Arc::from([]), endpoints, shutdown).await,
         Some(acceptor) => {
             let handshake = tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream));
             let stream = tokio::select! {
@@ -533,22 +639,34 @@ async fn connection(
                     }
                 },
             };
-            serve_http(stream, endpoints, shutdown).await;
+            let peer: PeerCerts = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
+                .unwrap_or_else(|| Arc::from([]));
+            serve_http(stream, peer, endpoints, shutdown).await;
         }
     }
 }
 
-async fn serve_http<S>(stream: S, endpoints: Arc<Endpoints>, shutdown: CancellationToken)
-where
+async fn serve_http<S>(
+    stream: S,
+    peer: PeerCerts,
+    endpoints: Arc<Endpoints>,
+    shutdown: CancellationToken,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = service_fn(move |req: Request<Incoming>| {
-        let response = endpoints.handle(&req);
-        async move { Ok::<_, Infallible>(response) }
+        let endpoints = Arc::clone(&endpoints);
+        let peer = Arc::clone(&peer);
+        async move { Ok::<_, Infallible>(endpoints.respond(&req, &peer).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(CLIENT_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
         .serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     let result = tokio::select! {
@@ -567,9 +685,27 @@ where
 struct Endpoints {
     metrics: Metrics,
     health: Health,
+    auth: Option<Arc<DelegatedAuth>>,
 }
 
 impl Endpoints {
+    /// Authenticates and authorises the request (Go's filter chain runs before its mux),
+    /// then answers it.
+    async fn respond<B>(
+        &self,
+        req: &Request<B>,
+        peer: &[CertificateDer<'static>],
+    ) -> Response<Full<Bytes>> {
+        if let Some(auth) = &self.auth
+            && let Some(refused) = auth
+                .check(req.headers(), peer, req.method(), req.uri().path())
+                .await
+        {
+            return refused;
+        }
+        self.handle(req)
+    }
+
     fn handle<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
         if req.method() != Method::GET && req.method() != Method::HEAD {
             let mut response = text(
@@ -583,9 +719,8 @@ impl Endpoints {
         }
         let path = req.uri().path();
         match path {
-            "/healthz" | "/livez" | "/healthz/ping" | "/livez/ping" => {
-                text(StatusCode::OK, "ok".to_owned())
-            }
+            "/healthz/ping" | "/livez/ping" => text(StatusCode::OK, "ok".to_owned()),
+            "/healthz" | "/livez" => liveness(&self.health, &path[1..], &query(req.uri().query())),
             "/readyz" => readyz(&self.health, &query(req.uri().query())),
             "/metrics" => {
                 let mut response = Response::new(Full::new(Bytes::from(self.metrics.encode())));
@@ -595,10 +730,76 @@ impl Endpoints {
                 );
                 response
             }
-            _ => match path.strip_prefix("/readyz/") {
-                Some(name) => readyz_check(&self.health, name),
-                None => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
-            },
+            _ => {
+                if let Some(name) = path.strip_prefix("/readyz/") {
+                    readyz_check(&self.health, name)
+                } else if let Some(name) = path
+                    .strip_prefix("/healthz/")
+                    .or_else(|| path.strip_prefix("/livez/"))
+                {
+                    liveness_check(&self.health, name)
+                } else {
+                    text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned())
+                }
+            }
+        }
+    }
+}
+
+/// `/healthz` and `/livez` as Go's healthz handler answers them: `ok` when every liveness
+/// check passes (the list with `?verbose`), else 500 with the list, each failure's reason
+/// withheld (it is logged: these paths answer anyone).
+fn liveness(
+    health: &Health,
+    name: &str,
+    params: &HashMap<&str, Vec<&str>>,
+) -> Response<Full<Bytes>> {
+    let excluded = params.get("exclude").cloned().unwrap_or_default();
+    let verbose = params.contains_key("verbose");
+    let mut body = String::from("[+]ping ok\n");
+    let mut failed = Vec::new();
+    for (check, result) in health.liveness_report() {
+        // Writing to a String cannot fail.
+        let _ = if excluded.contains(&check.as_str()) {
+            writeln!(body, "[+]{check} excluded: ok")
+        } else {
+            match result {
+                Ok(()) => writeln!(body, "[+]{check} ok"),
+                Err(reason) => {
+                    let line = writeln!(body, "[-]{check} failed: reason withheld");
+                    failed.push((check, reason));
+                    line
+                }
+            }
+        };
+    }
+    if !failed.is_empty() {
+        tracing::warn!(?failed, "{name} check failed");
+        let _ = writeln!(body, "{name} check failed");
+        return text(StatusCode::INTERNAL_SERVER_ERROR, body);
+    }
+    if !verbose {
+        return text(StatusCode::OK, "ok".to_owned());
+    }
+    let _ = writeln!(body, "{name} check passed");
+    text(StatusCode::OK, body)
+}
+
+/// `/healthz/<name>` and `/livez/<name>`: one liveness check.
+fn liveness_check(health: &Health, name: &str) -> Response<Full<Bytes>> {
+    match health
+        .liveness_report()
+        .into_iter()
+        .find(|(n, _)| n == name)
+    {
+        None => text(StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
+        Some((_, Ok(()))) => text(StatusCode::OK, "ok".to_owned()),
+        Some((_, Err(reason))) => {
+            tracing::warn!(check = name, %reason, "liveness check failed");
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error: reason withheld\n".to_owned(),
+            )
         }
     }
 }
@@ -1114,6 +1315,121 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, ServeError::Bind { .. }), "{err:?}");
         assert!(err.to_string().contains(&taken.local_addr().to_string()));
+    }
+
+    #[tokio::test]
+    async fn liveness_runs_its_own_checks_with_reasons_withheld() {
+        let health = Health::new();
+        health.set_failed("informers-synced", "not synced");
+        let (server, _shutdown) = start(Serving::Http, Metrics::new(), health.clone()).await;
+        let addr = server.local_addr();
+        let reply = get(&Client::Http, addr, "/healthz?verbose").await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (StatusCode::OK, "[+]ping ok\nhealthz check passed\n"),
+            "readiness checks are not liveness checks"
+        );
+        let wedged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&wedged);
+        health.register_liveness_fn("leaderElection", move || {
+            if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                Err("failed election to renew leadership on lease x".to_owned())
+            } else {
+                Ok(())
+            }
+        });
+        let reply = get(&Client::Http, addr, "/livez").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        wedged.store(true, std::sync::atomic::Ordering::Relaxed);
+        for (path, name) in [("/healthz", "healthz"), ("/livez", "livez")] {
+            let reply = get(&Client::Http, addr, path).await;
+            assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(
+                reply.body,
+                format!(
+                    "[+]ping ok\n[-]leaderElection failed: reason withheld\n{name} check failed\n"
+                )
+            );
+        }
+        let reply = get(&Client::Http, addr, "/healthz/leaderElection").await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error: reason withheld\n"
+            )
+        );
+        let reply = get(&Client::Http, addr, "/healthz?exclude=leaderElection").await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        assert_eq!(
+            get(&Client::Http, addr, "/healthz/ping").await.status,
+            StatusCode::OK
+        );
+        assert_eq!(
+            get(&Client::Http, addr, "/livez/nope").await.status,
+            StatusCode::NOT_FOUND
+        );
+        assert!(health.remove_liveness("leaderElection"));
+        assert_eq!(
+            get(&Client::Http, addr, "/healthz").await.status,
+            StatusCode::OK
+        );
+    }
+
+    #[tokio::test]
+    async fn request_heads_are_bounded() {
+        let (server, _shutdown) = start(Serving::Http, Metrics::new(), Health::new()).await;
+        let mut tcp = TcpStream::connect(server.local_addr()).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let big = "x".repeat(20 * 1024);
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: {big}\r\n\r\n");
+        let _ = tcp.write_all(request.as_bytes()).await;
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut buf)).await;
+        let answer = String::from_utf8_lossy(&buf);
+        assert!(!answer.contains("200 OK"), "{answer}");
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+            "{answer}"
+        );
+    }
+
+    #[tokio::test]
+    async fn sni_selects_the_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let sni = rcgen::generate_simple_self_signed(vec!["sni.example".to_owned()]).unwrap();
+        let cert_file = dir.path().join("sni.crt");
+        let key_file = dir.path().join("sni.key");
+        std::fs::write(&cert_file, sni.cert.pem()).unwrap();
+        std::fs::write(&key_file, sni.signing_key.serialize_pem()).unwrap();
+        let flag = format!("{},{}", cert_file.display(), key_file.display());
+        let (settings, _) = tls::settings("VersionTLS13", &[], &[], &[flag]).unwrap();
+        let options = ServeOptions::new(IpAddr::from([127, 0, 0, 1]), 0, Serving::HttpsSelfSigned)
+            .with_tls(settings);
+        let server = EndpointServer::bind_with(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            &options,
+            Metrics::new(),
+            Health::new(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+        // The name from the certificate's SANs selects it; other names get the default.
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let stream = tls_connect(sni.cert.der(), "sni.example", tcp)
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.get_ref().1.protocol_version(),
+            Some(rustls::ProtocolVersion::TLSv1_3)
+        );
+        let default = CertificateDer::from(server.certificate_der().unwrap().to_vec());
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        assert!(tls_connect(&default, "localhost", tcp).await.is_ok());
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        assert!(tls_connect(sni.cert.der(), "localhost", tcp).await.is_err());
     }
 
     #[tokio::test]

@@ -1,0 +1,1073 @@
+//! Delegated authentication and authorization of the endpoint server, as
+//! `k8s.io/apiserver`'s `DelegatingAuthenticationOptions` and
+//! `DelegatingAuthorizationOptions` set them up for Go's cloud-controller-manager.
+//!
+//! Authentication tries, in Go's order, a front proxy's request headers (its client
+//! certificate verified against the request-header CA and allowed names), a client
+//! certificate signed by the client CA (user = CN, groups = O), and a bearer token checked
+//! with a `TokenReview`; the first to succeed wins, a credential that fails is a 401, and no
+//! credential at all is `system:anonymous`. Authorization allows the always-allowed groups
+//! (`system:masters`) and paths (`--authorization-always-allow-paths`, a trailing `*`
+//! matching a prefix), and asks a `SubjectAccessReview` about the rest, with
+//! `nonResourceAttributes` {path, verb = the lower-case HTTP method}: denied is a 403, an
+//! error a 500, with Go's `Status` bodies. Review results are cached (bounded, with the TTL
+//! flags), reviews time out after 10 s and at most [`MAX_CONCURRENT_REVIEWS`] run at once,
+//! so a failing API server fails requests instead of wedging the server; the always-allowed
+//! paths never wait for it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::Hash;
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use http::{HeaderMap, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use rustls::pki_types::CertificateDer;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::options::{FlagError, MAX_KUBECONFIG_BYTES};
+use super::serving_options::ServingOptions;
+use super::tls::{self, ChainVerifier, ClientCas};
+
+/// How long one `TokenReview` or `SubjectAccessReview` may take (Go's 10 s client timeouts).
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many reviews may be in flight at once; more requests wait (within the timeout).
+pub const MAX_CONCURRENT_REVIEWS: usize = 32;
+
+/// How many results each review cache keeps.
+pub const MAX_CACHE_ENTRIES: usize = 4096;
+
+/// The longest bearer token looked at: 16 KiB (a ServiceAccount token is about 1 KiB).
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// Go's default always-allowed group.
+pub const SYSTEM_MASTERS: &str = "system:masters";
+
+/// The ConfigMap kube-apiserver publishes its client CA and request-header settings in.
+pub const AUTHENTICATION_CONFIGMAP: (&str, &str) =
+    ("kube-system", "extension-apiserver-authentication");
+
+/// Who made a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UserInfo {
+    /// The user name.
+    pub name: String,
+    /// The UID, empty when unknown.
+    pub uid: String,
+    /// The groups.
+    pub groups: Vec<String>,
+    /// Extra attributes.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl UserInfo {
+    /// `system:anonymous` in `system:unauthenticated`: a request without credentials.
+    #[must_use]
+    pub fn anonymous() -> Self {
+        Self {
+            name: "system:anonymous".to_owned(),
+            groups: vec!["system:unauthenticated".to_owned()],
+            ..Self::default()
+        }
+    }
+
+    /// Adds `system:authenticated` as Go's `AuthenticatedGroupAdder` does.
+    fn authenticated(mut self) -> Self {
+        if !self
+            .groups
+            .iter()
+            .any(|g| g == "system:authenticated" || g == "system:unauthenticated")
+        {
+            self.groups.push("system:authenticated".to_owned());
+        }
+        self
+    }
+}
+
+/// `--authorization-always-allow-paths`: exact paths, and prefixes written with a trailing
+/// `*`; a leading `/` is optional (Go's `path.NewAuthorizer`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathMatcher {
+    exact: HashSet<String>,
+    prefixes: Vec<String>,
+}
+
+impl PathMatcher {
+    /// Parses the patterns; only a trailing `*` is allowed.
+    pub fn new(patterns: &[String]) -> Result<Self, String> {
+        let mut out = Self::default();
+        for p in patterns {
+            let p = p.strip_prefix('/').unwrap_or(p);
+            if p.is_empty() {
+                out.exact.insert(String::new());
+                continue;
+            }
+            if p[..p.len() - 1].contains('*') {
+                return Err(format!("only trailing * allowed in {p:?}"));
+            }
+            match p.strip_suffix('*') {
+                Some(prefix) => out.prefixes.push(prefix.to_owned()),
+                None => {
+                    out.exact.insert(p.to_owned());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `path` is always allowed.
+    #[must_use]
+    pub fn matches(&self, path: &str) -> bool {
+        let path = path.strip_prefix('/').unwrap_or(path);
+        self.exact.contains(path) || self.prefixes.iter().any(|p| path.starts_with(p.as_str()))
+    }
+}
+
+/// A bounded map whose entries expire: when full, expired entries go first, then the one
+/// closest to expiry.
+#[derive(Debug)]
+pub struct TtlCache<K, V> {
+    capacity: usize,
+    entries: Mutex<HashMap<K, (V, Instant)>>,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
+    /// A cache of at most `capacity` entries.
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The value of `key` if it has not expired.
+    pub fn get(&self, key: &K) -> Option<V> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        match entries.get(key) {
+            Some((v, expires)) if *expires > Instant::now() => Some(v.clone()),
+            Some(_) => {
+                entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Keeps `value` for `ttl` (not at all for a zero TTL or capacity).
+    pub fn insert(&self, key: K, value: V, ttl: Duration) {
+        if ttl.is_zero() || self.capacity == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= self.capacity && !entries.contains_key(&key) {
+            entries.retain(|_, (_, expires)| *expires > now);
+            if entries.len() >= self.capacity
+                && let Some(oldest) = entries
+                    .iter()
+                    .min_by_key(|(_, (_, expires))| *expires)
+                    .map(|(k, _)| k.clone())
+            {
+                entries.remove(&oldest);
+            }
+        }
+        entries.insert(key, (value, now + ttl));
+    }
+
+    /// The number of entries, expired ones included.
+    pub fn len(&self) -> usize {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The request-header (front proxy) settings.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RequestHeaderConfig {
+    /// Client certificate common names allowed to assert users; empty allows any.
+    pub allowed_names: Vec<String>,
+    /// Headers holding the user name (the first non-empty wins).
+    pub username_headers: Vec<String>,
+    /// Headers holding the UID.
+    pub uid_headers: Vec<String>,
+    /// Headers holding groups (every value).
+    pub group_headers: Vec<String>,
+    /// Prefixes of headers holding extra attributes.
+    pub extra_prefixes: Vec<String>,
+}
+
+impl RequestHeaderConfig {
+    /// The settings with these lists.
+    #[must_use]
+    pub fn new(
+        allowed_names: Vec<String>,
+        username_headers: Vec<String>,
+        uid_headers: Vec<String>,
+        group_headers: Vec<String>,
+        extra_prefixes: Vec<String>,
+    ) -> Self {
+        Self {
+            allowed_names,
+            username_headers,
+            uid_headers,
+            group_headers,
+            extra_prefixes,
+        }
+    }
+
+    /// The user the headers assert, `None` without a user name (Go's `requestHeaderAuthRequestHandler`).
+    #[must_use]
+    pub fn user(&self, headers: &HeaderMap) -> Option<UserInfo> {
+        let values = |name: &String| {
+            headers
+                .get_all(name.as_str())
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let first = |names: &[String]| names.iter().find_map(|n| values(n).into_iter().next());
+        let name = first(&self.username_headers)?;
+        let uid = first(&self.uid_headers).unwrap_or_default();
+        let groups = self.group_headers.iter().flat_map(values).collect();
+        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (header, value) in headers {
+            let header = header.as_str();
+            for prefix in &self.extra_prefixes {
+                let prefix = prefix.to_ascii_lowercase();
+                if let Some(key) = header.strip_prefix(prefix.as_str())
+                    && !key.is_empty()
+                    && let Ok(value) = value.to_str()
+                {
+                    extra
+                        .entry(percent_decode(key).to_ascii_lowercase())
+                        .or_default()
+                        .push(value.to_owned());
+                }
+            }
+        }
+        Some(UserInfo {
+            name,
+            uid,
+            groups,
+            extra,
+        })
+    }
+}
+
+/// Go's `url.PathUnescape` of an extra key (`%2F` and the like); invalid escapes stay.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push(u8::try_from(hi * 16 + lo).unwrap_or(b'?'));
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The bearer token of an `Authorization` header, as Go's `bearertoken` reads it.
+#[must_use]
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// What authorization decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed.
+    Allow,
+    /// Denied (or no opinion), with the reviewer's reason (may be empty).
+    Deny(String),
+}
+
+/// The delegated authenticator and authorizer of the endpoint server; see the
+/// [module docs](self).
+pub struct DelegatedAuth {
+    request_header: Option<(ChainVerifier, RequestHeaderConfig)>,
+    client_ca: Option<ChainVerifier>,
+    token_reviews: Option<kube::Client>,
+    token_cache: TtlCache<[u8; 32], Option<UserInfo>>,
+    token_ttl: Duration,
+    access_reviews: Option<kube::Client>,
+    access_cache: TtlCache<String, Decision>,
+    allowed_ttl: Duration,
+    denied_ttl: Duration,
+    always_allow_paths: PathMatcher,
+    always_allow_groups: Vec<String>,
+    reviews: Semaphore,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for DelegatedAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegatedAuth")
+            .field("request_header", &self.request_header.is_some())
+            .field("client_ca", &self.client_ca.is_some())
+            .field("token_reviews", &self.token_reviews.is_some())
+            .field("access_reviews", &self.access_reviews.is_some())
+            .field("always_allow_paths", &self.always_allow_paths)
+            .field("always_allow_groups", &self.always_allow_groups)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DelegatedAuth {
+    /// Nothing authenticates (everyone is anonymous) and only `always_allow_paths` and the
+    /// group `system:masters` are allowed; add the rest with the `with_*` methods.
+    #[must_use]
+    pub fn new(always_allow_paths: PathMatcher) -> Self {
+        Self {
+            request_header: None,
+            client_ca: None,
+            token_reviews: None,
+            token_cache: TtlCache::new(MAX_CACHE_ENTRIES),
+            token_ttl: Duration::from_secs(10),
+            access_reviews: None,
+            access_cache: TtlCache::new(MAX_CACHE_ENTRIES),
+            allowed_ttl: Duration::from_secs(10),
+            denied_ttl: Duration::from_secs(10),
+            always_allow_paths,
+            always_allow_groups: vec![SYSTEM_MASTERS.to_owned()],
+            reviews: Semaphore::new(MAX_CONCURRENT_REVIEWS),
+            timeout: REVIEW_TIMEOUT,
+        }
+    }
+
+    /// Client certificates signed by `ca` authenticate as their CN, in their O groups.
+    #[must_use]
+    pub fn with_client_ca(mut self, ca: ChainVerifier) -> Self {
+        self.client_ca = Some(ca);
+        self
+    }
+
+    /// Front proxies whose client certificate `ca` signed assert users in headers.
+    #[must_use]
+    pub fn with_request_header(mut self, ca: ChainVerifier, config: RequestHeaderConfig) -> Self {
+        self.request_header = Some((ca, config));
+        self
+    }
+
+    /// Bearer tokens are checked with `TokenReview`s through `client`, results cached for `ttl`.
+    #[must_use]
+    pub fn with_token_reviews(mut self, client: kube::Client, ttl: Duration) -> Self {
+        self.token_reviews = Some(client);
+        self.token_ttl = ttl;
+        self
+    }
+
+    /// Other requests are authorised with `SubjectAccessReview`s through `client`, allowed
+    /// results cached for `allowed_ttl`, denied ones for `denied_ttl`.
+    #[must_use]
+    pub fn with_access_reviews(
+        mut self,
+        client: kube::Client,
+        allowed_ttl: Duration,
+        denied_ttl: Duration,
+    ) -> Self {
+        self.access_reviews = Some(client);
+        self.allowed_ttl = allowed_ttl;
+        self.denied_ttl = denied_ttl;
+        self
+    }
+
+    /// Replaces the always-allowed groups (default `system:masters`).
+    #[must_use]
+    pub fn with_always_allow_groups(mut self, groups: Vec<String>) -> Self {
+        self.always_allow_groups = groups;
+        self
+    }
+
+    /// Sets the time limit of each review (default [`REVIEW_TIMEOUT`]).
+    #[must_use]
+    pub fn with_review_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Authenticates a request: `Ok(user)` (possibly anonymous) or `Err(why)` for a 401.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        peer: &[CertificateDer<'static>],
+    ) -> Result<UserInfo, String> {
+        let mut errors = Vec::new();
+        if let (Some((ca, config)), false) = (&self.request_header, peer.is_empty()) {
+            match ca.verify(peer) {
+                Err(e) => errors.push(format!("request-header client certificate: {e}")),
+                Ok(()) => {
+                    let cn = tls::subject(&peer[0])
+                        .map(|s| s.common_name)
+                        .unwrap_or_default();
+                    if !config.allowed_names.is_empty() && !config.allowed_names.contains(&cn) {
+                        errors.push(format!(
+                            "request-header client certificate: CN {cn:?} is not in --requestheader-allowed-names"
+                        ));
+                    } else if let Some(user) = config.user(headers) {
+                        return Ok(user.authenticated());
+                    }
+                }
+            }
+        }
+        if let (Some(ca), false) = (&self.client_ca, peer.is_empty()) {
+            match ca.verify(peer) {
+                Err(e) => errors.push(format!("client certificate: {e}")),
+                Ok(()) => match tls::subject(&peer[0]) {
+                    Some(s) if !s.common_name.is_empty() => {
+                        return Ok(UserInfo {
+                            name: s.common_name,
+                            groups: s.organizations,
+                            ..UserInfo::default()
+                        }
+                        .authenticated());
+                    }
+                    _ => {}
+                },
+            }
+        }
+        if let (Some(client), Some(token)) = (&self.token_reviews, bearer_token(headers)) {
+            match self.review_token(client, token).await {
+                Ok(Some(user)) => return Ok(user.authenticated()),
+                Ok(None) => errors.push("invalid bearer token".to_owned()),
+                Err(e) => errors.push(format!("invalid bearer token, {e}")),
+            }
+        }
+        if errors.is_empty() {
+            Ok(UserInfo::anonymous())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    async fn review_token(
+        &self,
+        client: &kube::Client,
+        token: &str,
+    ) -> Result<Option<UserInfo>, String> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Ok(None);
+        }
+        let key: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+            .as_ref()
+            .try_into()
+            .unwrap_or([0; 32]);
+        if let Some(cached) = self.token_cache.get(&key) {
+            return Ok(cached);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                ..TokenReviewSpec::default()
+            },
+            ..TokenReview::default()
+        };
+        let api: Api<TokenReview> = Api::all(client.clone());
+        let reviewed = self
+            .bounded(async { api.create(&PostParams::default(), &review).await })
+            .await?;
+        let status = reviewed.status.unwrap_or_default();
+        let user = if status.authenticated == Some(true) {
+            let u = status.user.unwrap_or_default();
+            Some(UserInfo {
+                name: u.username.unwrap_or_default(),
+                uid: u.uid.unwrap_or_default(),
+                groups: u.groups.unwrap_or_default(),
+                extra: u.extra.unwrap_or_default(),
+            })
+        } else {
+            None
+        };
+        self.token_cache.insert(key, user.clone(), self.token_ttl);
+        Ok(user)
+    }
+
+    /// Runs one review under the concurrency bound and the timeout.
+    async fn bounded<T>(
+        &self,
+        review: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, String> {
+        let timeout = self.timeout;
+        tokio::time::timeout(timeout, async {
+            let _permit = self.reviews.acquire().await.map_err(|e| e.to_string())?;
+            review.await.map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
+    }
+
+    /// Authorises `user` to `verb` the non-resource `path`: `Err(why)` for a 500.
+    pub async fn authorize(
+        &self,
+        user: &UserInfo,
+        path: &str,
+        verb: &str,
+    ) -> Result<Decision, String> {
+        if user
+            .groups
+            .iter()
+            .any(|g| self.always_allow_groups.contains(g))
+            || self.always_allow_paths.matches(path)
+        {
+            return Ok(Decision::Allow);
+        }
+        let Some(client) = &self.access_reviews else {
+            return Ok(Decision::Deny(String::new()));
+        };
+        let spec = SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+            groups: Some(user.groups.clone()),
+            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some(path.to_owned()),
+                verb: Some(verb.to_owned()),
+            }),
+            ..SubjectAccessReviewSpec::default()
+        };
+        let key = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
+        if let Some(cached) = self.access_cache.get(&key) {
+            return Ok(cached);
+        }
+        let review = SubjectAccessReview {
+            spec,
+            ..SubjectAccessReview::default()
+        };
+        let api: Api<SubjectAccessReview> = Api::all(client.clone());
+        let reviewed = self
+            .bounded(async { api.create(&PostParams::default(), &review).await })
+            .await?;
+        let status = reviewed.status.unwrap_or_default();
+        let (decision, ttl) = if status.allowed {
+            (Decision::Allow, self.allowed_ttl)
+        } else {
+            (
+                Decision::Deny(status.reason.unwrap_or_default()),
+                self.denied_ttl,
+            )
+        };
+        self.access_cache.insert(key, decision.clone(), ttl);
+        Ok(decision)
+    }
+
+    /// Authenticates and authorises a request for `path` with `method`: `None` to serve it,
+    /// or the 401/403/500 answer.
+    pub async fn check(
+        &self,
+        headers: &HeaderMap,
+        peer: &[CertificateDer<'static>],
+        method: &http::Method,
+        path: &str,
+    ) -> Option<Response<Full<Bytes>>> {
+        let user = match self.authenticate(headers, peer).await {
+            Ok(user) => user,
+            Err(why) => {
+                tracing::debug!(%why, path, "unable to authenticate the request");
+                return Some(status_response(
+                    StatusCode::UNAUTHORIZED,
+                    "Unauthorized",
+                    "Unauthorized",
+                    None,
+                ));
+            }
+        };
+        let verb = method.as_str().to_ascii_lowercase();
+        match self.authorize(&user, path, &verb).await {
+            Ok(Decision::Allow) => None,
+            Ok(Decision::Deny(reason)) => {
+                let mut message = format!(
+                    "forbidden: User {:?} cannot {verb} path {:?}",
+                    user.name, path
+                );
+                if !reason.is_empty() {
+                    message = format!("{message}: {reason}");
+                }
+                tracing::debug!(user = %user.name, path, %reason, "forbidden");
+                Some(status_response(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    &message,
+                    Some(serde_json::json!({})),
+                ))
+            }
+            Err(why) => {
+                tracing::warn!(%why, path, "authorization failed");
+                Some(status_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    &format!("Internal error occurred: {why}"),
+                    Some(serde_json::json!({"causes": [{"message": why}]})),
+                ))
+            }
+        }
+    }
+}
+
+/// A `meta/v1` `Status` answer, as Go's `responsewriters` write them.
+fn status_response(
+    code: StatusCode,
+    reason: &str,
+    message: &str,
+    details: Option<serde_json::Value>,
+) -> Response<Full<Bytes>> {
+    let mut body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    if let Some(details) = details {
+        body["details"] = details;
+    }
+    let mut text = body.to_string();
+    text.push('\n');
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    *response.status_mut() = code;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+fn flag_error(flag: &'static str, message: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        message: message.into(),
+    }
+}
+
+/// A client from `--authentication-kubeconfig` / `--authorization-kubeconfig`.
+async fn client_from_kubeconfig(
+    flag: &'static str,
+    path: &Path,
+) -> Result<kube::Client, FlagError> {
+    let err = |e: String| flag_error(flag, format!("{}: {e}", path.display()));
+    let bytes = {
+        use std::io::Read as _;
+        let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_KUBECONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| err(e.to_string()))?;
+        if bytes.len() as u64 > MAX_KUBECONFIG_BYTES {
+            return Err(err(format!("larger than {MAX_KUBECONFIG_BYTES} bytes")));
+        }
+        bytes
+    };
+    let text = String::from_utf8(bytes).map_err(|e| err(e.to_string()))?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| err(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| err(e.to_string()))?;
+    crate::client::build_client(config, &crate::client::ApiLayer::new())
+        .map_err(|e| err(e.to_string()))
+}
+
+/// What kube-apiserver publishes in `kube-system/extension-apiserver-authentication`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterAuthentication {
+    /// `client-ca-file`.
+    pub client_ca: Option<String>,
+    /// `requestheader-client-ca-file`.
+    pub requestheader_ca: Option<String>,
+    /// The request-header lists (`requestheader-*`, JSON arrays).
+    pub request_header: RequestHeaderConfig,
+}
+
+impl PartialEq for RequestHeaderConfig {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.allowed_names,
+            &self.username_headers,
+            &self.uid_headers,
+            &self.group_headers,
+            &self.extra_prefixes,
+        ) == (
+            &other.allowed_names,
+            &other.username_headers,
+            &other.uid_headers,
+            &other.group_headers,
+            &other.extra_prefixes,
+        )
+    }
+}
+
+impl Eq for RequestHeaderConfig {}
+
+impl ClusterAuthentication {
+    /// Reads the ConfigMap's data; a missing ConfigMap is empty (as Go treats it).
+    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self, String> {
+        let list = |key: &str| -> Result<Vec<String>, String> {
+            match data.get(key).map(String::as_str) {
+                None | Some("") => Ok(Vec::new()),
+                Some(json) => serde_json::from_str(json).map_err(|e| format!("{key}: {e}")),
+            }
+        };
+        let text = |key: &str| data.get(key).filter(|v| !v.is_empty()).cloned();
+        Ok(Self {
+            client_ca: text("client-ca-file"),
+            requestheader_ca: text("requestheader-client-ca-file"),
+            request_header: RequestHeaderConfig {
+                allowed_names: list("requestheader-allowed-names")?,
+                username_headers: list("requestheader-username-headers")?,
+                uid_headers: list("requestheader-uid-headers")?,
+                group_headers: list("requestheader-group-headers")?,
+                extra_prefixes: list("requestheader-extra-headers-prefix")?,
+            },
+        })
+    }
+
+    /// Reads it from the cluster (once, within [`REVIEW_TIMEOUT`]).
+    pub async fn lookup(client: &kube::Client) -> Result<Self, String> {
+        let (namespace, name) = AUTHENTICATION_CONFIGMAP;
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let found = tokio::time::timeout(REVIEW_TIMEOUT, api.get_opt(name))
+            .await
+            .map_err(|_| format!("no answer within {REVIEW_TIMEOUT:?}"))?
+            .map_err(|e| e.to_string())?;
+        Self::from_data(&found.and_then(|c| c.data).unwrap_or_default())
+    }
+}
+
+/// Builds the delegated authenticator and authorizer from the flags, as Go's `ApplyTo`
+/// does: `client` (the manager's own, unfenced) reviews tokens and access unless the
+/// `--authentication-kubeconfig` / `--authorization-kubeconfig` name another cluster, and
+/// the client CA and request-header settings missing from the flags are read from
+/// `kube-system/extension-apiserver-authentication` unless `--authentication-skip-lookup`.
+/// Returns the authorities that client certificates are requested for.
+pub async fn from_options(
+    options: &ServingOptions,
+    client: &kube::Client,
+) -> Result<(DelegatedAuth, ClientCas), FlagError> {
+    let token_client = match options.authentication_kubeconfig() {
+        Some(path) => client_from_kubeconfig("--authentication-kubeconfig", &path).await?,
+        None => client.clone(),
+    };
+    let access_client = match options.authorization_kubeconfig() {
+        Some(path) => client_from_kubeconfig("--authorization-kubeconfig", &path).await?,
+        None => client.clone(),
+    };
+    let read_ca =
+        |flag: &'static str, path: &Path| -> Result<Vec<CertificateDer<'static>>, FlagError> {
+            let bytes = tls::read_pem_file(path)
+                .map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))?;
+            tls::certs_from_pem(&bytes)
+                .map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))
+        };
+    let [
+        allowed_names,
+        username_headers,
+        uid_headers,
+        group_headers,
+        extra_prefixes,
+    ] = options.request_header_lists();
+    let mut cas = ClientCas::default();
+    let mut request_header = None;
+    if let Some(path) = options.client_ca_file() {
+        cas.client_ca = read_ca("--client-ca-file", &path)?;
+    }
+    if let Some(path) = options.requestheader_client_ca_file() {
+        cas.requestheader_ca = read_ca("--requestheader-client-ca-file", &path)?;
+        request_header = Some(RequestHeaderConfig::new(
+            allowed_names,
+            username_headers,
+            uid_headers,
+            group_headers,
+            extra_prefixes,
+        ));
+    }
+    let missing = cas.client_ca.is_empty() || request_header.is_none();
+    if missing && !options.authentication_skip_lookup {
+        match ClusterAuthentication::lookup(&token_client).await {
+            Ok(found) => {
+                if cas.client_ca.is_empty()
+                    && let Some(pem) = &found.client_ca
+                {
+                    cas.client_ca = tls::certs_from_pem(pem.as_bytes()).map_err(|e| {
+                        flag_error("--client-ca-file", format!("client-ca-file of kube-system/extension-apiserver-authentication: {e}"))
+                    })?;
+                }
+                if request_header.is_none()
+                    && let Some(pem) = &found.requestheader_ca
+                {
+                    cas.requestheader_ca = tls::certs_from_pem(pem.as_bytes()).map_err(|e| {
+                        flag_error("--requestheader-client-ca-file", format!("requestheader-client-ca-file of kube-system/extension-apiserver-authentication: {e}"))
+                    })?;
+                    request_header = Some(found.request_header);
+                }
+                tracing::info!(
+                    client_ca = !cas.client_ca.is_empty(),
+                    request_header = request_header.is_some(),
+                    "read the client CA and request-header settings from kube-system/extension-apiserver-authentication"
+                );
+            }
+            Err(e) if options.authentication_tolerate_lookup_failure => {
+                tracing::warn!(error = %e, "error looking up in-cluster authentication configuration; continuing without it (--authentication-tolerate-lookup-failure): client certificates may not authenticate");
+            }
+            Err(e) => {
+                return Err(flag_error(
+                    "--authentication-tolerate-lookup-failure",
+                    format!(
+                        "unable to read kube-system/extension-apiserver-authentication ({e}); grant the Role extension-apiserver-authentication-reader, or set --authentication-skip-lookup or --authentication-tolerate-lookup-failure"
+                    ),
+                ));
+            }
+        }
+    }
+    let paths = PathMatcher::new(&options.always_allow_paths())
+        .map_err(|m| flag_error("--authorization-always-allow-paths", m))?;
+    let mut auth = DelegatedAuth::new(paths)
+        .with_token_reviews(token_client, options.authentication_token_webhook_cache_ttl)
+        .with_access_reviews(
+            access_client,
+            options.authorization_webhook_cache_authorized_ttl,
+            options.authorization_webhook_cache_unauthorized_ttl,
+        );
+    if !cas.client_ca.is_empty() {
+        let verifier =
+            ChainVerifier::new(&cas.client_ca).map_err(|e| flag_error("--client-ca-file", e))?;
+        auth = auth.with_client_ca(verifier);
+    }
+    if let Some(config) = request_header
+        && !cas.requestheader_ca.is_empty()
+    {
+        let verifier = ChainVerifier::new(&cas.requestheader_ca)
+            .map_err(|e| flag_error("--requestheader-client-ca-file", e))?;
+        auth = auth.with_request_header(verifier, config);
+    }
+    Ok((auth, cas))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn always_allowed_paths_match_as_go() {
+        let m = PathMatcher::new(&strings(&["/healthz", "readyz", "/debug/*", "/"])).unwrap();
+        for yes in [
+            "/healthz",
+            "healthz",
+            "/readyz",
+            "/debug/",
+            "/debug/pprof/heap",
+            "/",
+            "",
+        ] {
+            assert!(m.matches(yes), "{yes}");
+        }
+        for no in ["/healthz/ping", "/healthzx", "/metrics", "/debug", "/livez"] {
+            assert!(!m.matches(no), "{no}");
+        }
+        let all = PathMatcher::new(&strings(&["*"])).unwrap();
+        assert!(all.matches("/metrics") && all.matches("/"));
+        assert_eq!(
+            PathMatcher::new(&strings(&["/a*b*"])).unwrap_err(),
+            "only trailing * allowed in \"a*b*\""
+        );
+        let none = PathMatcher::new(&[]).unwrap();
+        assert!(!none.matches("/healthz"));
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_as_go() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::AUTHORIZATION, v.parse().unwrap());
+            m
+        };
+        assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&h("bearer abc extra")), Some("abc"));
+        assert_eq!(bearer_token(&h("  Bearer abc  ")), Some("abc"));
+        assert_eq!(bearer_token(&h("Basic abc")), None);
+        assert_eq!(bearer_token(&h("Bearer")), None);
+        assert_eq!(
+            bearer_token(&h("Bearer  abc")),
+            None,
+            "Go splits on single spaces"
+        );
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn request_headers_make_a_user() {
+        let config = RequestHeaderConfig::new(
+            vec![],
+            strings(&["X-Remote-User", "X-Other-User"]),
+            strings(&["X-Remote-Uid"]),
+            strings(&["X-Remote-Group"]),
+            strings(&["X-Remote-Extra-"]),
+        );
+        let mut h = HeaderMap::new();
+        assert_eq!(
+            config.user(&h),
+            None,
+            "no user name: not this authenticator"
+        );
+        h.insert("x-other-user", "bob".parse().unwrap());
+        h.append("x-remote-group", "a".parse().unwrap());
+        h.append("x-remote-group", "b".parse().unwrap());
+        h.insert("x-remote-uid", "42".parse().unwrap());
+        h.insert("x-remote-extra-scopes%2fone", "s1".parse().unwrap());
+        let user = config.user(&h).unwrap();
+        assert_eq!(user.name, "bob");
+        assert_eq!(user.uid, "42");
+        assert_eq!(user.groups, ["a", "b"]);
+        assert_eq!(user.extra["scopes/one"], ["s1"]);
+        assert_eq!(
+            user.authenticated().groups,
+            ["a", "b", "system:authenticated"]
+        );
+    }
+
+    #[test]
+    fn cache_is_bounded_and_expires() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(async {
+                let cache = TtlCache::new(3);
+                cache.insert(1, "a", Duration::from_secs(10));
+                cache.insert(2, "b", Duration::from_secs(20));
+                cache.insert(3, "c", Duration::from_secs(30));
+                cache.insert(4, "d", Duration::from_secs(40));
+                assert_eq!(cache.len(), 3);
+                assert_eq!(cache.get(&1), None, "the one closest to expiry went");
+                assert_eq!(cache.get(&4), Some("d"));
+                cache.insert(5, "e", Duration::ZERO);
+                assert_eq!(cache.get(&5), None, "a zero TTL is not cached");
+                tokio::time::advance(Duration::from_secs(25)).await;
+                assert_eq!(cache.get(&2), None, "expired");
+                assert_eq!(cache.get(&3), Some("c"));
+                cache.insert(6, "f", Duration::from_secs(1));
+                cache.insert(7, "g", Duration::from_secs(1));
+                assert!(cache.len() <= 3);
+                assert_eq!(cache.get(&4), Some("d"));
+            });
+    }
+
+    #[test]
+    fn configmap_data_is_read() {
+        let data: BTreeMap<String, String> = [
+            ("client-ca-file", "PEM"),
+            ("requestheader-client-ca-file", ""),
+            ("requestheader-username-headers", "[\"X-Remote-User\"]"),
+            ("requestheader-allowed-names", "[\"front-proxy-client\"]"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let found = ClusterAuthentication::from_data(&data).unwrap();
+        assert_eq!(found.client_ca.as_deref(), Some("PEM"));
+        assert_eq!(found.requestheader_ca, None);
+        assert_eq!(found.request_header.username_headers, ["X-Remote-User"]);
+        assert_eq!(found.request_header.allowed_names, ["front-proxy-client"]);
+        let mut bad = data;
+        bad.insert("requestheader-group-headers".to_owned(), "nope".to_owned());
+        assert!(
+            ClusterAuthentication::from_data(&bad)
+                .unwrap_err()
+                .starts_with("requestheader-group-headers")
+        );
+    }
+
+    #[tokio::test]
+    async fn anonymous_and_always_allowed_without_a_cluster() {
+        let auth = DelegatedAuth::new(PathMatcher::new(&strings(&["/healthz"])).unwrap());
+        let headers = HeaderMap::new();
+        let user = auth.authenticate(&headers, &[]).await.unwrap();
+        assert_eq!(user, UserInfo::anonymous());
+        assert_eq!(
+            auth.authorize(&user, "/healthz", "get").await,
+            Ok(Decision::Allow)
+        );
+        assert_eq!(
+            auth.authorize(&user, "/metrics", "get").await,
+            Ok(Decision::Deny(String::new()))
+        );
+        let masters = UserInfo {
+            name: "admin".to_owned(),
+            groups: strings(&["system:masters"]),
+            ..UserInfo::default()
+        };
+        assert_eq!(
+            auth.authorize(&masters, "/metrics", "get").await,
+            Ok(Decision::Allow)
+        );
+        let response = auth
+            .check(&headers, &[], &http::Method::GET, "/metrics")
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        use http_body_util::BodyExt as _;
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            "{\"apiVersion\":\"v1\",\"code\":403,\"details\":{},\"kind\":\"Status\",\"message\":\"forbidden: User \\\"system:anonymous\\\" cannot get path \\\"/metrics\\\"\",\"metadata\":{},\"reason\":\"Forbidden\",\"status\":\"Failure\"}\n"
+        );
+        assert!(
+            auth.check(&headers, &[], &http::Method::GET, "/healthz")
+                .await
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%2Fb"), "a/b");
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode("%"), "%");
+    }
+}

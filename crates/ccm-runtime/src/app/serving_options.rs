@@ -1,0 +1,657 @@
+//! The secure-serving, authentication and authorization flags, named, typed and defaulted
+//! as `k8s.io/apiserver`'s `SecureServingOptions`, `DelegatingAuthenticationOptions` and
+//! `DelegatingAuthorizationOptions` declare them for Go's v1.36 `cloud-controller-manager`
+//! (booleans as `strconv.ParseBool`, durations as `time.ParseDuration`, lists as pflag's
+//! comma-separated string slices, empty strings as unset), plus our `--insecure-serving`.
+//! [`ServingOptions::validate`] checks what clap cannot and
+//! [`ServingOptions::tls_settings`] maps the TLS flags onto what rustls implements; see
+//! [`tls`] for that mapping and [`auth`](super::auth) for the delegation.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args};
+
+use super::duration::parse_go_duration;
+use super::options::FlagError;
+use super::tls::{self, TlsSettings};
+
+/// Go's `strconv.ParseBool`: `1 t T TRUE true True 0 f F FALSE false False`.
+pub(crate) fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "invalid boolean {s:?} (Go's strconv.ParseBool syntax)"
+        )),
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_go_duration(s)
+}
+
+/// A pflag string slice as given on the command line: each occurrence is a comma-separated
+/// list (an empty value is an empty list), and occurrences add up.
+pub(crate) fn go_list(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .filter(|v| !v.is_empty())
+        .flat_map(|v| v.split(','))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The serving and delegated authentication/authorization flags of Go's
+/// `cloud-controller-manager`, flattened into [`Options`](super::Options).
+#[derive(Clone, Debug, Args)]
+#[non_exhaustive]
+pub struct ServingOptions {
+    /// The IP address on which to listen for the --secure-port port; 0.0.0.0 or :: for all
+    /// interfaces.
+    #[arg(
+        long,
+        value_name = "IP",
+        default_value = "0.0.0.0",
+        help_heading = "Secure serving"
+    )]
+    pub bind_address: IpAddr,
+    /// The port on which to serve HTTPS with authentication and authorization. If 0, don't
+    /// serve HTTPS at all.
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 10258,
+        allow_negative_numbers = true,
+        help_heading = "Secure serving"
+    )]
+    pub secure_port: i32,
+    /// The directory where the generated self-signed certificate is written to (and reused
+    /// from) when --tls-cert-file is not given (cloud-controller-manager.crt/.key). Empty:
+    /// the certificate is kept in memory.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "",
+        help_heading = "Secure serving"
+    )]
+    pub cert_dir: String,
+    /// File containing the default x509 certificate for HTTPS (CA cert, if any, concatenated
+    /// after the server cert). Empty: a self-signed certificate is generated.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "",
+        help_heading = "Secure serving"
+    )]
+    pub tls_cert_file: String,
+    /// File containing the default x509 private key matching --tls-cert-file.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "",
+        help_heading = "Secure serving"
+    )]
+    pub tls_private_key_file: String,
+    /// Comma-separated list of cipher suites for the server (Go's IANA names). Go names that
+    /// rustls does not implement (CBC, RSA key exchange, RC4, 3DES) are skipped with a
+    /// warning. If omitted, rustls' defaults.
+    #[arg(
+        long,
+        value_name = "NAMES",
+        action = ArgAction::Append,
+        help_heading = "Secure serving"
+    )]
+    pub tls_cipher_suites: Vec<String>,
+    /// Comma-separated list of Go crypto/tls CurveID values (23 P-256, 24 P-384, 29 X25519)
+    /// allowed for key exchange. If omitted, rustls' defaults.
+    #[arg(
+        long,
+        value_name = "IDS",
+        action = ArgAction::Append,
+        help_heading = "Secure serving"
+    )]
+    pub tls_curve_preferences: Vec<String>,
+    /// Minimum TLS version supported: VersionTLS12 or VersionTLS13 (VersionTLS10 and
+    /// VersionTLS11 are accepted with a warning and serve TLS 1.2 as the minimum).
+    #[arg(
+        long,
+        value_name = "VERSION",
+        default_value = "",
+        help_heading = "Secure serving"
+    )]
+    pub tls_min_version: String,
+    /// A pair of x509 certificate and private key file paths, optionally suffixed with a
+    /// list of domain patterns (`foo.crt,foo.key:*.foo.com,foo.com`). Repeatable.
+    #[arg(
+        long,
+        value_name = "CERT,KEY[:NAMES]",
+        action = ArgAction::Append,
+        help_heading = "Secure serving"
+    )]
+    pub tls_sni_cert_key: Vec<String>,
+    /// Accepted for compatibility: the endpoints are served over HTTP/1.1 only.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Secure serving"
+    )]
+    pub http2_max_streams_per_connection: i32,
+    /// Accepted for compatibility: the endpoints are served over HTTP/1.1 only.
+    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    pub disable_http2_serving: bool,
+    /// If true, SO_REUSEPORT is used when binding the port.
+    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    pub permit_port_sharing: bool,
+    /// If true, SO_REUSEADDR is used when binding the port.
+    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    pub permit_address_sharing: bool,
+    /// FOR LOCAL DEMOS ONLY: serve the endpoints over plain HTTP with no authentication or
+    /// authorization at all (not a Go flag).
+    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    pub insecure_serving: bool,
+
+    /// kubeconfig file pointing at the 'core' kubernetes server with enough rights to create
+    /// tokenreviews.authentication.k8s.io. Empty: the manager's own connection.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "",
+        help_heading = "Authentication"
+    )]
+    pub authentication_kubeconfig: String,
+    /// The duration to cache responses from the token authenticator.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s", help_heading = "Authentication")]
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// If false, missing authentication configuration (client CA, request-header settings)
+    /// is looked up in the cluster (kube-system/extension-apiserver-authentication).
+    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Authentication")]
+    pub authentication_skip_lookup: bool,
+    /// If true, failures to look up missing authentication configuration from the cluster
+    /// are not fatal.
+    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Authentication")]
+    pub authentication_tolerate_lookup_failure: bool,
+    /// If set, any request presenting a client certificate signed by one of the authorities
+    /// in this file is authenticated with an identity corresponding to the CommonName of the
+    /// client certificate (groups: its Organizations).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "",
+        help_heading = "Authentication"
+    )]
+    pub client_ca_file: String,
+    /// Root certificate bundle to use to verify client certificates on incoming requests
+    /// before trusting usernames in headers specified by --requestheader-username-headers.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "",
+        help_heading = "Authentication"
+    )]
+    pub requestheader_client_ca_file: String,
+    /// List of client certificate common names to allow to provide usernames in headers.
+    /// Empty: any client certificate validated by --requestheader-client-ca-file.
+    #[arg(long, value_name = "NAMES", action = ArgAction::Append, help_heading = "Authentication")]
+    pub requestheader_allowed_names: Vec<String>,
+    /// List of request headers to inspect for usernames. X-Remote-User is common.
+    #[arg(long, value_name = "HEADERS", action = ArgAction::Append, default_value = "x-remote-user", help_heading = "Authentication")]
+    pub requestheader_username_headers: Vec<String>,
+    /// List of request headers to inspect for UIDs. X-Remote-Uid is suggested.
+    #[arg(long, value_name = "HEADERS", action = ArgAction::Append, help_heading = "Authentication")]
+    pub requestheader_uid_headers: Vec<String>,
+    /// List of request headers to inspect for groups. X-Remote-Group is suggested.
+    #[arg(long, value_name = "HEADERS", action = ArgAction::Append, default_value = "x-remote-group", help_heading = "Authentication")]
+    pub requestheader_group_headers: Vec<String>,
+    /// List of request header prefixes to inspect. X-Remote-Extra- is suggested.
+    #[arg(long, value_name = "PREFIXES", action = ArgAction::Append, default_value = "x-remote-extra-", help_heading = "Authentication")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+
+    /// kubeconfig file pointing at the 'core' kubernetes server with enough rights to create
+    /// subjectaccessreviews.authorization.k8s.io. Empty: the manager's own connection.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "",
+        help_heading = "Authorization"
+    )]
+    pub authorization_kubeconfig: String,
+    /// The duration to cache 'authorized' responses from the authorizer.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s", help_heading = "Authorization")]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// The duration to cache 'unauthorized' responses from the authorizer.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s", help_heading = "Authorization")]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// A list of HTTP paths to skip during authorization, i.e. these are authorized without
+    /// contacting the 'core' kubernetes server. A trailing `*` matches a prefix.
+    #[arg(long, value_name = "PATHS", action = ArgAction::Append, default_value = "/healthz,/readyz,/livez", help_heading = "Authorization")]
+    pub authorization_always_allow_paths: Vec<String>,
+}
+
+impl Default for ServingOptions {
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            serving: ServingOptions,
+        }
+        <Only as clap::Parser>::parse_from(["ccm"]).serving
+    }
+}
+
+/// The largest number of entries in one list flag: a typo'd loop in a manifest template
+/// fails at startup instead of costing memory on every request.
+const MAX_LIST_ITEMS: usize = 256;
+
+fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        message: message.into(),
+    }
+}
+
+/// The file named by a string flag, `None` when empty.
+fn file(value: &str) -> Option<PathBuf> {
+    (!value.is_empty()).then(|| PathBuf::from(value))
+}
+
+impl ServingOptions {
+    /// The port, or `None` when --secure-port is 0 (not serving).
+    #[must_use]
+    pub fn port(&self) -> Option<u16> {
+        u16::try_from(self.secure_port).ok().filter(|p| *p != 0)
+    }
+
+    /// `--tls-cert-file`, `None` when empty.
+    #[must_use]
+    pub fn tls_cert_file(&self) -> Option<PathBuf> {
+        file(&self.tls_cert_file)
+    }
+
+    /// `--tls-private-key-file`, `None` when empty.
+    #[must_use]
+    pub fn tls_private_key_file(&self) -> Option<PathBuf> {
+        file(&self.tls_private_key_file)
+    }
+
+    /// `--cert-dir`, `None` when empty.
+    #[must_use]
+    pub fn cert_dir(&self) -> Option<PathBuf> {
+        file(&self.cert_dir)
+    }
+
+    /// `--client-ca-file`, `None` when empty.
+    #[must_use]
+    pub fn client_ca_file(&self) -> Option<PathBuf> {
+        file(&self.client_ca_file)
+    }
+
+    /// `--requestheader-client-ca-file`, `None` when empty.
+    #[must_use]
+    pub fn requestheader_client_ca_file(&self) -> Option<PathBuf> {
+        file(&self.requestheader_client_ca_file)
+    }
+
+    /// `--authentication-kubeconfig`, `None` when empty.
+    #[must_use]
+    pub fn authentication_kubeconfig(&self) -> Option<PathBuf> {
+        file(&self.authentication_kubeconfig)
+    }
+
+    /// `--authorization-kubeconfig`, `None` when empty.
+    #[must_use]
+    pub fn authorization_kubeconfig(&self) -> Option<PathBuf> {
+        file(&self.authorization_kubeconfig)
+    }
+
+    /// `--authorization-always-allow-paths` as a list.
+    #[must_use]
+    pub fn always_allow_paths(&self) -> Vec<String> {
+        go_list(&self.authorization_always_allow_paths)
+    }
+
+    /// The request-header lists: allowed names, username, UID and group headers, extra
+    /// prefixes.
+    #[must_use]
+    pub fn request_header_lists(&self) -> [Vec<String>; 5] {
+        [
+            go_list(&self.requestheader_allowed_names),
+            go_list(&self.requestheader_username_headers),
+            go_list(&self.requestheader_uid_headers),
+            go_list(&self.requestheader_group_headers),
+            go_list(&self.requestheader_extra_headers_prefix),
+        ]
+    }
+
+    /// The TLS flags mapped onto rustls (versions, suites, curves, SNI certificates), with
+    /// the warnings to log for Go values rustls does not implement.
+    pub fn tls_settings(&self) -> Result<(TlsSettings, Vec<String>), FlagError> {
+        tls::settings(
+            &self.tls_min_version,
+            &go_list(&self.tls_cipher_suites),
+            &go_list(&self.tls_curve_preferences),
+            &self.tls_sni_cert_key,
+        )
+    }
+
+    /// Checks what clap cannot, as Go's `Validate` does; the error names the flag.
+    pub fn validate(&self) -> Result<(), FlagError> {
+        if !(0..=65535).contains(&self.secure_port) {
+            return Err(bad(
+                "--secure-port",
+                format!("must be between 0 and 65535, got {}", self.secure_port),
+            ));
+        }
+        match (self.tls_cert_file(), self.tls_private_key_file()) {
+            (Some(_), None) => {
+                return Err(bad(
+                    "--tls-private-key-file",
+                    "is required with --tls-cert-file",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    "--tls-cert-file",
+                    "is required with --tls-private-key-file",
+                ));
+            }
+            _ => {}
+        }
+        if self.http2_max_streams_per_connection < 0 {
+            return Err(bad(
+                "--http2-max-streams-per-connection",
+                format!(
+                    "must not be negative, got {}",
+                    self.http2_max_streams_per_connection
+                ),
+            ));
+        }
+        let lists: [(&'static str, &[String]); 8] = [
+            ("--tls-cipher-suites", &self.tls_cipher_suites),
+            ("--tls-curve-preferences", &self.tls_curve_preferences),
+            (
+                "--requestheader-allowed-names",
+                &self.requestheader_allowed_names,
+            ),
+            (
+                "--requestheader-username-headers",
+                &self.requestheader_username_headers,
+            ),
+            (
+                "--requestheader-uid-headers",
+                &self.requestheader_uid_headers,
+            ),
+            (
+                "--requestheader-group-headers",
+                &self.requestheader_group_headers,
+            ),
+            (
+                "--requestheader-extra-headers-prefix",
+                &self.requestheader_extra_headers_prefix,
+            ),
+            (
+                "--authorization-always-allow-paths",
+                &self.authorization_always_allow_paths,
+            ),
+        ];
+        for (flag, values) in lists {
+            let items = go_list(values);
+            if items.len() > MAX_LIST_ITEMS {
+                return Err(bad(
+                    flag,
+                    format!("at most {MAX_LIST_ITEMS} items, got {}", items.len()),
+                ));
+            }
+            // Go: `empty value in "requestheader-username-headers"`.
+            if flag.starts_with("--requestheader") && items.iter().any(|i| i.trim().is_empty()) {
+                return Err(bad(flag, "empty value"));
+            }
+            if flag.starts_with("--requestheader")
+                && flag != "--requestheader-allowed-names"
+                && let Some(h) = items
+                    .iter()
+                    .find(|h| http::HeaderName::try_from(h.as_str()).is_err())
+            {
+                return Err(bad(flag, format!("{h:?} is not a valid HTTP header name")));
+            }
+        }
+        let uid = go_list(&self.requestheader_uid_headers);
+        if !uid.is_empty() && !uid.iter().any(|h| h.eq_ignore_ascii_case("X-Remote-Uid")) {
+            return Err(bad(
+                "--requestheader-uid-headers",
+                "is set without specifying the standard X-Remote-Uid header - API aggregation will not work",
+            ));
+        }
+        super::auth::PathMatcher::new(&self.always_allow_paths())
+            .map_err(|m| bad("--authorization-always-allow-paths", m))?;
+        self.tls_settings()?;
+        Ok(())
+    }
+}
+
+/// Starts the endpoint server as the flags say (the manager's step before the election):
+/// HTTPS with delegated authentication and authorization through `client` (or the
+/// `--authentication-kubeconfig` / `--authorization-kubeconfig` clusters), or, with
+/// `--insecure-serving`, plain HTTP open to anyone, with a warning. `None` when
+/// `--secure-port` is 0.
+pub(crate) async fn start_server(
+    options: &ServingOptions,
+    client: &kube::Client,
+    metrics: crate::metrics::Metrics,
+    health: super::serve::Health,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<Option<super::serve::EndpointServer>, super::AppError> {
+    use super::serve::{EndpointServer, ServeOptions, Serving};
+    let Some(port) = options.port() else {
+        tracing::info!("--secure-port is 0: not serving health and metrics endpoints");
+        return Ok(None);
+    };
+    let (tls_settings, warnings) = options.tls_settings()?;
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    let serving = match (options.tls_cert_file(), options.tls_private_key_file()) {
+        _ if options.insecure_serving => Serving::Http,
+        (Some(cert_file), Some(key_file)) => Serving::Https {
+            cert_file,
+            key_file,
+        },
+        _ => Serving::HttpsSelfSigned,
+    };
+    let mut serve_options = ServeOptions::new(options.bind_address, port, serving)
+        .with_tls(tls_settings)
+        .with_cert_dir(options.cert_dir())
+        .with_socket_sharing(options.permit_port_sharing, options.permit_address_sharing);
+    if options.insecure_serving {
+        tracing::warn!(
+            "--insecure-serving: serving /metrics, /healthz, /livez and /readyz over plain HTTP \
+             to anyone, without authentication or authorization. For local demos only; never in a cluster"
+        );
+    } else {
+        let (auth, cas) = super::auth::from_options(options, client).await?;
+        tracing::info!(
+            ?auth,
+            "delegated authentication and authorization configured"
+        );
+        serve_options = serve_options.with_auth(std::sync::Arc::new(auth), cas);
+    }
+    if options.http2_max_streams_per_connection != 0 || options.disable_http2_serving {
+        tracing::info!(
+            "--http2-max-streams-per-connection and --disable-http2-serving have no effect: the endpoints are served over HTTP/1.1"
+        );
+    }
+    EndpointServer::start(&serve_options, metrics, health, shutdown)
+        .await
+        .map_err(|e| super::AppError::Kube {
+            context: format!(
+                "--secure-port: cannot serve on {}:{port}",
+                options.bind_address
+            ),
+            source: Box::new(e),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Only {
+        #[command(flatten)]
+        serving: ServingOptions,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServingOptions, clap::Error> {
+        <Only as clap::Parser>::try_parse_from(std::iter::once("ccm").chain(args.iter().copied()))
+            .map(|o| o.serving)
+    }
+
+    #[test]
+    fn defaults_match_go() {
+        let o = ServingOptions::default();
+        assert_eq!(o.bind_address.to_string(), "0.0.0.0");
+        assert_eq!(o.secure_port, 10258);
+        assert_eq!(o.port(), Some(10258));
+        assert_eq!(o.cert_dir(), None);
+        assert_eq!(o.tls_cert_file(), None);
+        assert_eq!(
+            o.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            o.authorization_webhook_cache_authorized_ttl,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            o.authorization_webhook_cache_unauthorized_ttl,
+            Duration::from_secs(10)
+        );
+        assert_eq!(o.always_allow_paths(), ["/healthz", "/readyz", "/livez"]);
+        let [allowed, user, uid, group, extra] = o.request_header_lists();
+        assert!(allowed.is_empty() && uid.is_empty());
+        assert_eq!(
+            (user, group, extra),
+            (
+                vec!["x-remote-user".to_owned()],
+                vec!["x-remote-group".to_owned()],
+                vec!["x-remote-extra-".to_owned()]
+            )
+        );
+        assert!(!o.authentication_skip_lookup && !o.authentication_tolerate_lookup_failure);
+        assert!(!o.insecure_serving && !o.permit_port_sharing && !o.permit_address_sharing);
+        assert!(o.validate().is_ok());
+    }
+
+    #[test]
+    fn go_value_syntax() {
+        let o = parse(&[
+            "--authentication-skip-lookup=True",
+            "--authentication-tolerate-lookup-failure=1",
+            "--permit-port-sharing",
+            "--insecure-serving=F",
+            "--authorization-always-allow-paths=",
+            "--requestheader-allowed-names=front-proxy,aggregator",
+            "--requestheader-allowed-names=third",
+            "--authentication-token-webhook-cache-ttl=1m30s",
+            "--tls-cert-file=",
+            "--secure-port=0",
+        ])
+        .unwrap();
+        assert!(o.authentication_skip_lookup && o.authentication_tolerate_lookup_failure);
+        assert!(o.permit_port_sharing && !o.insecure_serving);
+        assert!(o.always_allow_paths().is_empty(), "empty = no paths");
+        assert_eq!(
+            o.request_header_lists()[0],
+            ["front-proxy", "aggregator", "third"]
+        );
+        assert_eq!(
+            o.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(90)
+        );
+        assert_eq!(o.tls_cert_file(), None, "empty = unset");
+        assert_eq!(o.port(), None);
+        assert!(o.validate().is_ok());
+        for bad in [
+            "--permit-port-sharing=yes",
+            "--authentication-token-webhook-cache-ttl=10",
+            "--bind-address=localhost",
+        ] {
+            let err = parse(&[bad]).unwrap_err().to_string();
+            let flag = bad.split('=').next().unwrap();
+            assert!(err.contains(flag), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn validation_names_the_flag() {
+        for (args, want) in [
+            (
+                &["--secure-port=-1"][..],
+                "--secure-port: must be between 0 and 65535, got -1",
+            ),
+            (
+                &["--tls-cert-file=/c"],
+                "--tls-private-key-file: is required with --tls-cert-file",
+            ),
+            (
+                &["--tls-private-key-file=/k"],
+                "--tls-cert-file: is required with --tls-private-key-file",
+            ),
+            (
+                &["--requestheader-username-headers=x-remote-user, "],
+                "--requestheader-username-headers: empty value",
+            ),
+            (
+                &["--requestheader-group-headers=bad header"],
+                "--requestheader-group-headers: \"bad header\" is not a valid HTTP header name",
+            ),
+            (
+                &["--requestheader-uid-headers=x-uid"],
+                "--requestheader-uid-headers: is set without specifying the standard X-Remote-Uid header - API aggregation will not work",
+            ),
+            (
+                &["--authorization-always-allow-paths=/a*b"],
+                "--authorization-always-allow-paths: only trailing * allowed in \"a*b\"",
+            ),
+            (
+                &["--tls-min-version=VersionTLS14"],
+                "--tls-min-version: unknown version \"VersionTLS14\"; use VersionTLS12 or VersionTLS13",
+            ),
+            (
+                &["--tls-cipher-suites=TLS_FOO"],
+                "--tls-cipher-suites: unknown cipher suite \"TLS_FOO\"",
+            ),
+            (
+                &["--http2-max-streams-per-connection=-5"],
+                "--http2-max-streams-per-connection: must not be negative, got -5",
+            ),
+        ] {
+            let err = parse(args).unwrap().validate().unwrap_err().to_string();
+            assert!(err.starts_with(want), "{args:?}: {err}");
+        }
+        assert!(
+            parse(&["--requestheader-uid-headers=X-Remote-Uid"])
+                .unwrap()
+                .validate()
+                .is_ok()
+        );
+        let many = format!("--requestheader-allowed-names={}", vec!["n"; 300].join(","));
+        let err = parse(&[&many]).unwrap().validate().unwrap_err();
+        assert_eq!(err.flag, "--requestheader-allowed-names");
+    }
+
+    #[test]
+    fn go_bools() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(t), Ok(true));
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(f), Ok(false));
+        }
+        for x in ["", "yes", "tRUE", "2"] {
+            assert!(parse_go_bool(x).is_err(), "{x}");
+        }
+    }
+}

@@ -6,6 +6,7 @@
 pub mod builtin;
 pub mod controller;
 pub mod duration;
+mod goflag;
 pub mod leader;
 pub mod manager;
 pub mod options;

@@ -198,11 +198,27 @@ pub(crate) fn quantity(s: &str) -> Result<String, String> {
     };
     let suffix_ok = matches!(
         suffix,
-        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E"
-    ) || suffix
-        .strip_prefix(['e', 'E'])
-        .is_some_and(exponent_ok);
-    if suffix_ok { Ok(s.to_owned()) } else { Err(err()) }
+        "" | "Ki"
+            | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+            | "n"
+            | "u"
+            | "m"
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
+    ) || suffix.strip_prefix(['e', 'E']).is_some_and(exponent_ok);
+    if suffix_ok {
+        Ok(s.to_owned())
+    } else {
+        Err(err())
+    }
 }
 
 /// klog's `--vmodule`: `pattern=N` entries separated by commas; empty for none.
@@ -254,13 +270,25 @@ pub(crate) fn version_flag(s: &str) -> Result<VersionFlag, String> {
     if let Some(rest) = s.strip_prefix('v') {
         let core = rest.split(['-', '+']).next().unwrap_or_default();
         let parts: Vec<_> = core.split('.').collect();
-        if parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+        if parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
             return Ok(VersionFlag::Set(s.to_owned()));
         }
-        return Err(format!("invalid version {s:?}: expected vMAJOR.MINOR.PATCH"));
+        return Err(format!(
+            "invalid version {s:?}: expected vMAJOR.MINOR.PATCH"
+        ));
     }
     go_bool(s)
-        .map(|b| if b { VersionFlag::Print } else { VersionFlag::Off })
+        .map(|b| {
+            if b {
+                VersionFlag::Print
+            } else {
+                VersionFlag::Off
+            }
+        })
         .map_err(|_| format!("invalid value {s:?}: expected a boolean, raw, or vX.Y.Z"))
 }
 
@@ -301,8 +329,20 @@ mod tests {
             assert_eq!(go_int(s, 32), Ok(want), "{s}");
         }
         for s in [
-            "", "x", "1.5", "2147483648", "-2147483649", "1__0", "_1", "1_", "08", "0x", "--1",
-            "+-1", " 1", "1e3",
+            "",
+            "x",
+            "1.5",
+            "2147483648",
+            "-2147483649",
+            "1__0",
+            "_1",
+            "1_",
+            "08",
+            "0x",
+            "--1",
+            "+-1",
+            " 1",
+            "1e3",
         ] {
             assert!(go_int(s, 32).is_err(), "{s}");
         }

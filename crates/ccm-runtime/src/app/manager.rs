@@ -24,7 +24,9 @@ use tokio_util::sync::CancellationToken;
 use super::builtin::builtin_controllers;
 use super::controller::{Applies, Controller, ControllerFuture, controllers_help};
 use super::leader::{LeaderElectionConfig, LeaderElector, LeadershipEnd};
-use super::options::{BinaryVersion, FlagError, LogFormat, MAX_KUBECONFIG_BYTES, Options, PrintRequest};
+use super::options::{
+    BinaryVersion, FlagError, LogFormat, MAX_KUBECONFIG_BYTES, Options, PrintRequest,
+};
 use super::selection::ControllerSelection;
 use super::serve::{EndpointServer, Health, ServeOptions, Serving};
 use crate::client::{ApiLayer, Fence, build_client};

@@ -108,7 +108,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "NAMES",
-        value_delimiter = ',',
+        value_parser = goflag::go_string_slice_flag,
         default_value = "*",
         help_heading = "Controllers"
     )]
@@ -398,23 +398,53 @@ const IGNORED_HEADING: &str = "Accepted for compatibility with Go, no effect";
 
 /// Each ignored flag and why, as [`Options::ignored_flags`] reports it.
 const IGNORED: &[(&str, &str)] = &[
-    ("--allocate-node-cidrs", "Go's v1.36 cloud-controller-manager ignores it too; the route controller follows --configure-cloud-routes"),
-    ("--cidr-allocator-type", "no node IPAM controller runs here; kube-controller-manager allocates pod CIDRs"),
-    ("--contention-profiling", "no profiling endpoints are served"),
-    ("--external-cloud-volume-plugin", "it only configures Go's in-tree volume plugins"),
+    (
+        "--allocate-node-cidrs",
+        "Go's v1.36 cloud-controller-manager ignores it too; the route controller follows --configure-cloud-routes",
+    ),
+    (
+        "--cidr-allocator-type",
+        "no node IPAM controller runs here; kube-controller-manager allocates pod CIDRs",
+    ),
+    (
+        "--contention-profiling",
+        "no profiling endpoints are served",
+    ),
+    (
+        "--external-cloud-volume-plugin",
+        "it only configures Go's in-tree volume plugins",
+    ),
     ("--feature-gates", "ccm-core has no feature gates"),
-    ("--kube-api-content-type", "requests to the API server are JSON"),
-    ("--leader-migration-config", "leader migration is not supported"),
+    (
+        "--kube-api-content-type",
+        "requests to the API server are JSON",
+    ),
+    (
+        "--leader-migration-config",
+        "leader migration is not supported",
+    ),
     ("--log-flush-frequency", "log lines are written unbuffered"),
-    ("--log-json-info-buffer-size", "log lines are written unbuffered"),
+    (
+        "--log-json-info-buffer-size",
+        "log lines are written unbuffered",
+    ),
     ("--log-json-split-stream", "every log line goes to stderr"),
-    ("--log-text-info-buffer-size", "log lines are written unbuffered"),
+    (
+        "--log-text-info-buffer-size",
+        "log lines are written unbuffered",
+    ),
     ("--log-text-split-stream", "every log line goes to stderr"),
     ("--min-resync-period", "watches here do not resync"),
     ("--node-sync-period", "a deprecated no-op in Go as well"),
     ("--profiling", "no profiling endpoints are served"),
-    ("--version", "--version=vX.Y.Z sets the version Go reports on /version, which is not served here"),
-    ("--vmodule", "entries with * or ? match Go file names; only module paths such as ccm_runtime::controllers=4 apply"),
+    (
+        "--version",
+        "--version=vX.Y.Z sets the version Go reports on /version, which is not served here",
+    ),
+    (
+        "--vmodule",
+        "entries with * or ? match Go file names; only module paths such as ccm_runtime::controllers=4 apply",
+    ),
     ("--webhook-bind-address", "no webhooks are served"),
     ("--webhook-cert-dir", "no webhooks are served"),
     ("--webhook-disable-http2-serving", "no webhooks are served"),
@@ -434,32 +464,84 @@ impl IgnoredFlags {
         let flags = [
             ("--allocate-node-cidrs", self.allocate_node_cidrs.is_some()),
             ("--cidr-allocator-type", self.cidr_allocator_type.is_some()),
-            ("--contention-profiling", self.contention_profiling.is_some()),
-            ("--external-cloud-volume-plugin", self.external_cloud_volume_plugin.is_some()),
+            (
+                "--contention-profiling",
+                self.contention_profiling.is_some(),
+            ),
+            (
+                "--external-cloud-volume-plugin",
+                self.external_cloud_volume_plugin.is_some(),
+            ),
             ("--feature-gates", self.feature_gates.is_some()),
-            ("--kube-api-content-type", self.kube_api_content_type.is_some()),
-            ("--leader-migration-config", self.leader_migration_config.is_some()),
+            (
+                "--kube-api-content-type",
+                self.kube_api_content_type.is_some(),
+            ),
+            (
+                "--leader-migration-config",
+                self.leader_migration_config.is_some(),
+            ),
             ("--log-flush-frequency", self.log_flush_frequency.is_some()),
-            ("--log-json-info-buffer-size", self.log_json_info_buffer_size.is_some()),
-            ("--log-json-split-stream", self.log_json_split_stream.is_some()),
-            ("--log-text-info-buffer-size", self.log_text_info_buffer_size.is_some()),
-            ("--log-text-split-stream", self.log_text_split_stream.is_some()),
+            (
+                "--log-json-info-buffer-size",
+                self.log_json_info_buffer_size.is_some(),
+            ),
+            (
+                "--log-json-split-stream",
+                self.log_json_split_stream.is_some(),
+            ),
+            (
+                "--log-text-info-buffer-size",
+                self.log_text_info_buffer_size.is_some(),
+            ),
+            (
+                "--log-text-split-stream",
+                self.log_text_split_stream.is_some(),
+            ),
             ("--min-resync-period", self.min_resync_period.is_some()),
             ("--node-sync-period", self.node_sync_period.is_some()),
             ("--profiling", self.profiling.is_some()),
-            ("--webhook-bind-address", self.webhook_bind_address.is_some()),
+            (
+                "--webhook-bind-address",
+                self.webhook_bind_address.is_some(),
+            ),
             ("--webhook-cert-dir", self.webhook_cert_dir.is_some()),
-            ("--webhook-disable-http2-serving", self.webhook_disable_http2_serving.is_some()),
+            (
+                "--webhook-disable-http2-serving",
+                self.webhook_disable_http2_serving.is_some(),
+            ),
             ("--webhook-secure-port", self.webhook_secure_port.is_some()),
-            ("--webhook-tls-cert-file", self.webhook_tls_cert_file.is_some()),
-            ("--webhook-tls-cipher-suites", self.webhook_tls_cipher_suites.is_some()),
-            ("--webhook-tls-curve-preferences", self.webhook_tls_curve_preferences.is_some()),
-            ("--webhook-tls-min-version", self.webhook_tls_min_version.is_some()),
-            ("--webhook-tls-private-key-file", self.webhook_tls_private_key_file.is_some()),
-            ("--webhook-tls-sni-cert-key", !self.webhook_tls_sni_cert_key.is_empty()),
+            (
+                "--webhook-tls-cert-file",
+                self.webhook_tls_cert_file.is_some(),
+            ),
+            (
+                "--webhook-tls-cipher-suites",
+                self.webhook_tls_cipher_suites.is_some(),
+            ),
+            (
+                "--webhook-tls-curve-preferences",
+                self.webhook_tls_curve_preferences.is_some(),
+            ),
+            (
+                "--webhook-tls-min-version",
+                self.webhook_tls_min_version.is_some(),
+            ),
+            (
+                "--webhook-tls-private-key-file",
+                self.webhook_tls_private_key_file.is_some(),
+            ),
+            (
+                "--webhook-tls-sni-cert-key",
+                !self.webhook_tls_sni_cert_key.is_empty(),
+            ),
             ("--webhooks", !self.webhooks.is_empty()),
         ];
-        flags.into_iter().filter(|(_, given)| *given).map(|(flag, _)| flag).collect()
+        flags
+            .into_iter()
+            .filter(|(_, given)| *given)
+            .map(|(flag, _)| flag)
+            .collect()
     }
 }
 
@@ -487,6 +569,7 @@ pub(crate) fn command() -> clap::Command {
         }
         if arg.get_value_parser().type_id() == std::any::TypeId::of::<bool>() {
             arg.value_parser(goflag::go_bool)
+                .value_name("BOOL")
                 .num_args(0..=1)
                 .require_equals(true)
                 .default_missing_value("true")
@@ -513,9 +596,9 @@ fn level_name(verbosity: i64) -> &'static str {
 /// Whether a `--vmodule` pattern is a module path tracing can filter on (not a Go glob).
 fn is_module_path(pattern: &str) -> bool {
     !pattern.is_empty()
-        && pattern
-            .split("::")
-            .all(|seg| !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        && pattern.split("::").all(|seg| {
+            !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
 }
 
 /// The version a binary reports for `--version`; see
@@ -618,15 +701,18 @@ impl Options {
     /// The options of parsed arguments (from [`command`]), normalized as Go reads them.
     pub(crate) fn from_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
         let mut options = <Self as clap::FromArgMatches>::from_arg_matches(matches)?;
-        // Go: an empty path is no file; an empty list (`--controllers=`) has no entries.
+        // Go: an empty path is no file.
         for path in [&mut options.cloud_config, &mut options.kubeconfig] {
             if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
                 *path = None;
             }
         }
-        if options.controllers.iter().all(String::is_empty) {
-            options.controllers.clear();
-        }
+        // Each occurrence is one CSV record, as pflag reads a stringSlice (checked above).
+        options.controllers = options
+            .controllers
+            .iter()
+            .flat_map(|v| goflag::go_string_slice(v).unwrap_or_default())
+            .collect();
         Ok(options)
     }
 

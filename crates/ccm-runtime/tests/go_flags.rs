@@ -123,7 +123,16 @@ fn values(flag: &GoFlag) -> (Vec<&'static str>, Vec<&'static str>) {
                 "3ns",
                 ".5s",
             ],
-            vec!["5", "5x", "", "s", "1.2.3s", "1m30", "ten seconds"],
+            vec![
+                "5",
+                "5x",
+                "",
+                "s",
+                "1.2.3s",
+                "1m30",
+                "ten seconds",
+                "3000000h",
+            ],
         ),
         (_, "int32") => (
             vec![

@@ -1114,6 +1114,78 @@ mod tests {
     }
 
     #[test]
+    fn v_and_vmodule_become_tracing_directives() {
+        let o = parse(&[
+            "-v=4",
+            "--vmodule=ccm_runtime::controllers=6,node*=2,kube=0",
+        ]);
+        let directives = o.log_directives();
+        assert_eq!(
+            directives,
+            "debug,kube_client=warn,hyper=warn,rustls=warn,ccm_runtime::controllers=trace,kube=info"
+        );
+        assert!(tracing_subscriber::EnvFilter::try_new(&directives).is_ok());
+        // The Go glob is reported as ignored; the module paths are not.
+        assert_eq!(
+            o.ignored_flags()
+                .iter()
+                .map(|(f, _)| *f)
+                .collect::<Vec<_>>(),
+            ["--vmodule"]
+        );
+        assert!(
+            parse(&["--vmodule=ccm_runtime=4"])
+                .ignored_flags()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn help_and_version_ask_to_print() {
+        assert_eq!(parse(&["-h"]).print_request(), Some(PrintRequest::Help));
+        assert_eq!(parse(&["--help=false"]).print_request(), None);
+        assert_eq!(
+            parse(&["--version"]).print_request(),
+            Some(PrintRequest::Version { raw: false })
+        );
+        assert_eq!(
+            parse(&["--version=raw"]).print_request(),
+            Some(PrintRequest::Version { raw: true })
+        );
+        let o = parse(&["--version=v1.36.3"]);
+        assert_eq!(o.print_request(), None);
+        assert_eq!(o.ignored_flags()[0].0, "--version");
+        let v = BinaryVersion {
+            version: "1.2.3",
+            git_commit: Some("abc1234"),
+        };
+        assert_eq!(v.render("acme-ccm", false), "acme-ccm v1.2.3 (abc1234)");
+        assert!(v.render("acme-ccm", true).contains("GitCommit:\"abc1234\""));
+    }
+
+    #[test]
+    fn go_webhook_checks() {
+        let err = |args: &[&str]| parse(args).validate().unwrap_err().to_string();
+        assert_eq!(
+            err(&["--cloud-provider=x", "--webhooks=foo"]),
+            "--webhooks: \"foo\" is not in the list of known webhooks (there are none)"
+        );
+        assert!(
+            parse(&["--cloud-provider=x", "--webhooks=*"])
+                .validate()
+                .is_ok()
+        );
+        assert_eq!(
+            err(&["--cloud-provider=x", "--webhook-secure-port=10258"]),
+            "--webhook-secure-port: must differ from --secure-port"
+        );
+        assert_eq!(
+            err(&["--cloud-provider=x", "--webhook-secure-port=70000"]),
+            "--webhook-secure-port: must be between 0 and 65535, got 70000"
+        );
+    }
+
+    #[test]
     fn malformed_values_are_clap_errors_naming_the_flag() {
         for (arg, flag) in [
             ("--node-monitor-period=5", "--node-monitor-period"),

@@ -346,6 +346,18 @@ fn go_spellings_mean_what_they_mean_in_go() {
     ])
     .unwrap();
     assert_eq!((o.kube_api_burst, o.concurrent_node_syncs), (32, 8));
+    let o = parse(&[
+        "--leader-elect=false".into(),
+        "--leader-elect".into(),
+        "--cluster-name=a".into(),
+        "--cluster-name=b".into(),
+    ])
+    .unwrap();
+    assert!(
+        o.leader_election.leader_elect,
+        "the last occurrence wins, as in pflag"
+    );
+    assert_eq!(o.cluster_name, "b");
     let o = parse(&["-v".into(), "5".into()]).unwrap();
     assert_eq!(o.verbosity, 5);
     let o = parse(&["--node-monitor-period".into(), "1m0.5s".into()]).unwrap();

@@ -561,8 +561,11 @@ pub(crate) enum PrintRequest {
 /// other modules flatten in: every boolean takes `strconv.ParseBool`'s spellings, alone or
 /// with `=` (never as the next argument, as in pflag), and every other flag takes its value
 /// after `=` or as the next argument even when that starts with `-` (`--kube-api-burst -1`).
+/// A flag given twice takes the last value; a list flag appends, as pflag's.
 pub(crate) fn command() -> clap::Command {
-    <Options as clap::CommandFactory>::command().mut_args(|arg| {
+    // pflag: a flag given again replaces its value (lists append).
+    let command = <Options as clap::CommandFactory>::command().args_override_self(true);
+    command.mut_args(|arg| {
         let takes_value = arg.get_action().takes_values();
         if !takes_value {
             return arg;

@@ -70,7 +70,7 @@ say "Nodes"
 say "Services"
 "$kubectl" get services -o wide
 say "Events"
-"$kubectl" get events.events.k8s.io -A -o custom-columns='REASON:.reason,OBJECT:.regarding.name,REPORTER:.reportingController,NOTE:.note' | head -20
+"$kubectl" get events -A -o custom-columns='REASON:.reason,OBJECT:.involvedObject.name,SOURCE:.source.component,COUNT:.count,MESSAGE:.message' | head -20
 
 if [ "$ok" != true ]; then
   say "the CCM did not finish in time; its log:"

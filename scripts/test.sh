@@ -32,5 +32,12 @@ KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
 export KUBEBUILDER_ASSETS
 echo "using $KUBEBUILDER_ASSETS" >&2
 
+step "container images (debug, static; scripts/images.sh)"
+# The image tests run these archives; release images are built by `scripts/images.sh`.
+scripts/images.sh --debug
+
 step "cargo test"
 cargo test --workspace --all-features --locked "$@"
+
+step "crates.io readiness (scripts/package.sh): package every publishable crate, build an author's crate on the packages"
+scripts/package.sh

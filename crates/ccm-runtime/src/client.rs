@@ -1,6 +1,8 @@
 //! The Kubernetes client a CCM uses: a client-side rate limit (`--kube-api-qps` /
 //! `--kube-api-burst`), a count of every request by verb and resource, for metrics and
 //! for tests that hold a controller to a request budget, and the leader's [`Fence`].
+//! [`service_account`] makes a client per controller, with its own ServiceAccount's token
+//! (`--use-service-account-credentials`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -11,6 +13,8 @@
 //! println!("{} requests so far", layer.counters().total());
 //! # Ok(()) }
 //! ```
+
+pub mod service_account;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -225,7 +229,7 @@ fn verb_of<B>(req: &Request<B>) -> String {
 }
 
 /// The resource a request path names: `/api/v1/nodes/n1/status` → `nodes/status`,
-/// `/apis/events.k8s.io/v1/namespaces/default/events` → `events`.
+/// `/api/v1/namespaces/default/events/n1.17a` → `events`.
 fn resource_of(path: &str) -> String {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest = match parts.as_slice() {
@@ -428,6 +432,11 @@ mod tests {
                 "services/status",
             ),
             ("/api/v1/namespaces/default/services", "services"),
+            ("/api/v1/namespaces/default/events", "events"),
+            (
+                "/api/v1/namespaces/default/events/n1.1826c5e9a7f0a3b1",
+                "events",
+            ),
             ("/apis/events.k8s.io/v1/namespaces/default/events", "events"),
             (
                 "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm",

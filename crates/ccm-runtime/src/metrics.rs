@@ -117,6 +117,12 @@ impl Metrics {
         let sources = Arc::new(ScrapeSources::default());
         registry.register_collector(Box::new(Arc::clone(&sources)));
         let controllers = ControllerMetrics::register(&mut registry);
+        registry.register(
+            "ccm_events_dropped",
+            "Events not written, by recorder (component) and why: queue_full, spam_filter, \
+             rejected (by the API server) or unreachable (after client-go's 12 tries)",
+            crate::events::dropped_metric(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry: MetricsRegistry::from(registry),
@@ -1113,6 +1119,7 @@ mod tests {
         // Labelled metrics appear once they have a first label set.
         metrics.controller_started("c");
         metrics.set_leader("l", false);
+        crate::events::count_drop("c", "queue_full");
         let mut instances = MockInstances::new();
         instances.expect_instance_exists().returning(|_| Ok(true));
         let p = metrics.instrument(Arc::new(MockCloud::new("acme").with_instances(instances)));

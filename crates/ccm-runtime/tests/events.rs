@@ -1,4 +1,5 @@
-//! Event aggregation against a real API server.
+//! Events against a real API server: core/v1 Events with client-go's fields, counted,
+//! combined and spam-filtered as client-go's recorder does, and never waited for.
 
 mod support;
 
@@ -6,41 +7,254 @@ use std::time::Duration;
 
 use ccm_fake_cloud::FakeCloud;
 use ccm_runtime::events::EventRecorder;
+use ccm_runtime::metrics::Metrics;
 use ccm_test::eventually;
+use k8s_openapi::api::core::v1::{Event, Node, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use support::Harness;
 
-#[tokio::test]
-async fn repeats_aggregate_and_new_messages_stay_separate() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("events")).await;
-    let name = node.metadata.name.clone().unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+const WAIT: Duration = Duration::from_secs(15);
 
-    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
-    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
-    recorder.warning(&node, "SyncFailed", "Sync", "quota exceeded");
+/// Events about `name` in `namespace`, read as `kubectl get events` reads them (core/v1).
+async fn events(h: &Harness, namespace: &str, name: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(h.admin.clone(), namespace);
+    api.list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .collect()
+}
 
-    let what = "the repeat counted twice and the new message once";
-    let events = eventually(what, Duration::from_secs(10), || async {
-        let events = h.events_about(&name).await;
-        let count = |note: &str| {
-            events
-                .iter()
-                .find(|e| e.note.as_deref() == Some(note))
-                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        };
-        if count("cloud API unavailable") == Some(2) && count("quota exceeded") == Some(1) {
+/// Polls until `check` accepts the events about `name`; returns them.
+async fn wait_events(
+    h: &Harness,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&[Event]) -> bool,
+) -> Vec<Event> {
+    eventually(what, WAIT, || async {
+        let events = events(h, namespace, name).await;
+        if check(&events) {
             Ok(events)
         } else {
             Err(format!("events: {events:#?}"))
         }
     })
+    .await
+}
+
+fn message(e: &Event) -> &str {
+    e.message.as_deref().unwrap_or_default()
+}
+
+fn writes(h: &Harness) -> (u64, u64) {
+    let c = h.api.counters();
+    (c.count("POST", "events"), c.count("PATCH", "events"))
+}
+
+#[tokio::test]
+async fn events_are_core_v1_in_the_objects_namespace_with_client_gos_fields() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("ev-fields")).await;
+    let node_name = node.metadata.name.clone().unwrap();
+    let ns = h.cp.create_namespace("ev-fields").await.unwrap();
+    let services: Api<Service> = Api::namespaced(h.admin.clone(), &ns);
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"type": "ClusterIP", "ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    let svc = services.create(&PostParams::default(), &svc).await.unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+
+    let before = Timestamp::now();
+    recorder.warning(
+        &node,
+        "FailedToInitializeNode",
+        "InitializeNode",
+        "no instance",
+    );
+    recorder.normal(
+        &svc,
+        "EnsuringLoadBalancer",
+        "EnsureLoadBalancer",
+        "Ensuring load balancer",
+    );
+
+    // A Node's event is in "default", as Go's recorder puts events of cluster-scoped objects.
+    let got = wait_events(&h, "default", &node_name, "the Node's event", |e| {
+        e.len() == 1
+    })
     .await;
-    assert_eq!(events.len(), 2, "{events:#?}");
-    for e in &events {
-        assert_eq!(e.reporting_controller.as_deref(), Some("test-controller"));
-        assert_eq!(e.type_.as_deref(), Some("Warning"));
+    let e = &got[0];
+    let after = Timestamp::now();
+    let name = e.metadata.name.as_deref().unwrap();
+    let hex = name
+        .strip_prefix(&format!("{node_name}."))
+        .unwrap_or_else(|| panic!("{name} is not <node>.<hex nanos>"));
+    let nanos = i128::from_str_radix(hex, 16).unwrap();
+    assert!(
+        (before.as_nanosecond()..=after.as_nanosecond()).contains(&nanos),
+        "{name}: the suffix is the time of the event in Unix nanoseconds"
+    );
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.reason.as_deref(), Some("FailedToInitializeNode"));
+    assert_eq!(message(e), "no instance");
+    assert_eq!(e.count, Some(1));
+    assert!(e.first_timestamp.is_some());
+    assert_eq!(e.first_timestamp, e.last_timestamp);
+    let source = e.source.as_ref().unwrap();
+    assert_eq!(source.component.as_deref(), Some("test-controller"));
+    assert_eq!(source.host, None);
+    assert_eq!(e.reporting_component.as_deref(), Some("test-controller"));
+    assert_eq!(e.reporting_instance.as_deref().unwrap_or_default(), "");
+    let o = &e.involved_object;
+    assert_eq!(o.kind.as_deref(), Some("Node"));
+    assert_eq!(o.api_version.as_deref(), Some("v1"));
+    assert_eq!(o.uid, node.metadata.uid);
+    assert_eq!(o.namespace, None);
+
+    // A Service's event is in the Service's namespace.
+    let got = wait_events(&h, &ns, "web", "the Service's event", |e| e.len() == 1).await;
+    let e = &got[0];
+    assert_eq!(e.metadata.namespace.as_deref(), Some(ns.as_str()));
+    assert_eq!(e.involved_object.kind.as_deref(), Some("Service"));
+    assert_eq!(e.involved_object.namespace.as_deref(), Some(ns.as_str()));
+    assert_eq!(e.involved_object.uid, svc.metadata.uid);
+    assert_eq!(e.type_.as_deref(), Some("Normal"));
+    assert_eq!(message(e), "Ensuring load balancer");
+    assert_eq!(writes(&h), (2, 0), "two creates, nothing else");
+}
+
+#[tokio::test]
+async fn repeats_bump_count_and_last_timestamp_of_one_event() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("ev-repeat")).await;
+    let name = node.metadata.name.clone().unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    let first = wait_events(&h, "default", &name, "the first", |e| e.len() == 1).await;
+    // Timestamps have whole seconds: let one pass.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    recorder.warning(&node, "SyncFailed", "Sync", "quota exceeded");
+
+    let got = wait_events(&h, "default", &name, "count 3 and a new message", |e| {
+        e.len() == 2 && e.iter().any(|e| e.count == Some(3))
+    })
+    .await;
+    let repeated = got
+        .iter()
+        .find(|e| message(e) == "cloud API unavailable")
+        .unwrap();
+    assert_eq!(
+        repeated.metadata.name, first[0].metadata.name,
+        "one Event, patched"
+    );
+    assert_eq!(repeated.metadata.uid, first[0].metadata.uid);
+    assert_eq!(repeated.first_timestamp, first[0].first_timestamp);
+    assert!(
+        repeated.last_timestamp.as_ref().unwrap().0 > repeated.first_timestamp.as_ref().unwrap().0,
+        "{repeated:#?}"
+    );
+    let other = got.iter().find(|e| message(e) == "quota exceeded").unwrap();
+    assert_eq!(other.count, Some(1), "another message is another Event");
+    assert_eq!(writes(&h), (2, 2), "(creates, patches)");
+}
+
+#[tokio::test]
+async fn the_tenth_message_of_one_reason_is_combined_as_client_go_does() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("ev-combine")).await;
+    let name = node.metadata.name.clone().unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+
+    for i in 0..12 {
+        recorder.warning(&node, "SyncFailed", "Sync", format!("error {i}"));
     }
+    let combined = "(combined from similar events): error 11";
+    let got = wait_events(
+        &h,
+        "default",
+        &name,
+        "nine events and a combined one",
+        |e| {
+            e.iter()
+                .any(|e| message(e) == combined && e.count == Some(3))
+        },
+    )
+    .await;
+    assert_eq!(got.len(), 10, "{got:#?}");
+    for i in 0..9 {
+        let e = got.iter().find(|e| message(e) == format!("error {i}"));
+        assert_eq!(e.and_then(|e| e.count), Some(1), "error {i}: {got:#?}");
+    }
+    let e = got.iter().find(|e| message(e) == combined).unwrap();
+    assert_eq!(e.reason.as_deref(), Some("SyncFailed"));
+    let source = e.source.as_ref().and_then(|s| s.component.as_deref());
+    assert_eq!(source, Some("test-controller"));
+    assert_eq!(writes(&h), (10, 2), "(creates, patches)");
+}
+
+#[tokio::test]
+async fn the_spam_filter_bounds_a_flood() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("ev-flood")).await;
+    let name = node.metadata.name.clone().unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), "test-flood");
+
+    for _ in 0..200 {
+        recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    }
+    let got = wait_events(&h, "default", &name, "25 occurrences written", |e| {
+        e.len() == 1 && e[0].count == Some(25)
+    })
+    .await;
+    // Nothing more comes: not a wait for something to happen.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(writes(&h), (1, 24), "25 writes of 200: {got:#?}");
+    assert_eq!(events(&h, "default", &name).await[0].count, Some(25));
+
+    // A Normal event has a bucket of its own (client-go's spam key has the type).
+    recorder.normal(&node, "Synced", "Sync", "Node synced successfully");
+    wait_events(&h, "default", &name, "the Normal event", |e| e.len() == 2).await;
+    let dropped = Metrics::new().encode();
+    assert!(
+        dropped.contains(
+            r#"ccm_events_dropped_total{component="test-flood",reason="spam_filter"} 175"#
+        ),
+        "{dropped}"
+    );
+}
+
+#[tokio::test]
+async fn a_repeat_of_an_event_deleted_on_the_server_creates_it_again() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node("ev-gone")).await;
+    let name = node.metadata.name.clone().unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+    let api: Api<Event> = Api::namespaced(h.admin.clone(), "default");
+
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    let first = wait_events(&h, "default", &name, "the event", |e| e.len() == 1).await;
+    let event_name = first[0].metadata.name.clone().unwrap();
+    api.delete(&event_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_events(&h, "default", &name, "the event gone", <[Event]>::is_empty).await;
+
+    // client-go patches, finds it gone, and creates it with the count it has reached.
+    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
+    let again = wait_events(&h, "default", &name, "the event again", |e| e.len() == 1).await;
+    assert_eq!(again[0].metadata.name.as_deref(), Some(event_name.as_str()));
+    assert_eq!(again[0].count, Some(2));
+    assert_eq!(writes(&h), (2, 1), "(creates, patches)");
 }
 
 #[tokio::test]
@@ -48,7 +262,7 @@ async fn publishing_does_not_wait_for_the_rate_limited_api() {
     use ccm_runtime::client::{ApiLayer, build_client};
 
     let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("events-async")).await;
+    let node = h.create_node(&h.new_node("ev-async")).await;
     let name = node.metadata.name.clone().unwrap();
     // Two requests a second: five events take two seconds to write.
     let api = ApiLayer::new().with_rate_limit(2.0, 1);
@@ -66,97 +280,56 @@ async fn publishing_does_not_wait_for_the_rate_limited_api() {
     );
 
     // They are all written, in order, at the client's pace.
-    let (mut notes, written_in) = eventually("five events", Duration::from_secs(15), || async {
-        let notes: Vec<String> = h
-            .events_about(&name)
-            .await
-            .into_iter()
-            .filter_map(|e| e.note)
-            .collect();
-        if notes.len() == 5 {
-            Ok((notes, started.elapsed()))
-        } else {
-            Err(format!("only {notes:?} written"))
-        }
-    })
-    .await;
-    notes.sort();
-    assert_eq!(
-        notes,
-        (0..5).map(|i| format!("step {i}")).collect::<Vec<_>>()
-    );
+    let got = wait_events(&h, "default", &name, "five events", |e| e.len() == 5).await;
+    let written_in = started.elapsed();
+    let mut messages: Vec<&str> = got.iter().map(message).collect();
+    messages.sort_unstable();
+    assert_eq!(messages, ["step 0", "step 1", "step 2", "step 3", "step 4"]);
     assert!(written_in >= Duration::from_secs(1), "the rate limit held");
 }
 
 #[tokio::test]
-async fn a_repeat_of_an_event_deleted_on_the_server_starts_a_new_one() {
-    use k8s_openapi::api::events::v1::Event;
-    use kube::api::{Api, DeleteParams};
-
+async fn an_unreachable_api_server_blocks_no_publisher_and_drops_past_the_queue() {
+    // A server that accepts connections and never answers (not even the TLS handshake).
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = blackhole.local_addr().unwrap().port();
     let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("events-gone")).await;
-    let name = node.metadata.name.clone().unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
-    let events: Api<Event> = Api::namespaced(h.admin.clone(), "default");
+    let mut config = h.cp.admin_config().unwrap();
+    config.cluster_url = format!("https://127.0.0.1:{port}").parse().unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let recorder = EventRecorder::new(client, "test-unreachable");
 
-    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
-    let first = wait_for_events(&h, &name, 1).await;
-    events
-        .delete(
-            first[0].metadata.name.as_deref().unwrap(),
-            &DeleteParams::default(),
-        )
-        .await
-        .unwrap();
-    recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
-    let second = wait_for_events(&h, &name, 1).await;
-    assert_ne!(second[0].metadata.name, first[0].metadata.name);
-    assert!(second[0].series.is_none(), "{second:#?}");
-}
-
-/// Polls until exactly `n` events about `name` exist; returns them.
-async fn wait_for_events(
-    h: &Harness,
-    name: &str,
-    n: usize,
-) -> Vec<k8s_openapi::api::events::v1::Event> {
-    let what = format!("{n} events about {name}");
-    eventually(&what, Duration::from_secs(10), || async {
-        let events = h.events_about(name).await;
-        if events.len() == n {
-            Ok(events)
-        } else {
-            Err(format!("{} events: {events:#?}", events.len()))
-        }
-    })
-    .await
-}
-
-#[tokio::test]
-async fn a_running_series_is_written_twice_then_counted_locally() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("events-series")).await;
-    let name = node.metadata.name.clone().unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
-    let before = h.api.counters().total();
-
-    for _ in 0..6 {
-        recorder.normal(&node, "Updated", "Update", "updated with new hosts");
+    // 2000 Nodes (objects only; the recorder needs no more), one event each: no spam filter.
+    let nodes: Vec<Node> = (0..2000)
+        .map(|i| {
+            let mut node = Node::default();
+            node.metadata.name = Some(format!("unreachable-{i}"));
+            node.metadata.uid = Some(format!("uid-{i}"));
+            node
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    for node in &nodes {
+        recorder.warning(node, "SyncFailed", "Sync", "cloud API unavailable");
     }
-    let events = wait_for_events(&h, &name, 1).await;
-    // The event, then its series at 2; the four after that stay local for 30 minutes.
-    eventually("the series written", Duration::from_secs(10), || async {
-        let written = h.api.counters().total() - before;
-        if written >= 2 {
-            Ok(())
-        } else {
-            Err(format!("{written} requests"))
-        }
-    })
-    .await;
-    // Nothing more for a while: not a wait for something to happen.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(h.api.counters().total() - before, 2, "{events:#?}");
-    let events = h.events_about(&name).await;
-    assert_eq!(events[0].series.as_ref().map(|s| s.count), Some(2));
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "2000 events took {took:?} to record"
+    );
+
+    // The queue holds 1000 (250 a lane, plus the one each lane's writer holds).
+    let metrics = Metrics::new().encode();
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                r#"ccm_events_dropped_total{component="test-unreachable",reason="queue_full"} "#,
+            )
+        })
+        .unwrap_or_else(|| panic!("no drop count:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!((996..=1000).contains(&dropped), "{dropped} dropped");
+    drop(blackhole);
 }

@@ -12,10 +12,11 @@ use ccm_provider::well_known::{
 };
 use ccm_provider::{CloudProvider, node_address};
 use ccm_runtime::controllers::node::{
-    CloudNodeController, CloudNodeControllerConfig, REASON_INITIALIZATION_FAILED, REASON_SYNCED,
+    CloudNodeController, CloudNodeControllerConfig, REASON_INITIALIZATION_FAILED,
+    REASON_INVALID_NODE_PROVIDER_ID, REASON_SYNCED, REASON_UNUSUAL_NODE_ADDRESS,
 };
 use ccm_test::eventually;
-use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+use k8s_openapi::api::core::v1::Taint;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::*;
@@ -362,45 +363,174 @@ async fn cloud_errors_are_retried_with_warnings() {
 }
 
 #[tokio::test]
-async fn bad_cloud_answers_become_warnings_and_leave_the_node() {
+async fn odd_addresses_from_the_cloud_are_written_with_a_warning() {
     let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    // What Go writes as it is: a name as an InternalIP, a type it does not define; and a
+    // repeat, which the API server would refuse (written once).
     h.cloud.set_metadata_hook(Some(Arc::new(|_, meta| {
         Ok(Some(
-            meta.with_address(node_address("InternalIP", "not-an-ip")),
+            meta.with_address(node_address("InternalIP", "ip-10-0-0-9.internal"))
+                .with_address(node_address("PrivateDNS", "vm-9.cloud"))
+                .with_address(node_address("PrivateDNS", "vm-9.cloud")),
         ))
     })));
-    let node = h.new_node("bad-addr");
+    let node = h.new_node("odd-addr");
     let name = node.metadata.name.clone().unwrap();
     h.create_node(&node).await;
-
-    let mut bad_id = h.new_node("bad-id");
-    let bad_id_name = bad_id.metadata.name.clone().unwrap();
-    bad_id.spec = Some(NodeSpec {
-        provider_id: Some("no-scheme-id".into()),
-        ..bad_id.spec.clone().unwrap()
-    });
-    h.create_node(&bad_id).await;
     start(&h, fast());
 
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+    let written = addresses(&node);
+    for want in [
+        ("InternalIP", "ip-10-0-0-9.internal"),
+        ("PrivateDNS", "vm-9.cloud"),
+    ] {
+        let count = written
+            .iter()
+            .filter(|(t, a)| (t.as_str(), a.as_str()) == want)
+            .count();
+        assert_eq!(count, 1, "{want:?} in {written:?}");
+    }
+    let note = h.wait_event(&name, REASON_UNUSUAL_NODE_ADDRESS, WAIT).await;
+    assert!(
+        note.contains("not an IP") || note.contains("unknown type") || note.contains("twice"),
+        "{note}"
+    );
+    eventually("a warning for each odd address", WAIT, || async {
+        let notes: Vec<String> = h
+            .events_for(&name)
+            .await
+            .into_iter()
+            .filter(|(t, r, _)| t == "Warning" && r == REASON_UNUSUAL_NODE_ADDRESS)
+            .map(|(_, _, n)| n)
+            .collect();
+        let all = notes.join("\n");
+        if [
+            "ip-10-0-0-9.internal",
+            "unknown type \"PrivateDNS\"",
+            "twice",
+        ]
+        .iter()
+        .all(|s| all.contains(s))
+        {
+            Ok(())
+        } else {
+            Err(all)
+        }
+    })
+    .await;
+    assert!(
+        h.events_for(&name)
+            .await
+            .iter()
+            .all(|(_, r, _)| r != REASON_INITIALIZATION_FAILED),
+        "never refused"
+    );
+}
+
+#[tokio::test]
+async fn a_kubelet_s_provider_id_without_a_scheme_is_kept_and_the_node_initialized() {
+    // A legacy provider, which finds the instance by name when the provider ID is of no use
+    // (as Go's `getNodeAddressesByProviderIDOrName`).
+    let cloud = FakeCloud::new();
+    cloud.set_instances_shape(InstancesShape::Legacy);
+    let h = Harness::new(cloud).await;
+    let mut node = h.new_node("no-scheme");
+    let name = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().provider_id = Some("no-scheme-id".into());
+    h.cloud.add_instance(
+        FakeInstance::new(&name)
+            .with_type("old")
+            .with_addresses(vec![node_address("InternalIP", "10.6.0.1")]),
+    );
+    h.create_node(&node).await;
+    start(&h, fast());
+
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node).as_deref(), Some("no-scheme-id"), "kept");
+    assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("old"));
+    assert_eq!(
+        addresses(&node),
+        vec![("InternalIP".to_owned(), "10.6.0.1".to_owned())]
+    );
+    let note = h
+        .wait_event(&name, REASON_INVALID_NODE_PROVIDER_ID, WAIT)
+        .await;
+    assert!(note.contains("\"no-scheme-id\""), "{note}");
+    h.wait_event(&name, REASON_SYNCED, WAIT).await;
+}
+
+#[tokio::test]
+async fn a_malformed_provider_id_from_the_cloud_keeps_the_taint() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    h.cloud.set_metadata_hook(Some(Arc::new(|_, mut meta| {
+        meta.provider_id = "fake:/half-a-scheme".into();
+        Ok(Some(meta))
+    })));
+    let node = h.new_node("bad-id");
+    let name = node.metadata.name.clone().unwrap();
+    h.create_node(&node).await;
+    start(&h, fast());
     let note = h
         .wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
         .await;
-    assert!(
-        note.contains("invalid address") && note.contains("not-an-ip"),
-        "{note}"
+    assert!(note.contains("fake:/half-a-scheme"), "{note}");
+    let node = h.nodes().get(&name).await.unwrap();
+    assert!(!is_initialized(&node), "the taint stays");
+    assert_eq!(
+        provider_id(&node),
+        None,
+        "nothing written to the immutable field"
     );
-    let note = h
-        .wait_event(&bad_id_name, REASON_INITIALIZATION_FAILED, WAIT)
+    assert!(
+        label(&node, LABEL_TOPOLOGY_ZONE).is_none(),
+        "nothing written"
+    );
+    // Once the cloud answers properly, the Node is initialised.
+    h.cloud.set_metadata_hook(None);
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+}
+
+#[tokio::test]
+async fn addresses_are_refreshed_at_start_not_one_period_later() {
+    let h = Harness::new(FakeCloud::new()).await;
+    // A Node initialised before a restart, whose addresses changed in the cloud meanwhile.
+    let mut node = h.new_node("restart");
+    let name = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().taints = None;
+    node.spec.as_mut().unwrap().provider_id = Some(format!("fake://{name}"));
+    h.create_node(&node).await;
+    h.nodes()
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": "10.7.0.1"},
+                {"type": "Hostname", "address": "host-s"}
+            ]}})),
+        )
+        .await
+        .unwrap();
+    h.cloud.add_instance(
+        FakeInstance::new(&name).with_addresses(vec![node_address("InternalIP", "10.7.0.2")]),
+    );
+    // The default period: 5 minutes, far beyond the wait.
+    start(&h, fast());
+    let node = h
+        .wait_node(&name, Duration::from_secs(20), |n| {
+            addresses(n).first().map(|a| a.1.as_str()) == Some("10.7.0.2")
+        })
         .await;
-    assert!(note.contains("no-scheme-id"), "{note}");
-    for n in [&name, &bad_id_name] {
-        let node = h.nodes().get(n).await.unwrap();
-        assert!(!is_initialized(&node), "{n} keeps its taint");
-        assert!(
-            label(&node, LABEL_TOPOLOGY_ZONE).is_none(),
-            "{n} was not written"
-        );
-    }
+    assert_eq!(
+        addresses(&node),
+        vec![
+            ("InternalIP".to_owned(), "10.7.0.2".to_owned()),
+            ("Hostname".to_owned(), "host-s".to_owned())
+        ]
+    );
+    assert_eq!(h.cloud.call_count(Method::InstanceMetadata), 1, "one pass");
 }
 
 #[tokio::test]
@@ -454,10 +584,16 @@ async fn initialized_nodes_get_ga_labels_from_beta_ones() {
         label(&node, LABEL_FAILURE_DOMAIN_BETA_ZONE),
         Some("old-zone")
     );
-    assert_eq!(
-        h.cloud.call_count(Method::InstanceMetadata),
-        0,
-        "initialised Nodes are not re-initialised"
+    // The one cloud call is the address refresh at start, not an initialisation. (The
+    // labels may be patched twice: the refresh's status write can reach the cache before
+    // the labels patch does, and the Node is queued again.)
+    assert!(h.cloud.call_count(Method::InstanceMetadata) <= 1);
+    assert!(h.api.counters().count("PATCH", "nodes") <= 2);
+    assert!(
+        h.events_for(&name)
+            .await
+            .iter()
+            .all(|(_, r, _)| r != REASON_SYNCED)
     );
 }
 

@@ -1,12 +1,14 @@
-//! Finding `kube-apiserver`, `etcd` and `kubectl` the way envtest does.
+//! Finding `kube-apiserver`, `etcd` and `kubectl` the way envtest does, and building them
+//! from their Go modules when they are nowhere: the crate carries the Go module files and
+//! the build script (`control-plane/` in its source), so it works from crates.io too.
 
 use std::path::{Path, PathBuf};
 
 use crate::Error;
 
-/// The Kubernetes version `tools/control-plane/build.sh` builds.
+/// The Kubernetes version `control-plane/build.sh` (in this crate) builds.
 pub const KUBERNETES_VERSION: &str = "v1.36.3";
-/// The etcd version `tools/control-plane/build.sh` builds.
+/// The etcd version `control-plane/build.sh` (in this crate) builds.
 pub const ETCD_VERSION: &str = "v3.6.16";
 
 /// Paths of the three control-plane binaries.
@@ -46,7 +48,8 @@ impl Binaries {
     /// For each binary, in order: its `TEST_ASSET_*` variable
     /// (`TEST_ASSET_KUBE_APISERVER`, `TEST_ASSET_ETCD`, `TEST_ASSET_KUBECTL`),
     /// then the folder `$KUBEBUILDER_ASSETS`, then the folder
-    /// [`default_assets_dir`] that `tools/control-plane/build.sh` fills.
+    /// [`default_assets_dir`] that the build script fills, then setup-envtest's folder
+    /// ([`envtest_assets_dir`]).
     ///
     /// # Errors
     ///
@@ -61,7 +64,10 @@ impl Binaries {
         env: impl Fn(&str) -> Option<std::ffi::OsString>,
     ) -> Result<Self, Error> {
         let assets_dir = env("KUBEBUILDER_ASSETS").map(PathBuf::from);
-        let default_dir = default_assets_dir_with(&env);
+        let default_dirs: Vec<PathBuf> = default_assets_dir_with(&env)
+            .into_iter()
+            .chain(envtest_assets_dir_with(&env))
+            .collect();
         let find = |asset: &Asset| -> Result<PathBuf, Error> {
             let mut searched = Vec::new();
             if let Some(path) = env(asset.variable) {
@@ -85,7 +91,7 @@ impl Binaries {
             } else {
                 searched.push("KUBEBUILDER_ASSETS (unset)".to_owned());
             }
-            if let Some(dir) = &default_dir {
+            for dir in &default_dirs {
                 let path = dir.join(asset.file);
                 if is_executable(&path) {
                     return Ok(path);
@@ -105,7 +111,7 @@ impl Binaries {
     }
 }
 
-/// The folder `tools/control-plane/build.sh` builds into:
+/// The folder the build script (`control-plane/build.sh`) builds into:
 /// `${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/control-plane/k8s-<version>-etcd-<version>`.
 ///
 /// `None` when neither `CCM_CACHE_DIR` nor `HOME` is set.
@@ -122,6 +128,104 @@ fn default_assets_dir_with(env: &impl Fn(&str) -> Option<std::ffi::OsString>) ->
             .join("control-plane")
             .join(format!("k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}")),
     )
+}
+
+/// setup-envtest's folder for this crate's Kubernetes minor version:
+/// `${XDG_DATA_HOME:-$HOME/.local/share}/kubebuilder-envtest/k8s/1.36.<patch>-linux-<arch>`,
+/// the highest patch present. `None` when there is none.
+pub fn envtest_assets_dir() -> Option<PathBuf> {
+    envtest_assets_dir_with(&|name| std::env::var_os(name).filter(|v| !v.is_empty()))
+}
+
+fn envtest_assets_dir_with(env: &impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let data = env("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".local/share")))?;
+    let root = data.join("kubebuilder-envtest/k8s");
+    let minor = KUBERNETES_VERSION
+        .trim_start_matches('v')
+        .rsplit_once('.')
+        .map_or(KUBERNETES_VERSION, |(minor, _)| minor);
+    let suffix = format!("-linux-{}", go_arch());
+    std::fs::read_dir(&root)
+        .ok()?
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let version = name.strip_suffix(&suffix)?;
+            let patch: u32 = version
+                .strip_prefix(minor)?
+                .strip_prefix('.')?
+                .parse()
+                .ok()?;
+            Some((patch, root.join(&name)))
+        })
+        .max_by_key(|(patch, _)| *patch)
+        .map(|(_, dir)| dir)
+}
+
+/// Go's name of this machine's architecture, as envtest's folders use it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// The build script this crate carries (`control-plane/build.sh` in its source): builds
+/// kube-apiserver, kubectl and etcd from their Go modules into [`default_assets_dir`].
+pub fn build_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("control-plane/build.sh")
+}
+
+impl Binaries {
+    /// [`Binaries::find`], and when a binary is nowhere and Go is installed, builds them with
+    /// [`build_script`] (minutes the first time, with the Go module proxy; concurrent
+    /// callers wait for one build). Progress goes to standard error. Blocking.
+    ///
+    /// # Errors
+    ///
+    /// The error of [`Binaries::find`] when Go is not installed, or [`Error::Build`] with the
+    /// end of the build's output.
+    pub fn find_or_build() -> Result<Self, Error> {
+        match Self::find() {
+            Err(Error::BinaryNotFound { .. }) if go_installed() => {}
+            other => return other,
+        }
+        let script = build_script();
+        eprintln!(
+            "ccm-test: building the control plane with {} (Kubernetes {KUBERNETES_VERSION}, \
+             etcd {ETCD_VERSION}); set KUBEBUILDER_ASSETS to use existing binaries",
+            script.display()
+        );
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .env_remove("KUBEBUILDER_ASSETS")
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
+        if !out.status.success() {
+            return Err(Error::Build(format!(
+                "{} failed ({}); its output is above",
+                script.display(),
+                out.status
+            )));
+        }
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        Self::find_with(|name| match name {
+            "KUBEBUILDER_ASSETS" => Some(dir.clone().into()),
+            _ => None,
+        })
+    }
+}
+
+fn go_installed() -> bool {
+    std::process::Command::new("go")
+        .arg("version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -196,6 +300,43 @@ mod tests {
     }
 
     #[test]
+    fn setup_envtest_folder_of_our_minor_version_is_used() {
+        let data = tempfile::tempdir().unwrap();
+        let root = data.path().join("kubebuilder-envtest/k8s");
+        let arch = go_arch();
+        for version in ["1.35.9", "1.36.1", "1.36.12", "1.37.0"] {
+            std::fs::create_dir_all(root.join(format!("{version}-linux-{arch}"))).unwrap();
+        }
+        std::fs::create_dir_all(root.join("1.36.99-darwin-arm64")).unwrap();
+        let want = root.join(format!("1.36.12-linux-{arch}"));
+        fake_assets(&want);
+        let vars = [("XDG_DATA_HOME", data.path())];
+        let env = env_of(&vars);
+        assert_eq!(envtest_assets_dir_with(&env), Some(want.clone()));
+        let found = Binaries::find_with(env).unwrap();
+        assert_eq!(found.etcd, want.join("etcd"));
+        // $HOME/.local/share without XDG_DATA_HOME.
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join(".local/share/kubebuilder-envtest/k8s");
+        std::fs::create_dir_all(root.join(format!("1.36.3-linux-{arch}"))).unwrap();
+        assert_eq!(
+            envtest_assets_dir_with(&env_of(&[("HOME", home.path())])),
+            Some(root.join(format!("1.36.3-linux-{arch}")))
+        );
+        assert_eq!(envtest_assets_dir_with(&env_of(&[])), None);
+    }
+
+    #[test]
+    fn the_build_script_ships_with_the_crate() {
+        let script = build_script();
+        assert!(script.is_file(), "{}", script.display());
+        let dir = script.parent().unwrap();
+        for file in ["go.mod", "go.sum", "tools.go", "etcd/go.mod", "etcd/go.sum"] {
+            assert!(dir.join(file).is_file(), "{file} beside the build script");
+        }
+    }
+
+    #[test]
     fn missing_binary_says_how_to_get_it() {
         let empty = tempfile::tempdir().unwrap();
         let err = Binaries::find_with(env_of(&[
@@ -206,7 +347,7 @@ mod tests {
         let message = err.to_string();
         assert!(message.contains("kube-apiserver"), "{message}");
         assert!(
-            message.contains("tools/control-plane/build.sh"),
+            message.contains("control-plane/build.sh") && message.contains("Install Go"),
             "{message}"
         );
         assert!(message.contains("KUBEBUILDER_ASSETS"), "{message}");

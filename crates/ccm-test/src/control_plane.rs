@@ -116,7 +116,7 @@ impl Default for ControlPlaneBuilder {
 }
 
 impl ControlPlaneBuilder {
-    /// Uses these binaries instead of looking them up with [`Binaries::find`].
+    /// Uses these binaries instead of looking them up with [`Binaries::find_or_build`].
     #[must_use]
     pub fn binaries(mut self, binaries: Binaries) -> Self {
         self.binaries = Some(binaries);
@@ -150,7 +150,11 @@ impl ControlPlaneBuilder {
     pub async fn start(self) -> Result<ControlPlane, Error> {
         let binaries = match self.binaries.clone() {
             Some(binaries) => binaries,
-            None => Binaries::find()?,
+            // Finding is quick; building (when Go is there and nothing was found) blocks
+            // for minutes, off the runtime's workers.
+            None => tokio::task::spawn_blocking(Binaries::find_or_build)
+                .await
+                .map_err(|e| Error::Build(format!("the build task failed: {e}")))??,
         };
         let started = Instant::now();
         let mut attempt = 1;

@@ -20,19 +20,26 @@
 //! To wait for the cluster to reach a state, poll it with [`eventually`]: it panics
 //! with what it waited for, and what it last saw, if the state does not come.
 //!
-//! The binaries are found as envtest finds them ([`Binaries::find`]); build
-//! them with `tools/control-plane/build.sh`. See `docs/control-plane.md`.
+//! The binaries are found as envtest finds them ([`Binaries::find`]: `KUBEBUILDER_ASSETS`,
+//! this crate's cache folder, setup-envtest's folder); when they are nowhere and Go is
+//! installed, [`ControlPlane::start`] builds them from their Go modules with the build script
+//! this crate carries ([`build_script`]), once, into the cache folder. See
+//! `docs/control-plane.md`.
 #![forbid(unsafe_code)]
 
 mod binaries;
 mod control_plane;
+pub mod image;
 mod pki;
 mod supervisor;
 mod wait;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, default_assets_dir};
+pub use binaries::{
+    Binaries, ETCD_VERSION, KUBERNETES_VERSION, build_script, default_assets_dir,
+    envtest_assets_dir,
+};
 pub use control_plane::{ADMIN_USER, ControlPlane, ControlPlaneBuilder, Server};
 pub use wait::{Outcome, POLL_INTERVAL, eventually};
 
@@ -42,11 +49,11 @@ pub use wait::{Outcome, POLL_INTERVAL, eventually};
 pub enum Error {
     /// A control-plane binary was not found.
     #[error(
-        "cannot find the `{name}` binary (looked at: {searched}). Build the control plane with \
-         `tools/control-plane/build.sh` (needs Go; it prints the folder to use as \
-         KUBEBUILDER_ASSETS), or set KUBEBUILDER_ASSETS (or TEST_ASSET_KUBE_APISERVER, \
-         TEST_ASSET_ETCD, TEST_ASSET_KUBECTL) to existing envtest binaries; see \
-         docs/control-plane.md"
+        "cannot find the `{name}` binary (looked at: {searched}). Install Go and ccm-test builds \
+         the control plane from its Go modules (the build script it carries, \
+         control-plane/build.sh; in this repository also tools/control-plane/build.sh), or set \
+         KUBEBUILDER_ASSETS (or TEST_ASSET_KUBE_APISERVER, TEST_ASSET_ETCD, TEST_ASSET_KUBECTL) \
+         to existing envtest binaries; see docs/control-plane.md"
     )]
     BinaryNotFound {
         /// The binary's file name.
@@ -54,6 +61,9 @@ pub enum Error {
         /// Where it was looked for.
         searched: String,
     },
+    /// Building the binaries from their Go modules failed.
+    #[error("building the control plane failed: {0}")]
+    Build(String),
     /// A server exited or did not become ready in time.
     #[error("{component} failed to start: {reason}\n--- last lines of {component}.log ---\n{tail}")]
     Start {

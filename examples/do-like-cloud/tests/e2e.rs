@@ -12,8 +12,7 @@ use ccm_do_like_cloud::{
 };
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 use ccm_test::{ControlPlane, unique_name};
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_do-like-cloud-controller-manager");
@@ -316,11 +315,11 @@ async fn wait_warning(
             .items
             .into_iter()
             .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                e.involved_object.name.as_deref() == Some(name)
                     && e.type_.as_deref() == Some("Warning")
                     && e.reason.as_deref() == Some(reason)
             })
-            .filter_map(|e| e.note)
+            .filter_map(|e| e.message)
             .find(|n| matches(n))
     };
     until(&format!("a {reason} Warning about {name}"), ccm, || async {

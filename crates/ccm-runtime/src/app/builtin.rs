@@ -21,20 +21,32 @@ pub const SERVICE_LB_CONTROLLER: &str = "service-lb-controller";
 /// The route controller's name.
 pub const NODE_ROUTE_CONTROLLER: &str = "node-route-controller";
 
+/// The ServiceAccount of the cloud-node and cloud-node-lifecycle controllers under
+/// `--use-service-account-credentials` (Go's `ClientName`: the two share it).
+pub const NODE_CONTROLLER_ACCOUNT: &str = "node-controller";
+/// The service controller's ServiceAccount under `--use-service-account-credentials`.
+pub const SERVICE_CONTROLLER_ACCOUNT: &str = "service-controller";
+/// The route controller's ServiceAccount under `--use-service-account-credentials`.
+pub const ROUTE_CONTROLLER_ACCOUNT: &str = "route-controller";
+
 /// The built-in controllers, in Go's order.
 pub(crate) fn builtin_controllers() -> Vec<Controller> {
     vec![
         Controller::new(CLOUD_NODE_CONTROLLER, start_cloud_node)
             .with_alias("cloud-node")
+            .with_service_account(NODE_CONTROLLER_ACCOUNT)
             .requires(Capability::Instances),
         Controller::new(CLOUD_NODE_LIFECYCLE_CONTROLLER, start_node_lifecycle)
             .with_alias("cloud-node-lifecycle")
+            .with_service_account(NODE_CONTROLLER_ACCOUNT)
             .requires(Capability::Instances),
         Controller::new(SERVICE_LB_CONTROLLER, start_service)
             .with_alias("service")
+            .with_service_account(SERVICE_CONTROLLER_ACCOUNT)
             .requires(Capability::LoadBalancer),
         Controller::new(NODE_ROUTE_CONTROLLER, start_route)
             .with_alias("route")
+            .with_service_account(ROUTE_CONTROLLER_ACCOUNT)
             .requires(Capability::Routes)
             .only_if("--configure-cloud-routes", |o| o.configure_cloud_routes)
             .check_options(|o| route_config(o).map(drop)),

@@ -82,6 +82,7 @@ pub struct Controller {
     requires: Vec<Capability>,
     only_if: Option<(&'static str, Arc<OptionsPredicate>)>,
     check: Option<Arc<OptionsCheck>>,
+    service_account: Option<String>,
     start: Arc<StartFn>,
 }
 
@@ -92,6 +93,7 @@ impl fmt::Debug for Controller {
             .field("aliases", &self.aliases)
             .field("enabled_by_default", &self.enabled_by_default)
             .field("requires", &self.requires)
+            .field("service_account", &self.service_account())
             .finish_non_exhaustive()
     }
 }
@@ -122,6 +124,7 @@ impl Controller {
             requires: Vec::new(),
             only_if: None,
             check: None,
+            service_account: None,
             start: Arc::new(start),
         }
     }
@@ -168,6 +171,23 @@ impl Controller {
     ) -> Self {
         self.check = Some(Arc::new(check));
         self
+    }
+
+    /// Under `--use-service-account-credentials`, the ServiceAccount (in `kube-system`)
+    /// whose token the controller's client carries; several controllers may share one.
+    /// Without this, the controller's own name.
+    #[must_use]
+    pub fn with_service_account(mut self, name: impl Into<String>) -> Self {
+        self.service_account = Some(name.into());
+        self
+    }
+
+    /// The ServiceAccount of the controller's client under
+    /// `--use-service-account-credentials` (see
+    /// [`with_service_account`](Self::with_service_account)).
+    #[must_use]
+    pub fn service_account(&self) -> &str {
+        self.service_account.as_deref().unwrap_or(&self.name)
     }
 
     /// The name `--controllers` uses.
@@ -275,6 +295,17 @@ mod tests {
         assert_eq!(
             c.applies(&options(&[]), &MockCloud::new("x")),
             Applies::MissingCapability(Capability::Routes)
+        );
+    }
+
+    #[test]
+    fn the_service_account_defaults_to_the_name() {
+        assert_eq!(noop("acme-gc").service_account(), "acme-gc");
+        assert_eq!(
+            noop("acme-gc")
+                .with_service_account("acme")
+                .service_account(),
+            "acme"
         );
     }
 

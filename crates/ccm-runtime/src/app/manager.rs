@@ -29,6 +29,7 @@ use super::options::{
 };
 use super::selection::ControllerSelection;
 use super::serve::{EndpointServer, Health, ServeOptions, Serving};
+use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
 use crate::client::{ApiLayer, Fence, build_client};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
@@ -41,7 +42,10 @@ use ccm_provider::{
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ControllerContext {
-    /// The API client (rate-limited and counted).
+    /// The API client (rate-limited and counted): the manager's own credentials, or under
+    /// `--use-service-account-credentials` those of the controller's ServiceAccount
+    /// ([`Controller::with_service_account`]). The shared informers list and watch with
+    /// the manager's own, as in Go.
     pub client: Client,
     /// The cloud provider.
     pub provider: Arc<dyn CloudProvider>,
@@ -71,6 +75,8 @@ struct Shared {
     fence: Fence,
     /// The leader elector's client: unfenced, not rate-limited.
     lease_client: Client,
+    /// Under `--use-service-account-credentials`, the per-controller clients.
+    service_accounts: Option<ServiceAccountClients>,
     /// How long a watch may fail before `/readyz` reports it.
     watch_failure_threshold: Duration,
 }
@@ -362,6 +368,11 @@ impl CloudControllerManager {
             })
         };
         let client = build(&api)?;
+        // Go's dynamic client builder: the manager's own credentials create the accounts
+        // and request their tokens; the controllers' clients carry those tokens.
+        let service_accounts = options
+            .use_service_account_credentials
+            .then(|| ServiceAccountClients::new(client.clone(), &kube_config, api.clone()));
         // The Lease's own client, as Go's: renewals neither fenced nor queued behind the
         // controllers' requests.
         let lease_client = build(&api.for_leader_election())?;
@@ -428,6 +439,7 @@ impl CloudControllerManager {
             health,
             fence,
             lease_client,
+            service_accounts,
             watch_failure_threshold: self.watch_failure_threshold,
         };
         let result = self
@@ -616,6 +628,19 @@ async fn lead(
     }
     let mut running: BTreeMap<String, ControllerFuture> = BTreeMap::new();
     for controller in controllers.iter() {
+        let mut ctx = ctx.clone();
+        if let Some(accounts) = &shared.service_accounts {
+            match accounts.client(controller.service_account(), &cancel).await {
+                Ok(client) => ctx.client = client,
+                Err(ServiceAccountError::Cancelled(_)) => return Ok(()),
+                Err(e) => {
+                    return Err(AppError::Controller {
+                        name: controller.name().to_owned(),
+                        source: Box::new(e),
+                    });
+                }
+            }
+        }
         let fut = controller
             .start(&ctx)
             .map_err(|source| AppError::Controller {

@@ -11,8 +11,8 @@ use ccm_fake_cloud::FakeCloud;
 use ccm_runtime::client::{ApiLayer, build_client};
 use ccm_runtime::informer::{Informer, trim_node};
 use ccm_test::{ControlPlane, eventually, unique_name};
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -143,11 +143,11 @@ impl Harness {
             .expect("list events")
             .items
             .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
             .collect()
     }
 
-    /// Events about the object named `name`, as (type, reason, note).
+    /// Events about the object named `name`, as (type, reason, message).
     pub async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
         self.events_about(name)
             .await
@@ -156,13 +156,13 @@ impl Harness {
                 (
                     e.type_.unwrap_or_default(),
                     e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
                 )
             })
             .collect()
     }
 
-    /// Polls until an event with `reason` about `name` exists; returns its note.
+    /// Polls until an event with `reason` about `name` exists; returns its message.
     pub async fn wait_event(&self, name: &str, reason: &str, timeout: Duration) -> String {
         eventually(&format!("a {reason} event for {name}"), timeout, || async {
             let events = self.events_for(name).await;
@@ -391,8 +391,7 @@ impl Harness {
         .await;
     }
 
-    /// Events about the object `name` in `namespace`, as (type, reason, note, count), where
-    /// an event series counts as its count.
+    /// Events about the object `name` in `namespace`, as (type, reason, message, count).
     pub async fn events_in(
         &self,
         namespace: &str,
@@ -406,8 +405,8 @@ impl Harness {
                 (
                     e.type_.unwrap_or_default(),
                     e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                    e.series.map_or(1, |s| s.count),
+                    e.message.unwrap_or_default(),
+                    e.count.unwrap_or(1),
                 )
             })
             .collect()
@@ -423,7 +422,7 @@ impl Harness {
             .sum()
     }
 
-    /// Polls until an event with `reason` about `namespace/name` exists; returns its note.
+    /// Polls until an event with `reason` about `namespace/name` exists; returns its message.
     pub async fn wait_event_in(
         &self,
         namespace: &str,

@@ -30,29 +30,22 @@ const ADDRESS_TYPES: [&str; 5] = [
 ];
 
 /// Why a Node cannot be initialised (yet). Each becomes a Warning event and a retry; the
-/// Node keeps its taint.
+/// Node keeps its taint. Only what would corrupt the Node, or what Go refuses too, is here:
+/// what Go initialises despite, we initialise with an [`InitWarning`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum InitError {
     /// Neither the Node nor the cloud has a provider ID.
     #[error("cloud provider does not set node provider ID for node {0}")]
     NoProviderId(String),
-    /// The Node's `spec.providerID` is not `<provider>://<id>`.
-    #[error("node {node} has an invalid spec.providerID {value:?}: {reason}")]
-    InvalidNodeProviderId {
-        node: String,
-        value: String,
-        reason: String,
-    },
-    /// The provider answered with a provider ID that is not `<provider>://<id>`.
+    /// The provider answered with a provider ID that is not `<provider>://<id>`, for a
+    /// Node without one: written, it could never be corrected (`spec.providerID` is
+    /// immutable once set) and no controller could match the Node to its instance.
     #[error("cloud provider returned an invalid provider ID {value:?} for node {node}: {reason}")]
     InvalidProviderId {
         node: String,
         value: String,
         reason: String,
     },
-    /// The provider answered with an address of an unknown type or that is not an IP.
-    #[error("cloud provider returned an invalid address for node {node}: {reason}")]
-    InvalidAddress { node: String, reason: String },
     /// The provider answered with a label Kubernetes would refuse.
     #[error("cloud provider returned an invalid label for node {node}: {reason}")]
     InvalidLabel { node: String, reason: String },
@@ -60,6 +53,24 @@ pub(crate) enum InitError {
     #[error("provided node ip for node {node:?} is not valid: {reason}")]
     InvalidProvidedNodeIp { node: String, reason: String },
 }
+
+/// Something odd about a Node or the cloud's answer that Go initialises the Node despite,
+/// and so do we: it becomes a Warning event (reason `reason`) on the initialised Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InitWarning {
+    /// The event reason.
+    pub(crate) reason: &'static str,
+    /// The event message.
+    pub(crate) message: String,
+}
+
+/// Warning reason: the Node's `spec.providerID`, set by its kubelet, is not
+/// `<provider>://<id>`; the Node is initialised and the value kept (it is immutable).
+pub(crate) const REASON_INVALID_NODE_PROVIDER_ID: &str = "InvalidNodeProviderID";
+/// Warning reason: the cloud gave an address of an unknown type, an `…IP` address that is
+/// not an IP, an empty address (all written, as Go writes them) or a duplicate (dropped: the
+/// API server refuses a Node with two equal addresses).
+pub(crate) const REASON_UNUSUAL_NODE_ADDRESS: &str = "UnusualNodeAddress";
 
 /// What initialising a Node writes.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +84,8 @@ pub(crate) struct InitPlan {
     pub(crate) taints: Vec<Taint>,
     /// The new `status.addresses`, when they change.
     pub(crate) addresses: Option<Vec<NodeAddress>>,
+    /// What is odd but not worth keeping the Node tainted for, one event each.
+    pub(crate) warnings: Vec<InitWarning>,
 }
 
 pub(crate) use super::super::node_util::{node_name, taints};
@@ -129,32 +142,46 @@ pub(crate) fn plan_initialization(
     require_provider_id: bool,
 ) -> Result<InitPlan, InitError> {
     let name = node_name(node);
-    if let Some(existing) = spec_provider_id(node) {
-        existing
-            .parse::<ProviderId>()
-            .map_err(|e| InitError::InvalidNodeProviderId {
-                node: name.to_owned(),
-                value: existing.to_owned(),
-                reason: e.to_string(),
-            })?;
-    }
-    if !meta.provider_id.is_empty() {
-        meta.provider_id
-            .parse::<ProviderId>()
-            .map_err(|e| InitError::InvalidProviderId {
-                node: name.to_owned(),
-                value: meta.provider_id.clone(),
-                reason: e.to_string(),
-            })?;
+    let mut warnings = Vec::new();
+    // The kubelet's `--provider-id` is taken as it is, as Go takes it: the field is
+    // immutable, so refusing would leave the Node tainted forever.
+    if let Some(existing) = spec_provider_id(node)
+        && let Err(e) = existing.parse::<ProviderId>()
+    {
+        warnings.push(InitWarning {
+            reason: REASON_INVALID_NODE_PROVIDER_ID,
+            message: format!(
+                "node {name} has a spec.providerID that is not <provider>://<id>, kept as \
+                 set by the kubelet ({e}); controllers that look instances up by provider ID \
+                 may not find this one"
+            ),
+        });
     }
     let provider_id = match spec_provider_id(node) {
+        // The cloud's answer is not written, so not checked.
         Some(_) => None,
-        None if !meta.provider_id.is_empty() => Some(meta.provider_id.clone()),
+        None if !meta.provider_id.is_empty() => {
+            meta.provider_id
+                .parse::<ProviderId>()
+                .map_err(|e| InitError::InvalidProviderId {
+                    node: name.to_owned(),
+                    value: meta.provider_id.clone(),
+                    reason: e.to_string(),
+                })?;
+            Some(meta.provider_id.clone())
+        }
         None if require_provider_id => return Err(InitError::NoProviderId(name.to_owned())),
         None => None,
     };
 
-    validate_addresses(name, &meta.node_addresses)?;
+    warnings.extend(
+        address_warnings(&meta.node_addresses)
+            .into_iter()
+            .map(|w| InitWarning {
+                reason: REASON_UNUSUAL_NODE_ADDRESS,
+                message: format!("cloud provider returned for node {name} {w}"),
+            }),
+    );
     // The provided node IP must match a cloud address before the taint may go.
     if let Some(ip) = provided_node_ip(node) {
         apply_provided_node_ip(ip, meta.node_addresses.clone()).map_err(|reason| {
@@ -233,6 +260,7 @@ pub(crate) fn plan_initialization(
             .cloned()
             .collect(),
         addresses,
+        warnings,
     })
 }
 
@@ -257,14 +285,17 @@ fn provided_node_ip(node: &Node) -> Option<&str> {
 
 /// The addresses the Node should have given the cloud's, or `None` when they are the same
 /// as now (or the cloud gave none). Keeps a Hostname the cloud omits, and honours the
-/// kubelet's provided node IP.
+/// kubelet's provided node IP. A repeat of an address (same type and value) is dropped: the
+/// API server refuses a Node with two equal addresses, which would keep the Node from ever
+/// being written (Go writes the list as it is, and its write fails).
 pub(crate) fn updated_addresses(
     node: &Node,
-    mut cloud: Vec<NodeAddress>,
+    cloud: Vec<NodeAddress>,
 ) -> Result<Option<Vec<NodeAddress>>, String> {
     if cloud.is_empty() {
         return Ok(None);
     }
+    let mut cloud = without_repeats(cloud);
     if !cloud.iter().any(|a| a.type_ == "Hostname") {
         cloud.extend(
             addresses(node)
@@ -281,28 +312,46 @@ pub(crate) fn updated_addresses(
     Ok((addresses(node) != cloud.as_slice()).then_some(cloud))
 }
 
-fn validate_addresses(node: &str, addresses: &[NodeAddress]) -> Result<(), InitError> {
+/// The addresses with every repeat of an earlier one (same type and value) left out.
+fn without_repeats(addresses: Vec<NodeAddress>) -> Vec<NodeAddress> {
+    let mut kept: Vec<NodeAddress> = Vec::with_capacity(addresses.len());
     for a in addresses {
-        let reason = if !ADDRESS_TYPES.contains(&a.type_.as_str()) {
-            Some(format!(
-                "unknown address type {:?} ({:?})",
-                a.type_, a.address
-            ))
-        } else if a.address.is_empty() {
-            Some(format!("empty {} address", a.type_))
-        } else if a.type_.ends_with("IP") && a.address.parse::<IpAddr>().is_err() {
-            Some(format!("{} {:?} is not an IP address", a.type_, a.address))
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            return Err(InitError::InvalidAddress {
-                node: node.to_owned(),
-                reason,
-            });
+        if !kept.contains(&a) {
+            kept.push(a);
         }
     }
-    Ok(())
+    kept
+}
+
+/// What is odd about the cloud's addresses, one sentence each: a type Kubernetes does not
+/// define, an `…IP` address that is not an IP, an empty address, a repeat. None of these
+/// keeps a Node tainted: Go writes such addresses, and so do we (but for repeats, which the
+/// API server refuses).
+pub(crate) fn address_warnings(addresses: &[NodeAddress]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (i, a) in addresses.iter().enumerate() {
+        if !ADDRESS_TYPES.contains(&a.type_.as_str()) {
+            warnings.push(format!(
+                "an address of unknown type {:?} ({:?}); written as given",
+                a.type_, a.address
+            ));
+        }
+        if a.address.is_empty() {
+            warnings.push(format!("an empty {} address; written as given", a.type_));
+        } else if a.type_.ends_with("IP") && a.address.parse::<IpAddr>().is_err() {
+            warnings.push(format!(
+                "{} {:?}, which is not an IP address; written as given",
+                a.type_, a.address
+            ));
+        }
+        if addresses[..i].contains(a) {
+            warnings.push(format!(
+                "the {} address {:?} twice; written once",
+                a.type_, a.address
+            ));
+        }
+    }
+    warnings
 }
 
 /// Parses the provided-node-ip annotation: one IP, or an IPv4,IPv6 pair (Go's
@@ -525,33 +574,107 @@ mod tests {
     }
 
     #[test]
-    fn malformed_provider_ids_are_refused() {
+    fn a_kubelet_s_malformed_provider_id_is_kept_with_a_warning() {
         let mut n = node();
         n.spec.as_mut().unwrap().provider_id = Some("i-123".into());
-        assert!(matches!(
-            plan_initialization(&n, &meta(), true),
-            Err(InitError::InvalidNodeProviderId { .. })
-        ));
+        // Whatever the cloud says: its provider ID is not written, so not checked.
         let mut m = meta();
-        m.provider_id = "fake:/x".into();
-        let err = plan_initialization(&node(), &m, true).unwrap_err();
-        assert!(matches!(err, InitError::InvalidProviderId { .. }), "{err}");
+        m.provider_id = "also bad".into();
+        let plan = plan_initialization(&n, &m, true).unwrap();
+        assert_eq!(plan.provider_id, None, "never overwritten");
+        assert!(
+            !plan.taints.iter().any(|t| t.key == TAINT_UNINITIALIZED),
+            "the Node is initialised"
+        );
+        assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+        assert_eq!(plan.warnings[0].reason, REASON_INVALID_NODE_PROVIDER_ID);
+        assert!(
+            plan.warnings[0].message.contains("\"i-123\""),
+            "{:?}",
+            plan.warnings
+        );
+        // A well-formed one gives no warning.
+        n.spec.as_mut().unwrap().provider_id = Some("fake://i-123".into());
+        assert!(
+            plan_initialization(&n, &m, true)
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
     }
 
     #[test]
-    fn invalid_cloud_addresses_are_refused() {
-        for (t, a) in [
-            ("InternalIP", "10.0.0.300"),
-            ("Internal", "10.0.0.1"),
-            ("ExternalIP", ""),
+    fn a_malformed_provider_id_from_the_cloud_is_never_written() {
+        for bad in ["fake:/x", "i-123", "://x"] {
+            let mut m = meta();
+            m.provider_id = bad.into();
+            let err = plan_initialization(&node(), &m, true).unwrap_err();
+            assert!(matches!(err, InitError::InvalidProviderId { .. }), "{err}");
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn unusual_cloud_addresses_are_written_with_warnings() {
+        for (t, a, says) in [
+            ("InternalIP", "10.0.0.300", "not an IP"),
+            ("InternalIP", "ip-10-0-0-1.internal", "not an IP"),
+            ("Internal", "10.0.0.1", "unknown type \"Internal\""),
+            ("ExternalIP", "", "empty ExternalIP"),
         ] {
             let m = meta().with_address(node_address(t, a));
-            let err = plan_initialization(&node(), &m, true).unwrap_err();
+            let plan = plan_initialization(&node(), &m, true).unwrap();
             assert!(
-                matches!(err, InitError::InvalidAddress { .. }),
-                "{t} {a}: {err}"
+                plan.addresses
+                    .as_ref()
+                    .unwrap()
+                    .contains(&node_address(t, a)),
+                "{t} {a}: written as given"
+            );
+            assert_eq!(plan.warnings.len(), 1, "{t} {a}: {:?}", plan.warnings);
+            assert_eq!(plan.warnings[0].reason, REASON_UNUSUAL_NODE_ADDRESS);
+            assert!(
+                plan.warnings[0].message.contains(says),
+                "{t} {a}: {:?}",
+                plan.warnings
             );
         }
+        assert!(
+            plan_initialization(&node(), &meta(), true)
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_repeated_address_is_written_once() {
+        let m = meta()
+            .with_address(node_address("InternalIP", "10.0.0.1"))
+            .with_address(node_address("Hostname", "n1.local"));
+        let plan = plan_initialization(&node(), &m, true).unwrap();
+        assert_eq!(
+            plan.addresses,
+            Some(vec![
+                node_address("InternalIP", "10.0.0.1"),
+                node_address("ExternalIP", "203.0.113.1"),
+                node_address("Hostname", "n1.local"),
+            ])
+        );
+        assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+        assert!(
+            plan.warnings[0].message.contains("twice"),
+            "{:?}",
+            plan.warnings
+        );
+        // The same address under two types is not a repeat.
+        assert!(
+            address_warnings(&[
+                node_address("InternalIP", "10.0.0.1"),
+                node_address("ExternalIP", "10.0.0.1"),
+            ])
+            .is_empty()
+        );
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! (status subresource), then `spec.providerID` (only when empty), the instance-type / zone /
 //! region labels under their GA and beta keys, the provider's additional labels, and the
 //! removal of the taint — last, so that no Pod lands on a Node before it is complete.
-//! Initialised Nodes get their GA labels kept in step with the beta ones, and every
-//! `--node-status-update-frequency` their addresses refreshed.
+//! Initialised Nodes get their GA labels kept in step with the beta ones, and their
+//! addresses refreshed once at start and then every `--node-status-update-frequency`.
+//! What Go initialises a Node despite (a kubelet's `spec.providerID` without `://`, an odd
+//! address from the cloud) we initialise too, with a Warning event.
 //!
 //! Writes are JSON Patches that test the lists they replace (see
 //! the controllers' `patch` module), so a concurrent writer is never overwritten: a failed test
@@ -45,6 +47,13 @@ pub const COMPONENT: &str = "cloud-node-controller";
 pub const REASON_SYNCED: &str = "Synced";
 /// Event reason: a Node could not be initialised; it keeps its taint and is retried.
 pub const REASON_INITIALIZATION_FAILED: &str = "FailedToInitializeNode";
+/// Warning event reason: the Node was initialised although its `spec.providerID`, set by
+/// its kubelet, is not `<provider>://<id>` (Go initialises it too; the field is immutable).
+pub const REASON_INVALID_NODE_PROVIDER_ID: &str = decision::REASON_INVALID_NODE_PROVIDER_ID;
+/// Warning event reason: the Node was initialised with an address from the cloud of a type
+/// Kubernetes does not define, an `…IP` address that is not an IP or an empty one (written
+/// as given, as Go writes them), or a repeated one (written once).
+pub const REASON_UNUSUAL_NODE_ADDRESS: &str = decision::REASON_UNUSUAL_NODE_ADDRESS;
 
 /// The field manager of this controller's writes.
 const FIELD_MANAGER: &str = "cloud-node-controller";
@@ -197,9 +206,10 @@ impl CloudNodeController {
             let inner = inner.clone();
             let cancel = cancel.clone();
             async move {
+                // The first tick is immediate, as Go's `wait.Until`: after a restart the
+                // addresses are refreshed now, not one period later.
                 let mut tick = tokio::time::interval(inner.config.status_update_frequency);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                tick.tick().await; // the first tick is immediate; Nodes were just initialised
                 loop {
                     tokio::select! {
                         _ = tick.tick() => inner.update_all_addresses(&cancel).await,
@@ -304,6 +314,15 @@ impl Inner {
                         node = name,
                         "successfully initialized node with cloud provider"
                     );
+                    for warning in &plan.warnings {
+                        tracing::warn!(node = name, reason = warning.reason, "{}", warning.message);
+                        self.recorder.warning(
+                            &*node,
+                            warning.reason,
+                            "InitializeNode",
+                            warning.message.clone(),
+                        );
+                    }
                     self.recorder.normal(
                         &*node,
                         REASON_SYNCED,

@@ -117,7 +117,7 @@ pub(crate) fn wanted_on_add(service: &Service) -> bool {
 }
 
 /// Why a Service update matters to its load balancer: the first difference found, in Go's
-/// order. Some causes come with an event (Go's reasons and notes), some are silent.
+/// order. Some causes are named in the log (as Go logs them), some are silent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum UpdateCause {
     /// Whether it wants a load balancer changed (the type, or the class).
@@ -147,7 +147,9 @@ pub(crate) enum UpdateCause {
 }
 
 impl UpdateCause {
-    /// The Normal event Go records for this change, as (reason, note), if any.
+    /// What changed, as (what, from -> to), for the log; `None` for causes Go does not name.
+    /// (Go recorded these as Normal events until cloud-provider v0.31; since v0.32 it logs
+    /// them.)
     pub(crate) fn event(&self) -> Option<(&'static str, String)> {
         Some(match self {
             Self::Type { from, to } => ("Type", format!("{from} -> {to}")),
@@ -953,7 +955,7 @@ mod tests {
     }
 
     #[test]
-    fn update_causes_carry_gos_events() {
+    fn update_causes_name_what_go_logs() {
         let e = |c: UpdateCause| c.event();
         assert_eq!(
             e(UpdateCause::Type {

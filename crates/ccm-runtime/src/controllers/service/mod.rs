@@ -61,7 +61,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{
@@ -103,9 +103,6 @@ pub const REASON_UPDATE_FAILED: &str = "UpdateLoadBalancerFailed";
 /// Ensure and update are refused and retried with backoff; deletion finishes without it.
 /// Not one of Go's reasons: Go has no ownership rule.
 pub const REASON_NOT_OWNED: &str = "LoadBalancerNotOwned";
-
-/// How many Service-change events may wait to be published; more are dropped.
-const CHANGE_EVENT_BACKLOG: usize = 256;
 
 /// A queued Service: its namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -221,7 +218,6 @@ impl ServiceControllerConfig {
 /// The service controller. See the [module docs](self).
 pub struct ServiceController {
     inner: Inner,
-    changes: mpsc::Receiver<ChangeEvent>,
 }
 
 impl fmt::Debug for ServiceController {
@@ -231,13 +227,6 @@ impl fmt::Debug for ServiceController {
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
-}
-
-/// A Service change Go reports with a Normal event (type, source ranges, …).
-struct ChangeEvent {
-    service: Arc<Service>,
-    reason: &'static str,
-    note: String,
 }
 
 struct Inner {
@@ -434,13 +423,12 @@ impl ServiceController {
         let queue = Queue::new("service", config.rate_limit);
         let records: Arc<Mutex<HashMap<ServiceKey, Record>>> = Arc::default();
         let node_changed = Arc::new(Notify::new());
-        let (changes_tx, changes) = mpsc::channel(CHANGE_EVENT_BACKLOG);
 
         {
             let queue = queue.clone();
             let records = records.clone();
             services.subscribe(move |change| {
-                on_service_change(change, &queue, &records, &changes_tx);
+                on_service_change(change, &queue, &records);
             });
         }
         {
@@ -477,7 +465,6 @@ impl ServiceController {
                     .unwrap_or_default(),
                 config,
             },
-            changes,
         })
     }
 
@@ -490,7 +477,7 @@ impl ServiceController {
     /// with `workers` workers and runs node-sync passes. A sync in flight when `cancel`
     /// fires is abandoned at its next await point; the finalizer makes that safe.
     pub async fn run(self, cancel: CancellationToken) {
-        let Self { inner, changes } = self;
+        let Self { inner } = self;
         let inner = Arc::new(inner);
         let synced =
             async { inner.services.wait_synced().await && inner.nodes.wait_synced().await };
@@ -527,11 +514,7 @@ impl ServiceController {
                 },
             )
         };
-        tokio::join!(
-            workers,
-            inner.node_sync_loop(&cancel),
-            inner.publish_changes(changes, &cancel),
-        );
+        tokio::join!(workers, inner.node_sync_loop(&cancel),);
         tracing::info!("service controller stopped");
     }
 }
@@ -542,7 +525,6 @@ fn on_service_change(
     change: &Change<Service>,
     queue: &Queue<ServiceKey>,
     records: &Mutex<HashMap<ServiceKey, Record>>,
-    changes: &mpsc::Sender<ChangeEvent>,
 ) {
     match change {
         Change::Applied { old: None, new } => {
@@ -555,13 +537,15 @@ fn on_service_change(
             new,
         } => {
             if let Some(cause) = needs_update(old, new) {
-                if let Some((reason, note)) = cause.event() {
-                    // A full backlog drops the event; the sync itself is not affected.
-                    let _ = changes.try_send(ChangeEvent {
-                        service: new.clone(),
-                        reason,
-                        note,
-                    });
+                // Go (since cloud-provider v0.32) logs the change at V(2) and records no
+                // event for it.
+                if let Some((what, change)) = cause.event() {
+                    tracing::debug!(
+                        service = %ServiceKey::of(new),
+                        what,
+                        change = %change,
+                        "Service changed; its load balancer needs an update"
+                    );
                 }
                 queue.add(ServiceKey::of(new));
             } else if needs_cleanup(new) {
@@ -1070,29 +1054,6 @@ impl Inner {
             .node_sync_latency
             .observe(started.elapsed().as_secs_f64());
     }
-
-    /// Publishes the Normal events Go records for Service changes.
-    async fn publish_changes(
-        &self,
-        mut changes: mpsc::Receiver<ChangeEvent>,
-        cancel: &CancellationToken,
-    ) {
-        loop {
-            let change = tokio::select! {
-                change = changes.recv() => match change {
-                    Some(change) => change,
-                    None => return,
-                },
-                () = cancel.cancelled() => return,
-            };
-            self.recorder.normal(
-                &*change.service,
-                change.reason,
-                "UpdateService",
-                change.note,
-            );
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1258,7 +1219,6 @@ mod tests {
             RateLimit::exponential(Duration::from_secs(1), Duration::from_secs(1)),
         );
         let records = Mutex::new(HashMap::new());
-        let (tx, mut rx) = mpsc::channel(4);
         let mut lb = (*svc("u1", true)).clone();
         lb.metadata.namespace = Some("ns".into());
         lb.metadata.name = Some("a".into());
@@ -1275,7 +1235,6 @@ mod tests {
             },
             &q,
             &records,
-            &tx,
         );
         assert_eq!(queued(&q), 1);
         let item = q.get().await.unwrap();
@@ -1288,7 +1247,6 @@ mod tests {
             },
             &q,
             &records,
-            &tx,
         );
         assert_eq!(queued(&q), 0);
         // Update without a relevant change.
@@ -1299,10 +1257,9 @@ mod tests {
             },
             &q,
             &records,
-            &tx,
         );
         assert_eq!(queued(&q), 0);
-        // Update: type changed away → queued, with Go's "Type" event.
+        // Update: type changed away → queued (Go records no event for it any more).
         on_service_change(
             &Change::Applied {
                 old: Some(lb.clone()),
@@ -1310,23 +1267,17 @@ mod tests {
             },
             &q,
             &records,
-            &tx,
         );
         assert_eq!(queued(&q), 1);
-        let ev = rx.try_recv().unwrap();
-        assert_eq!(
-            (ev.reason, ev.note.as_str()),
-            ("Type", "LoadBalancer -> ClusterIP")
-        );
         drop(q.get().await.unwrap());
         // Deleted, never synced, wanted a load balancer: remembered and queued.
-        on_service_change(&Change::Deleted(lb.clone()), &q, &records, &tx);
+        on_service_change(&Change::Deleted(lb.clone()), &q, &records);
         assert_eq!(queued(&q), 1);
         assert!(lock(&records).contains_key(&ServiceKey::new("ns", "a")));
         drop(q.get().await.unwrap());
         // Deleted, never wanted one: ignored.
         lock(&records).clear();
-        on_service_change(&Change::Deleted(cluster_ip), &q, &records, &tx);
+        on_service_change(&Change::Deleted(cluster_ip), &q, &records);
         assert_eq!(queued(&q), 0);
         assert!(lock(&records).is_empty());
     }

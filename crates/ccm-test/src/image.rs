@@ -1,0 +1,175 @@
+//! Runs a container image as a process, without a container engine: an OCI archive
+//! (`buildah push … oci-archive:…`, what `scripts/images.sh` writes) is unpacked by
+//! `buildah` (vfs storage, chroot isolation, the host's network) and its entrypoint started
+//! with the arguments a Deployment would give it, as the image's user. Tests use it to prove
+//! that the image a provider ships, not just its binary, runs as a CCM against a
+//! [`ControlPlane`](crate::ControlPlane). Needs `buildah` and root.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::unique_name;
+
+/// Why a container could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// The archive does not exist.
+    #[error(
+        "no image archive at {}: build it with `scripts/images.sh --debug` (needs buildah)",
+        .0.display()
+    )]
+    NoArchive(PathBuf),
+    /// `buildah` failed or is not installed.
+    #[error("buildah {step}: {message}")]
+    Buildah {
+        /// What was being done.
+        step: &'static str,
+        /// Its error output.
+        message: String,
+    },
+}
+
+/// A container started from an image archive; killed and removed on drop.
+#[derive(Debug)]
+pub struct Container {
+    child: Child,
+    name: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// A host path mounted read-only into the container.
+#[derive(Clone, Debug)]
+pub struct Mount {
+    host: PathBuf,
+    container: String,
+}
+
+impl Mount {
+    /// Mounts `host` (a file or folder) at `container`, read-only. The image's user must be
+    /// able to read it: a test makes the files world-readable, as a Secret volume would.
+    pub fn read_only(host: impl Into<PathBuf>, container: impl Into<String>) -> Self {
+        Self {
+            host: host.into(),
+            container: container.into(),
+        }
+    }
+}
+
+fn buildah() -> Command {
+    let mut cmd = Command::new("buildah");
+    cmd.args(["--storage-driver", "vfs"]);
+    cmd
+}
+
+fn run(step: &'static str, cmd: &mut Command) -> Result<String, ImageError> {
+    let out = cmd.output().map_err(|e| ImageError::Buildah {
+        step,
+        message: format!("cannot run buildah ({e}); install it (apt-get install buildah)"),
+    })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(ImageError::Buildah {
+            step,
+            message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+impl Container {
+    /// Starts the entrypoint of the image in `archive` with `args`, on the host's network,
+    /// with `mounts`. Its standard error and output go to a log ([`Container::log`]).
+    pub fn start(archive: &Path, mounts: &[Mount], args: &[String]) -> Result<Self, ImageError> {
+        if !archive.is_file() {
+            return Err(ImageError::NoArchive(archive.to_owned()));
+        }
+        let name = unique_name("ccm-image");
+        run(
+            "from",
+            buildah()
+                .args(["from", "--quiet", "--name", &name])
+                .arg(format!("oci-archive:{}", archive.display())),
+        )?;
+        let entrypoint = run(
+            "inspect",
+            buildah().args([
+                "inspect",
+                "--format",
+                "{{range .OCIv1.Config.Entrypoint}}{{.}}\n{{end}}",
+                &name,
+            ]),
+        )
+        .inspect_err(|_| remove(&name))?;
+        let dir = tempfile::tempdir().map_err(|e| ImageError::Buildah {
+            step: "log",
+            message: e.to_string(),
+        })?;
+        let log = dir.path().join("container.log");
+        let file = std::fs::File::create(&log).map_err(|e| ImageError::Buildah {
+            step: "log",
+            message: e.to_string(),
+        })?;
+        let mut cmd = buildah();
+        cmd.args(["run", "--isolation", "chroot", "--network", "host"]);
+        for m in mounts {
+            cmd.arg("--volume")
+                .arg(format!("{}:{}:ro", m.host.display(), m.container));
+        }
+        cmd.arg(&name)
+            .arg("--")
+            .args(entrypoint.lines())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().map_err(|e| ImageError::Buildah {
+                step: "log",
+                message: e.to_string(),
+            })?)
+            .stderr(file);
+        // Its own process group, so drop kills buildah and the process it runs.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd.spawn().map_err(|e| {
+            remove(&name);
+            ImageError::Buildah {
+                step: "run",
+                message: e.to_string(),
+            }
+        })?;
+        Ok(Self {
+            child,
+            name,
+            log,
+            _dir: dir,
+        })
+    }
+
+    /// What the container wrote so far (standard output and error).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The container's exit status, if it has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+fn remove(name: &str) {
+    let _ = buildah()
+        .args(["rm", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+        remove(&self.name);
+    }
+}

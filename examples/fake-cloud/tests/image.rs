@@ -1,0 +1,157 @@
+//! The fake cloud's container image, not just its binary, as the CCM: the archive that
+//! `scripts/images.sh` builds (FROM scratch, static, user 65532) runs with the arguments of the
+//! shipped `deploy/deployment.yaml` and its cloud-config ConfigMap mounted where the
+//! Deployment mounts it, against a real control plane, and initialises a tainted Node.
+//!
+//! `scripts/test.sh` builds the archive first (`scripts/images.sh --debug
+//! fake-cloud-controller-manager`); run alone, this test fails with that command if the archive
+//! is missing.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ccm_test::image::{Container, Mount};
+use ccm_test::{ControlPlane, eventually, unique_name};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, Taint};
+use kube::api::{Api, PostParams};
+use serde::Deserialize as _;
+
+const IMAGE: &str = "fake-cloud-controller-manager";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn archive() -> PathBuf {
+    let dir = std::env::var_os("CCM_IMAGE_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/images"),
+        PathBuf::from,
+    );
+    dir.join(format!("{IMAGE}.tar"))
+}
+
+/// The shipped manifest's Deployment and cloud-config ConfigMap.
+fn shipped() -> (Deployment, ConfigMap) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/deployment.yaml"),
+    )
+    .unwrap();
+    let (mut deployment, mut config) = (None, None);
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value = serde_yaml_ng::Value::deserialize(doc).unwrap();
+        match value["kind"].as_str() {
+            Some("Deployment") => deployment = Some(serde_yaml_ng::from_value(value).unwrap()),
+            Some("ConfigMap") => config = Some(serde_yaml_ng::from_value(value).unwrap()),
+            _ => {}
+        }
+    }
+    (deployment.unwrap(), config.unwrap())
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// World-readable, as Kubernetes mounts ConfigMaps and Secrets (0644): the image runs as
+/// 65532, not as the owner of the test's files.
+fn readable(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test]
+async fn the_image_initialises_a_node_with_the_shipped_arguments() {
+    let cp = ControlPlane::start().await.expect("a real control plane");
+    let (deployment, config_map) = shipped();
+    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    let mount = container.volume_mounts.as_ref().unwrap()[0]
+        .mount_path
+        .clone();
+
+    let dir = tempfile::tempdir().unwrap();
+    readable(dir.path(), 0o755);
+    let config_dir = dir.path().join("cloud");
+    std::fs::create_dir(&config_dir).unwrap();
+    readable(&config_dir, 0o755);
+    for (file, content) in config_map.data.unwrap() {
+        let path = config_dir.join(file);
+        std::fs::write(&path, content).unwrap();
+        readable(&path, 0o644);
+    }
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::copy(cp.kubeconfig_path(), &kubeconfig).unwrap();
+    readable(&kubeconfig, 0o644);
+
+    // The shipped arguments, with the port moved off 10258 (the host's network is shared
+    // with other tests) and the kubeconfig a Pod would get from its ServiceAccount.
+    let port = free_port();
+    let mut args: Vec<String> = container
+        .args
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|a| {
+            if a.starts_with("--secure-port=") {
+                format!("--secure-port={port}")
+            } else {
+                a
+            }
+        })
+        .collect();
+    args.push("--kubeconfig=/var/run/ccm/kubeconfig".into());
+    let mut ccm = Container::start(
+        &archive(),
+        &[
+            Mount::read_only(&config_dir, mount),
+            Mount::read_only(&kubeconfig, "/var/run/ccm/kubeconfig"),
+        ],
+        &args,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let name = unique_name("image");
+    let mut node = Node::default();
+    node.metadata.name = Some(name.clone());
+    node.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: ccm_core::well_known::TAINT_UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }]),
+        ..NodeSpec::default()
+    });
+    let nodes: Api<Node> = Api::all(cp.client().unwrap());
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+
+    let node = eventually("the image's CCM to initialise the Node", WAIT, || {
+        let (nodes, name) = (&nodes, &name);
+        let exited = ccm.try_wait();
+        let log = ccm.log();
+        async move {
+            if let Some(status) = exited {
+                return Err(format!("the container exited ({status}):\n{log}"));
+            }
+            let node = nodes.get(name).await.map_err(|e| e.to_string())?;
+            let spec = node.spec.clone().unwrap_or_default();
+            let tainted = spec
+                .taints
+                .iter()
+                .flatten()
+                .any(|t| t.key == ccm_core::well_known::TAINT_UNINITIALIZED);
+            if tainted || spec.provider_id.is_none() {
+                Err(format!("not initialised: {spec:?}; container log:\n{log}"))
+            } else {
+                Ok(node)
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        node.spec.unwrap().provider_id.as_deref(),
+        Some(format!("fake://{name}").as_str())
+    );
+}

@@ -173,7 +173,7 @@ pub struct Options {
     /// Whether the route controller configures cloud routes for pod CIDRs.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub configure_cloud_routes: bool,
-    /// Accepted for compatibility; all controllers use the manager's credentials.
+    /// Run each controller as its own ServiceAccount in kube-system (Go's client builder).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub use_service_account_credentials: bool,
 

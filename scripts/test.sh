@@ -24,6 +24,9 @@ for crate in ccm_core ccm_provider; do
   scripts/public-api.py "$crate" --check
 done
 
+step "Go's cloud-controller-manager flags (tools/go-ccm-flags/check.sh)"
+tools/go-ccm-flags/check.sh
+
 step "control-plane binaries (kube-apiserver, etcd, kubectl)"
 KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
 export KUBEBUILDER_ASSETS

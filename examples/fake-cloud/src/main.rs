@@ -24,5 +24,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::FAILURE;
     }
-    CloudControllerManager::new("fake-cloud-controller-manager", registry).run()
+    CloudControllerManager::new("fake-cloud-controller-manager", registry)
+        .with_version(env!("CARGO_PKG_VERSION"), option_env!("CCM_GIT_COMMIT"))
+        .run()
 }

@@ -399,6 +399,8 @@ async fn a_disabled_controller_does_not_run() {
     args.extend([
         "--leader-elect=false".to_owned(),
         "--controllers=*,-cloud-node".to_owned(),
+        // A Go flag with no effect here: accepted, and logged once.
+        "--profiling=false".to_owned(),
     ]);
     let ccm = Ccm::start(&args, &[]);
     wait_started(&ccm).await;
@@ -419,6 +421,12 @@ async fn a_disabled_controller_does_not_run() {
     );
     assert!(
         log.contains("starting controller") && log.contains("cloud-node-lifecycle-controller"),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("flag --profiling is accepted and ignored: no profiling endpoints are served")
+            .count(),
+        1,
         "{log}"
     );
 }
@@ -522,6 +530,26 @@ fn bad_flags_and_config_fail_fast_with_one_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--node-monitor-period"));
+    // --version and --version=raw print the binary's version and exit 0, as Go's; an
+    // explicit false runs (and fails here on the missing --cloud-provider).
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.starts_with(&format!(
+            "fake-cloud-controller-manager v{}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{version}"
+    );
+    let out = Command::new(BIN).arg("--version=raw").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("version.Info{"));
+    let out = Command::new(BIN)
+        .args(["--version=False", "--leader-elect=maybe"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "ParseBool refuses maybe");
     // --help reads well and exits 0.
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());

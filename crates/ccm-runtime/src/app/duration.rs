@@ -54,7 +54,8 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         rest = &rest[unit_len..];
         total += value * seconds_per_unit;
     }
-    if !total.is_finite() || total > 1e12 {
+    // Go's limit: an int64 of nanoseconds, about 292 years.
+    if !total.is_finite() || total > 9_223_372_036.854_775 {
         return Err(err());
     }
     Ok(Duration::from_secs_f64(total))

@@ -26,7 +26,9 @@ use super::controller::{Applies, Controller, ControllerFuture, controllers_help}
 use super::leader::{
     LeaderElectionConfig, LeaderElector, LeaderHealthz, LeadershipEnd, MAX_TOLERABLE_EXPIRED_LEASE,
 };
-use super::options::{FlagError, LogFormat, MAX_KUBECONFIG_BYTES, Options};
+use super::options::{
+    BinaryVersion, FlagError, LogFormat, MAX_KUBECONFIG_BYTES, Options, PrintRequest,
+};
 use super::selection::ControllerSelection;
 use super::serve::Health;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
@@ -137,6 +139,7 @@ pub struct CloudControllerManager {
     extra: Vec<Controller>,
     shutdown_grace: Duration,
     watch_failure_threshold: Duration,
+    version: BinaryVersion,
 }
 
 impl CloudControllerManager {
@@ -149,6 +152,7 @@ impl CloudControllerManager {
             extra: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
             watch_failure_threshold: Duration::from_secs(30),
+            version: BinaryVersion::default(),
         }
     }
 
@@ -157,6 +161,26 @@ impl CloudControllerManager {
     #[must_use]
     pub fn with_controller(mut self, controller: Controller) -> Self {
         self.extra.push(controller);
+        self
+    }
+
+    /// The version `--version` prints: the binary's own, and its git commit when known.
+    /// Without it, `--version` prints ccm-core's version.
+    ///
+    /// ```no_run
+    /// # use ccm_runtime::app::CloudControllerManager;
+    /// # let registry = ccm_provider::ProviderRegistry::new();
+    /// // CCM_GIT_COMMIT set by the binary's build.rs from `git rev-parse --short HEAD`.
+    /// CloudControllerManager::new("my-ccm", registry)
+    ///     .with_version(env!("CARGO_PKG_VERSION"), option_env!("CCM_GIT_COMMIT"))
+    ///     .run();
+    /// ```
+    #[must_use]
+    pub fn with_version(mut self, version: &'static str, git_commit: Option<&'static str>) -> Self {
+        self.version = BinaryVersion {
+            version,
+            git_commit: git_commit.filter(|c| !c.is_empty()),
+        };
         self
     }
 
@@ -189,11 +213,12 @@ impl CloudControllerManager {
         T: Into<std::ffi::OsString> + Clone,
     {
         let controllers = self.controllers();
-        let command = <Options as clap::CommandFactory>::command()
+        let command = super::options::command()
             .name(self.name.clone())
             .mut_arg("controllers", |arg| {
                 arg.help(controllers_help(&controllers))
             });
+        let mut help = command.clone();
         let matches = match command.try_get_matches_from(args) {
             Ok(m) => m,
             Err(err) => {
@@ -205,13 +230,27 @@ impl CloudControllerManager {
                 };
             }
         };
-        let options = match <Options as clap::FromArgMatches>::from_arg_matches(&matches) {
+        let options = match Options::from_matches(&matches) {
             Ok(o) => o,
             Err(err) => {
                 let _ = err.print();
                 return ExitCode::from(2);
             }
         };
+        match options.print_request() {
+            Some(PrintRequest::Help) => {
+                let _ = help.print_help();
+                return ExitCode::SUCCESS;
+            }
+            Some(PrintRequest::Version { raw }) => {
+                #[allow(clippy::print_stdout)]
+                {
+                    println!("{}", self.version.render(&self.name, raw));
+                }
+                return ExitCode::SUCCESS;
+            }
+            None => {}
+        }
         init_logging(&options);
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -244,6 +283,9 @@ impl CloudControllerManager {
         shutdown: CancellationToken,
     ) -> Result<(), AppError> {
         options.validate()?;
+        for (flag, why) in options.ignored_flags() {
+            tracing::info!("flag {flag} is accepted and ignored: {why}");
+        }
         let controllers = self.controllers();
         let selection = ControllerSelection::parse(&options.controllers, &controllers)?;
 
@@ -816,16 +858,8 @@ fn default_kubeconfig_files() -> Vec<(&'static str, std::path::PathBuf)> {
 }
 
 fn init_logging(options: &Options) {
-    let level = match options.verbosity {
-        0..=3 => "info",
-        4 | 5 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!(
-            "{level},kube_client=warn,hyper=warn,rustls=warn"
-        ))
-    });
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(options.log_directives()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod builtin;
 pub mod controller;
 pub mod duration;
+mod goflag;
 pub mod leader;
 pub mod manager;
 pub mod options;

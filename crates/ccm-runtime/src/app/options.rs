@@ -1,16 +1,21 @@
-//! The controller manager's flags, named and defaulted as Go's `cloud-controller-manager`
-//! names them, so a Deployment's arguments carry over unchanged.
+//! The controller manager's flags: every flag of Go's v1.36 `cloud-controller-manager`,
+//! named, defaulted and spelled as Go parses them (booleans as `strconv.ParseBool`, `--x=`
+//! for an unset string, Go durations), so a Deployment's arguments carry over unchanged.
 //!
-//! Flags Go has that do not apply here (profiling, webhooks, leader migration) are accepted, so existing manifests still start,
-//! and documented as having no effect. Every value is checked before the cluster is touched;
-//! an error names the flag.
+//! Flags that change behaviour here are fields of [`Options`]. Go's flags that do not apply
+//! (profiling, webhooks, leader migration, log buffering, …) are accepted, checked for Go's
+//! syntax, and reported by [`Options::ignored_flags`], which the manager logs once at
+//! startup. Every value is checked before the cluster is touched; an error names the flag.
+//! `tests/go_flags.rs` checks all of this against the flag list dumped from Go itself.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser};
 
 use super::duration::parse_go_duration;
+use super::goflag::{self, VersionFlag};
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
@@ -45,7 +50,8 @@ pub enum LogFormat {
     long_about = "A Kubernetes cloud-controller-manager built on ccm-core. It initialises Nodes from the cloud, \
 deletes Nodes whose instance is gone, manages load balancers for type: LoadBalancer Services and routes \
 for pod CIDRs. Flags are named and defaulted as Go's cloud-controller-manager's.",
-    disable_version_flag = true
+    disable_version_flag = true,
+    disable_help_flag = true
 )]
 #[non_exhaustive]
 pub struct Options {
@@ -58,7 +64,7 @@ pub struct Options {
     )]
     pub cloud_provider: String,
     /// The path to the cloud provider configuration file. Empty for none.
-    #[arg(long, value_name = "FILE", help_heading = "Cloud provider")]
+    #[arg(long, value_name = "FILE", value_parser = path, help_heading = "Cloud provider")]
     pub cloud_config: Option<PathBuf>,
     /// Start even if the cloud provider does not tag its resources with a cluster ID.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Cloud provider")]
@@ -66,7 +72,7 @@ pub struct Options {
 
     /// The kubeconfig file with authorization and master location information. Empty: the
     /// in-cluster configuration, or ~/.kube/config.
-    #[arg(long, value_name = "FILE", help_heading = "Kubernetes API")]
+    #[arg(long, value_name = "FILE", value_parser = path, help_heading = "Kubernetes API")]
     pub kubeconfig: Option<PathBuf>,
     /// The address of the Kubernetes API server (overrides any value in kubeconfig).
     #[arg(
@@ -80,6 +86,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "QPS",
+        value_parser = goflag::go_float32,
         default_value_t = 20.0,
         help_heading = "Kubernetes API"
     )]
@@ -88,18 +95,11 @@ pub struct Options {
     #[arg(
         long,
         value_name = "N",
+        value_parser = goflag::go_int32,
         default_value_t = 30,
         help_heading = "Kubernetes API"
     )]
     pub kube_api_burst: i32,
-    /// Content type of requests sent to the API server (accepted; requests are JSON).
-    #[arg(
-        long,
-        value_name = "TYPE",
-        default_value = "application/vnd.kubernetes.protobuf",
-        help_heading = "Kubernetes API"
-    )]
-    pub kube_api_content_type: String,
 
     /// Controllers to enable: '*' enables all on-by-default controllers, 'foo' enables the
     /// controller named foo, '-foo' disables it. Names: cloud-node-controller,
@@ -108,7 +108,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "NAMES",
-        value_delimiter = ',',
+        value_parser = goflag::go_string_slice_flag,
         default_value = "*",
         help_heading = "Controllers"
     )]
@@ -116,13 +116,11 @@ pub struct Options {
     /// The interval between starting controllers (jittered).
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "0s", help_heading = "Controllers")]
     pub controller_start_interval: Duration,
-    /// The resync period of informers (accepted; watches here do not resync).
-    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "12h0m0s", help_heading = "Controllers")]
-    pub min_resync_period: Duration,
     /// Service workers: how many Services are synced at once (1 to 10000).
     #[arg(
         long,
         value_name = "N",
+        value_parser = goflag::go_int32,
         default_value_t = 1,
         help_heading = "Controllers"
     )]
@@ -131,6 +129,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "N",
+        value_parser = goflag::go_int32,
         default_value_t = 1,
         help_heading = "Controllers"
     )]
@@ -140,6 +139,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "N",
+        value_parser = goflag::go_int32,
         default_value_t = 0,
         help_heading = "Controllers"
     )]
@@ -170,13 +170,10 @@ pub struct Options {
         help_heading = "Controllers"
     )]
     pub cluster_cidr: String,
-    /// Accepted for compatibility; pod CIDRs are allocated by kube-controller-manager.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
-    pub allocate_node_cidrs: bool,
     /// Whether the route controller configures cloud routes for pod CIDRs.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub configure_cloud_routes: bool,
-    /// Accepted for compatibility; all controllers use the manager's credentials.
+    /// Run each controller as its own ServiceAccount in kube-system (Go's client builder).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub use_service_account_credentials: bool,
 
@@ -187,45 +184,36 @@ pub struct Options {
     /// Secure serving, authentication and authorization flags.
     #[command(flatten)]
     pub serving: super::serving_options::ServingOptions,
-    /// Accepted for compatibility; no pprof endpoints are served.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Serving")]
-    pub profiling: bool,
-    /// The webhook server port (accepted; no webhooks are served).
-    #[arg(
-        long,
-        value_name = "PORT",
-        default_value_t = 10260,
-        help_heading = "Serving"
-    )]
-    pub webhook_secure_port: i32,
-    /// Webhooks to enable (accepted; no webhooks are served).
-    #[arg(
-        long,
-        value_name = "NAMES",
-        default_value = "",
-        help_heading = "Serving"
-    )]
-    pub webhooks: String,
-    /// Feature gates (accepted; none apply).
-    #[arg(
-        long,
-        value_name = "GATES",
-        default_value = "",
-        help_heading = "Serving"
-    )]
-    pub feature_gates: String,
-    /// Log verbosity: 0 info, 2 more, 4 debug, 6 and up trace.
+
+    /// Log verbosity (klog's -v): 0 info, 2 more, 4 debug, 6 and up trace.
     #[arg(
         short = 'v',
         long = "v",
         value_name = "LEVEL",
-        default_value_t = 0,
+        value_parser = goflag::klog_level,
+        default_value = "0",
         help_heading = "Logging"
     )]
     pub verbosity: u8,
+    /// Per-module verbosity (klog's --vmodule): comma-separated `module=N`, where `module`
+    /// is a Rust module path such as `ccm_runtime::controllers`. Go's file-name patterns
+    /// with `*` or `?` are accepted and ignored.
+    #[arg(long, value_name = "PATTERN=N,...", value_parser = goflag::vmodule_flag, default_value = "", help_heading = "Logging")]
+    pub vmodule: String,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, help_heading = "Logging")]
     pub logging_format: LogFormat,
+
+    /// Print help and exit.
+    #[arg(short = 'h', long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Other")]
+    pub(crate) help: bool,
+    /// Print the version and exit; `--version=raw` prints every field.
+    #[arg(long, value_name = "BOOL|raw", value_parser = goflag::version_flag, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Other")]
+    pub(crate) version: VersionFlag,
+
+    /// Go's flags that have no effect here.
+    #[command(flatten)]
+    pub(crate) ignored: IgnoredFlags,
 }
 
 /// Leader election flags (Go's `--leader-elect*`).
@@ -273,6 +261,339 @@ pub struct LeaderElectionOptions {
     pub enable_leader_migration: bool,
 }
 
+/// Go's flags that have no effect here: accepted with Go's syntax so existing manifests
+/// start, and reported by [`Options::ignored_flags`] when set. `None` (or empty): not given.
+#[derive(Clone, Debug, Default, Args)]
+pub(crate) struct IgnoredFlags {
+    /// Ignored: Go's v1.36 CCM ignores it too; the route controller follows --configure-cloud-routes.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
+    allocate_node_cidrs: Option<bool>,
+    /// Ignored: no node IPAM controller runs here.
+    #[arg(long, value_name = "TYPE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    cidr_allocator_type: Option<String>,
+    /// Ignored: no profiling endpoints are served.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
+    contention_profiling: Option<bool>,
+    /// Ignored: only for Go's in-tree volume plugins.
+    #[arg(long, value_name = "NAME", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    external_cloud_volume_plugin: Option<String>,
+    /// Ignored: no feature gates; `Name=bool` pairs are checked for syntax only.
+    #[arg(long, value_name = "NAME=BOOL,...", value_parser = goflag::feature_gates, help_heading = IGNORED_HEADING)]
+    feature_gates: Option<String>,
+    /// Ignored: requests are JSON.
+    #[arg(long, value_name = "TYPE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    kube_api_content_type: Option<String>,
+    /// Ignored: leader migration is not supported.
+    #[arg(long, value_name = "FILE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    leader_migration_config: Option<String>,
+    /// Ignored: log lines are written as they come, unbuffered.
+    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = IGNORED_HEADING)]
+    log_flush_frequency: Option<Duration>,
+    /// Ignored: log lines are written unbuffered.
+    #[arg(long, value_name = "QUANTITY", value_parser = goflag::quantity, help_heading = IGNORED_HEADING)]
+    log_json_info_buffer_size: Option<String>,
+    /// Ignored: every log line goes to stderr.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
+    log_json_split_stream: Option<bool>,
+    /// Ignored: log lines are written unbuffered.
+    #[arg(long, value_name = "QUANTITY", value_parser = goflag::quantity, help_heading = IGNORED_HEADING)]
+    log_text_info_buffer_size: Option<String>,
+    /// Ignored: every log line goes to stderr.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
+    log_text_split_stream: Option<bool>,
+    /// Ignored: watches here do not resync.
+    #[arg(long, value_name = "DURATION", value_parser = duration, help_heading = IGNORED_HEADING)]
+    min_resync_period: Option<Duration>,
+    /// Ignored: a no-op in Go as well (deprecated there).
+    #[arg(long, value_name = "DURATION", value_parser = duration, hide = true)]
+    node_sync_period: Option<Duration>,
+    /// Ignored: no pprof endpoints are served.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
+    profiling: Option<bool>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "IP", value_parser = goflag::go_ip, help_heading = IGNORED_HEADING)]
+    webhook_bind_address: Option<IpAddr>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "DIR", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    webhook_cert_dir: Option<String>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
+    webhook_disable_http2_serving: Option<bool>,
+    /// Ignored: no webhooks are served (0 to 65535, and not --secure-port).
+    #[arg(long, value_name = "PORT", value_parser = goflag::go_int_as_i32, help_heading = IGNORED_HEADING)]
+    webhook_secure_port: Option<i32>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "FILE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    webhook_tls_cert_file: Option<String>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "NAMES", value_parser = goflag::go_string_slice_flag, help_heading = IGNORED_HEADING)]
+    webhook_tls_cipher_suites: Option<String>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "IDS", value_parser = goflag::go_int32_slice, help_heading = IGNORED_HEADING)]
+    webhook_tls_curve_preferences: Option<String>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "VERSION", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    webhook_tls_min_version: Option<String>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "FILE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
+    webhook_tls_private_key_file: Option<String>,
+    /// Ignored: no webhooks are served.
+    #[arg(long, value_name = "CERT,KEY[:NAMES]", value_parser = goflag::named_cert_key, action = ArgAction::Append, help_heading = IGNORED_HEADING)]
+    webhook_tls_sni_cert_key: Vec<String>,
+    /// Ignored: there are no webhooks; only `*` (all of none) is accepted, as in Go.
+    #[arg(long, value_name = "NAMES", value_parser = goflag::go_string_slice_flag, action = ArgAction::Append, help_heading = IGNORED_HEADING)]
+    webhooks: Vec<String>,
+}
+
+const IGNORED_HEADING: &str = "Accepted for compatibility with Go, no effect";
+
+/// Each ignored flag and why, as [`Options::ignored_flags`] reports it.
+const IGNORED: &[(&str, &str)] = &[
+    (
+        "--allocate-node-cidrs",
+        "Go's v1.36 cloud-controller-manager ignores it too; the route controller follows --configure-cloud-routes",
+    ),
+    (
+        "--cidr-allocator-type",
+        "no node IPAM controller runs here; kube-controller-manager allocates pod CIDRs",
+    ),
+    (
+        "--contention-profiling",
+        "no profiling endpoints are served",
+    ),
+    (
+        "--external-cloud-volume-plugin",
+        "it only configures Go's in-tree volume plugins",
+    ),
+    ("--feature-gates", "ccm-core has no feature gates"),
+    (
+        "--kube-api-content-type",
+        "requests to the API server are JSON",
+    ),
+    (
+        "--leader-migration-config",
+        "leader migration is not supported",
+    ),
+    ("--log-flush-frequency", "log lines are written unbuffered"),
+    (
+        "--log-json-info-buffer-size",
+        "log lines are written unbuffered",
+    ),
+    ("--log-json-split-stream", "every log line goes to stderr"),
+    (
+        "--log-text-info-buffer-size",
+        "log lines are written unbuffered",
+    ),
+    ("--log-text-split-stream", "every log line goes to stderr"),
+    ("--min-resync-period", "watches here do not resync"),
+    ("--node-sync-period", "a deprecated no-op in Go as well"),
+    ("--profiling", "no profiling endpoints are served"),
+    (
+        "--version",
+        "--version=vX.Y.Z sets the version Go reports on /version, which is not served here",
+    ),
+    (
+        "--vmodule",
+        "entries with * or ? match Go file names; only module paths such as ccm_runtime::controllers=4 apply",
+    ),
+    ("--webhook-bind-address", "no webhooks are served"),
+    ("--webhook-cert-dir", "no webhooks are served"),
+    ("--webhook-disable-http2-serving", "no webhooks are served"),
+    ("--webhook-secure-port", "no webhooks are served"),
+    ("--webhook-tls-cert-file", "no webhooks are served"),
+    ("--webhook-tls-cipher-suites", "no webhooks are served"),
+    ("--webhook-tls-curve-preferences", "no webhooks are served"),
+    ("--webhook-tls-min-version", "no webhooks are served"),
+    ("--webhook-tls-private-key-file", "no webhooks are served"),
+    ("--webhook-tls-sni-cert-key", "no webhooks are served"),
+    ("--webhooks", "there are no webhooks"),
+];
+
+impl IgnoredFlags {
+    /// The flags given on the command line.
+    fn given(&self) -> Vec<&'static str> {
+        let flags = [
+            ("--allocate-node-cidrs", self.allocate_node_cidrs.is_some()),
+            ("--cidr-allocator-type", self.cidr_allocator_type.is_some()),
+            (
+                "--contention-profiling",
+                self.contention_profiling.is_some(),
+            ),
+            (
+                "--external-cloud-volume-plugin",
+                self.external_cloud_volume_plugin.is_some(),
+            ),
+            ("--feature-gates", self.feature_gates.is_some()),
+            (
+                "--kube-api-content-type",
+                self.kube_api_content_type.is_some(),
+            ),
+            (
+                "--leader-migration-config",
+                self.leader_migration_config.is_some(),
+            ),
+            ("--log-flush-frequency", self.log_flush_frequency.is_some()),
+            (
+                "--log-json-info-buffer-size",
+                self.log_json_info_buffer_size.is_some(),
+            ),
+            (
+                "--log-json-split-stream",
+                self.log_json_split_stream.is_some(),
+            ),
+            (
+                "--log-text-info-buffer-size",
+                self.log_text_info_buffer_size.is_some(),
+            ),
+            (
+                "--log-text-split-stream",
+                self.log_text_split_stream.is_some(),
+            ),
+            ("--min-resync-period", self.min_resync_period.is_some()),
+            ("--node-sync-period", self.node_sync_period.is_some()),
+            ("--profiling", self.profiling.is_some()),
+            (
+                "--webhook-bind-address",
+                self.webhook_bind_address.is_some(),
+            ),
+            ("--webhook-cert-dir", self.webhook_cert_dir.is_some()),
+            (
+                "--webhook-disable-http2-serving",
+                self.webhook_disable_http2_serving.is_some(),
+            ),
+            ("--webhook-secure-port", self.webhook_secure_port.is_some()),
+            (
+                "--webhook-tls-cert-file",
+                self.webhook_tls_cert_file.is_some(),
+            ),
+            (
+                "--webhook-tls-cipher-suites",
+                self.webhook_tls_cipher_suites.is_some(),
+            ),
+            (
+                "--webhook-tls-curve-preferences",
+                self.webhook_tls_curve_preferences.is_some(),
+            ),
+            (
+                "--webhook-tls-min-version",
+                self.webhook_tls_min_version.is_some(),
+            ),
+            (
+                "--webhook-tls-private-key-file",
+                self.webhook_tls_private_key_file.is_some(),
+            ),
+            (
+                "--webhook-tls-sni-cert-key",
+                !self.webhook_tls_sni_cert_key.is_empty(),
+            ),
+            ("--webhooks", !self.webhooks.is_empty()),
+        ];
+        flags
+            .into_iter()
+            .filter(|(_, given)| *given)
+            .map(|(flag, _)| flag)
+            .collect()
+    }
+}
+
+/// What the binary prints instead of running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PrintRequest {
+    /// `--help`, `-h`.
+    Help,
+    /// `--version` (`raw`: `--version=raw`).
+    Version {
+        /// Every field, as Go's `--version=raw`.
+        raw: bool,
+    },
+}
+
+/// The clap command of [`Options`] with Go's value syntax on every flag, including those
+/// other modules flatten in: every boolean takes `strconv.ParseBool`'s spellings, alone or
+/// with `=` (never as the next argument, as in pflag), and every other flag takes its value
+/// after `=` or as the next argument even when that starts with `-` (`--kube-api-burst -1`).
+/// A flag given twice takes the last value; a list flag appends, as pflag's.
+pub(crate) fn command() -> clap::Command {
+    // pflag: a flag given again replaces its value (lists append).
+    let command = <Options as clap::CommandFactory>::command().args_override_self(true);
+    command.mut_args(|arg| {
+        let takes_value = arg.get_action().takes_values();
+        if !takes_value {
+            return arg;
+        }
+        if arg.get_value_parser().type_id() == std::any::TypeId::of::<bool>() {
+            arg.value_parser(goflag::go_bool)
+                .value_name("BOOL")
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+        } else {
+            arg.allow_hyphen_values(true)
+        }
+    })
+}
+
+/// A path flag: empty means not given, as in Go (`--cloud-config=`).
+fn path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
+}
+
+/// Maps a klog verbosity to a tracing level.
+fn level_name(verbosity: i64) -> &'static str {
+    match verbosity {
+        ..=3 => "info",
+        4 | 5 => "debug",
+        _ => "trace",
+    }
+}
+
+/// Whether a `--vmodule` pattern is a module path tracing can filter on (not a Go glob).
+fn is_module_path(pattern: &str) -> bool {
+    !pattern.is_empty()
+        && pattern.split("::").all(|seg| {
+            !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
+}
+
+/// The version a binary reports for `--version`; see
+/// [`CloudControllerManager::with_version`](super::CloudControllerManager::with_version).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BinaryVersion {
+    pub(crate) version: &'static str,
+    pub(crate) git_commit: Option<&'static str>,
+}
+
+impl Default for BinaryVersion {
+    fn default() -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION"),
+            git_commit: None,
+        }
+    }
+}
+
+impl BinaryVersion {
+    /// The text `--version` prints (Go: `Kubernetes v1.36.3`): `NAME vVERSION` and the
+    /// commit when known; `--version=raw` prints every field, like Go's `%#v`.
+    pub(crate) fn render(&self, name: &str, raw: bool) -> String {
+        let v = self.version.strip_prefix('v').unwrap_or(self.version);
+        if raw {
+            format!(
+                "version.Info{{Name:{name:?}, GitVersion:\"v{v}\", GitCommit:{:?}, CcmCore:\"v{}\", Platform:\"{}/{}\"}}",
+                self.git_commit.unwrap_or(""),
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+            )
+        } else {
+            match self.git_commit {
+                Some(commit) => format!("{name} v{v} ({commit})"),
+                None => format!("{name} v{v}"),
+            }
+        }
+    }
+}
+
 /// A flag with a value it cannot take.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{flag}: {message}")]
@@ -293,12 +614,16 @@ fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
 impl Options {
     /// Parses command-line arguments (the first is the program name) as the binary does,
     /// for tests and for binaries that run the manager with
-    /// [`run_with_options`](super::CloudControllerManager::run_with_options).
+    /// [`run_with_options`](super::CloudControllerManager::run_with_options). Values are
+    /// read as Go reads them: booleans as `strconv.ParseBool` (`--leader-elect=False`), `--x`
+    /// alone for a true boolean, `--x=` for an empty value. `--help` and `--version` are
+    /// accepted here; [`run`](super::CloudControllerManager::run) acts on them.
     ///
     /// ```
     /// use ccm_core::app::Options;
-    /// let o = Options::from_args(["ccm", "--cloud-provider=acme", "--leader-elect=false"]).unwrap();
+    /// let o = Options::from_args(["ccm", "--cloud-provider=acme", "--leader-elect=F"]).unwrap();
     /// assert_eq!(o.cloud_provider, "acme");
+    /// assert!(!o.leader_election.leader_elect);
     /// assert!(Options::from_args(["ccm", "--no-such-flag"]).is_err());
     /// ```
     pub fn from_args<I, T>(args: I) -> Result<Self, FlagError>
@@ -306,11 +631,101 @@ impl Options {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        <Self as Parser>::try_parse_from(args).map_err(|e| {
+        let to_flag_error = |e: clap::Error| {
+            // The first line, and clap's suggestion of a similar flag.
             let message = e.to_string();
-            let first = message.lines().next().unwrap_or_default();
-            bad("arguments", first.trim_start_matches("error: ").to_owned())
-        })
+            let mut lines = message.lines().map(str::trim);
+            let mut text = lines
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ")
+                .to_owned();
+            for tip in lines.filter(|l| l.starts_with("tip:")) {
+                text.push_str("; ");
+                text.push_str(tip);
+            }
+            bad("arguments", text)
+        };
+        let matches = command()
+            .try_get_matches_from(args)
+            .map_err(to_flag_error)?;
+        Self::from_matches(&matches).map_err(to_flag_error)
+    }
+
+    /// The options of parsed arguments (from [`command`]), normalized as Go reads them.
+    pub(crate) fn from_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut options = <Self as clap::FromArgMatches>::from_arg_matches(matches)?;
+        // Go: an empty path is no file.
+        for path in [&mut options.cloud_config, &mut options.kubeconfig] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                *path = None;
+            }
+        }
+        // Each occurrence is one CSV record, as pflag reads a stringSlice (checked above).
+        options.controllers = options
+            .controllers
+            .iter()
+            .flat_map(|v| goflag::go_string_slice(v).unwrap_or_default())
+            .collect();
+        Ok(options)
+    }
+
+    /// Go's flags that were given and have no effect here, each with why: the manager logs
+    /// them once at startup (`flag --x is accepted and ignored: why`). Flags at their
+    /// defaults are not listed.
+    ///
+    /// ```
+    /// use ccm_core::app::Options;
+    /// let o = Options::from_args(["ccm", "--profiling=false"]).unwrap();
+    /// assert_eq!(o.ignored_flags(), vec![("--profiling", "no profiling endpoints are served")]);
+    /// ```
+    pub fn ignored_flags(&self) -> Vec<(&'static str, &'static str)> {
+        let mut given = self.ignored.given();
+        if matches!(self.version, VersionFlag::Set(_)) {
+            given.push("--version");
+        }
+        if self.vmodule_entries().1 {
+            given.push("--vmodule");
+        }
+        IGNORED
+            .iter()
+            .filter(|(flag, _)| given.contains(flag))
+            .copied()
+            .collect()
+    }
+
+    /// The `tracing_subscriber::EnvFilter` directives of `-v` and `--vmodule`, e.g.
+    /// `info,kube_client=warn,hyper=warn,rustls=warn,ccm_runtime::controllers=debug`.
+    pub(crate) fn log_directives(&self) -> String {
+        let mut directives = format!(
+            "{},kube_client=warn,hyper=warn,rustls=warn",
+            level_name(i64::from(self.verbosity))
+        );
+        for (module, level) in self.vmodule_entries().0 {
+            directives.push_str(&format!(",{module}={}", level_name(i64::from(level))));
+        }
+        directives
+    }
+
+    /// `--vmodule`'s entries that name module paths, and whether any did not (Go globs).
+    fn vmodule_entries(&self) -> (Vec<(String, i32)>, bool) {
+        let entries = goflag::vmodule(&self.vmodule).unwrap_or_default();
+        let (paths, globs): (Vec<_>, Vec<_>) =
+            entries.into_iter().partition(|(p, _)| is_module_path(p));
+        (paths, !globs.is_empty())
+    }
+
+    /// What `--help` and `--version` ask the binary to print instead of running: `None`
+    /// to run.
+    pub(crate) fn print_request(&self) -> Option<PrintRequest> {
+        if self.help {
+            return Some(PrintRequest::Help);
+        }
+        match self.version {
+            VersionFlag::Print => Some(PrintRequest::Version { raw: false }),
+            VersionFlag::Raw => Some(PrintRequest::Version { raw: true }),
+            VersionFlag::Off | VersionFlag::Set(_) => None,
+        }
     }
 
     /// Checks the values clap cannot: ranges and relations between flags. The route
@@ -371,11 +786,28 @@ impl Options {
             return Err(bad("--cluster-name", "must not be empty"));
         }
         self.serving.validate()?;
-        if self.serving.secure_port != 0 && self.serving.secure_port == self.webhook_secure_port {
+        let webhook_port = self.ignored.webhook_secure_port.unwrap_or(10260);
+        if !(0..=65535).contains(&webhook_port) {
+            return Err(bad(
+                "--webhook-secure-port",
+                format!("must be between 0 and 65535, got {webhook_port}"),
+            ));
+        }
+        if self.serving.secure_port != 0 && self.serving.secure_port == webhook_port {
             return Err(bad(
                 "--webhook-secure-port",
                 "must differ from --secure-port",
             ));
+        }
+        for list in &self.ignored.webhooks {
+            for name in goflag::go_string_slice(list).unwrap_or_default() {
+                if name != "*" {
+                    return Err(bad(
+                        "--webhooks",
+                        format!("{name:?} is not in the list of known webhooks (there are none)"),
+                    ));
+                }
+            }
         }
         self.leader_election.validate()
     }
@@ -449,7 +881,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Options {
-        Options::try_parse_from(std::iter::once("ccm").chain(args.iter().copied())).unwrap()
+        Options::from_args(std::iter::once("ccm").chain(args.iter().copied())).unwrap()
     }
 
     #[test]
@@ -485,14 +917,13 @@ mod tests {
         assert_eq!(o.node_monitor_period, Duration::from_secs(5));
         assert_eq!(o.node_status_update_frequency, Duration::from_secs(300));
         assert_eq!(o.route_reconciliation_period, Duration::from_secs(10));
-        assert_eq!(o.min_resync_period, Duration::from_secs(12 * 3600));
         assert_eq!(o.cluster_name, "kubernetes");
         assert_eq!(o.cluster_cidr, "");
-        assert!(!o.allocate_node_cidrs);
+        assert!(o.ignored_flags().is_empty());
+        assert!(o.print_request().is_none());
         assert!(o.configure_cloud_routes);
         assert_eq!(o.serving.bind_address.to_string(), "0.0.0.0");
         assert_eq!(o.serving.secure_port, 10258);
-        assert_eq!(o.webhook_secure_port, 10260);
     }
 
     #[test]
@@ -511,7 +942,13 @@ mod tests {
         assert_eq!(o.cloud_provider, "fake");
         assert!(!o.leader_election.leader_elect);
         assert!(!o.configure_cloud_routes);
-        assert!(o.allocate_node_cidrs);
+        assert_eq!(
+            o.ignored_flags(),
+            vec![
+                ("--allocate-node-cidrs", IGNORED[0].1),
+                ("--profiling", "no profiling endpoints are served")
+            ]
+        );
         assert_eq!(o.controllers, vec!["*", "-route"]);
         assert_eq!(o.node_status_update_frequency, Duration::from_secs(90));
         assert_eq!(o.verbosity, 4);
@@ -611,6 +1048,78 @@ mod tests {
     }
 
     #[test]
+    fn v_and_vmodule_become_tracing_directives() {
+        let o = parse(&[
+            "-v=4",
+            "--vmodule=ccm_runtime::controllers=6,node*=2,kube=0",
+        ]);
+        let directives = o.log_directives();
+        assert_eq!(
+            directives,
+            "debug,kube_client=warn,hyper=warn,rustls=warn,ccm_runtime::controllers=trace,kube=info"
+        );
+        assert!(tracing_subscriber::EnvFilter::try_new(&directives).is_ok());
+        // The Go glob is reported as ignored; the module paths are not.
+        assert_eq!(
+            o.ignored_flags()
+                .iter()
+                .map(|(f, _)| *f)
+                .collect::<Vec<_>>(),
+            ["--vmodule"]
+        );
+        assert!(
+            parse(&["--vmodule=ccm_runtime=4"])
+                .ignored_flags()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn help_and_version_ask_to_print() {
+        assert_eq!(parse(&["-h"]).print_request(), Some(PrintRequest::Help));
+        assert_eq!(parse(&["--help=false"]).print_request(), None);
+        assert_eq!(
+            parse(&["--version"]).print_request(),
+            Some(PrintRequest::Version { raw: false })
+        );
+        assert_eq!(
+            parse(&["--version=raw"]).print_request(),
+            Some(PrintRequest::Version { raw: true })
+        );
+        let o = parse(&["--version=v1.36.3"]);
+        assert_eq!(o.print_request(), None);
+        assert_eq!(o.ignored_flags()[0].0, "--version");
+        let v = BinaryVersion {
+            version: "1.2.3",
+            git_commit: Some("abc1234"),
+        };
+        assert_eq!(v.render("acme-ccm", false), "acme-ccm v1.2.3 (abc1234)");
+        assert!(v.render("acme-ccm", true).contains("GitCommit:\"abc1234\""));
+    }
+
+    #[test]
+    fn go_webhook_checks() {
+        let err = |args: &[&str]| parse(args).validate().unwrap_err().to_string();
+        assert_eq!(
+            err(&["--cloud-provider=x", "--webhooks=foo"]),
+            "--webhooks: \"foo\" is not in the list of known webhooks (there are none)"
+        );
+        assert!(
+            parse(&["--cloud-provider=x", "--webhooks=*"])
+                .validate()
+                .is_ok()
+        );
+        assert_eq!(
+            err(&["--cloud-provider=x", "--webhook-secure-port=10258"]),
+            "--webhook-secure-port: must differ from --secure-port"
+        );
+        assert_eq!(
+            err(&["--cloud-provider=x", "--webhook-secure-port=70000"]),
+            "--webhook-secure-port: must be between 0 and 65535, got 70000"
+        );
+    }
+
+    #[test]
     fn malformed_values_are_clap_errors_naming_the_flag() {
         for (arg, flag) in [
             ("--node-monitor-period=5", "--node-monitor-period"),
@@ -618,12 +1127,10 @@ mod tests {
             ("--bind-address=localhost", "--bind-address"),
             ("--leader-elect=maybe", "--leader-elect"),
         ] {
-            let err = Options::try_parse_from(["ccm", arg])
-                .unwrap_err()
-                .to_string();
+            let err = Options::from_args(["ccm", arg]).unwrap_err().to_string();
             assert!(err.contains(flag), "{arg}: {err}");
         }
-        let err = Options::try_parse_from(["ccm", "--cloud-providr=x"])
+        let err = Options::from_args(["ccm", "--cloud-providr=x"])
             .unwrap_err()
             .to_string();
         assert!(

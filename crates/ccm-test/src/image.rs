@@ -173,3 +173,78 @@ impl Drop for Container {
         remove(&self.name);
     }
 }
+
+/// The files of a Pod's volumes, written where a test can mount them: a folder per volume,
+/// world-readable as the kubelet makes ConfigMap volumes (the image runs as its own user,
+/// not as the owner of the test's files). Removed on drop.
+#[derive(Debug)]
+pub struct VolumeFiles {
+    dir: tempfile::TempDir,
+}
+
+impl VolumeFiles {
+    /// An empty set of volumes in a new temporary folder.
+    pub fn new() -> std::io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        world_readable(dir.path(), 0o755)?;
+        Ok(Self { dir })
+    }
+
+    /// Writes `files` (name, content) into the folder of volume `volume` and returns a
+    /// read-only mount of it at `mount_path`.
+    pub fn volume<'a>(
+        &self,
+        volume: &str,
+        files: impl IntoIterator<Item = (&'a str, &'a str)>,
+        mount_path: &str,
+    ) -> std::io::Result<Mount> {
+        let dir = self.dir.path().join(volume);
+        std::fs::create_dir_all(&dir)?;
+        world_readable(&dir, 0o755)?;
+        for (name, content) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, content)?;
+            world_readable(&path, 0o644)?;
+        }
+        Ok(Mount::read_only(dir, mount_path))
+    }
+
+    /// Copies one file (a kubeconfig, say) in, world-readable, and returns a read-only mount
+    /// of it at `mount_path`.
+    pub fn file(&self, host: &Path, mount_path: &str) -> std::io::Result<Mount> {
+        let name = host.file_name().unwrap_or_else(|| "file".as_ref());
+        let path = self.dir.path().join(name);
+        std::fs::copy(host, &path)?;
+        world_readable(&path, 0o644)?;
+        Ok(Mount::read_only(path, mount_path))
+    }
+}
+
+fn world_readable(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// A loopback port that nothing listens on now, for a container on the host's network.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The objects of kind `kind` in a multi-document YAML manifest (a `deploy/*.yaml`), parsed
+/// as `T`, in order: what a test reads to run an image as the manifest would.
+pub fn manifest_objects<T: serde::de::DeserializeOwned>(
+    yaml: &str,
+    kind: &str,
+) -> Result<Vec<T>, serde_yaml_ng::Error> {
+    use serde::Deserialize as _;
+    let mut objects = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let value = serde_yaml_ng::Value::deserialize(document)?;
+        if value.get("kind").and_then(serde_yaml_ng::Value::as_str) == Some(kind) {
+            objects.push(serde_yaml_ng::from_value(value)?);
+        }
+    }
+    Ok(objects)
+}

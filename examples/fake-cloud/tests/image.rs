@@ -7,16 +7,14 @@
 //! fake-cloud-controller-manager`); run alone, this test fails with that command if the archive
 //! is missing.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ccm_test::image::{Container, Mount};
+use ccm_test::image::{Container, VolumeFiles, free_port, manifest_objects};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, Taint};
 use kube::api::{Api, PostParams};
-use serde::Deserialize as _;
 
 const IMAGE: &str = "fake-cloud-controller-manager";
 const WAIT: Duration = Duration::from_secs(60);
@@ -35,31 +33,9 @@ fn shipped() -> (Deployment, ConfigMap) {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/deployment.yaml"),
     )
     .unwrap();
-    let (mut deployment, mut config) = (None, None);
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let value = serde_yaml_ng::Value::deserialize(doc).unwrap();
-        match value["kind"].as_str() {
-            Some("Deployment") => deployment = Some(serde_yaml_ng::from_value(value).unwrap()),
-            Some("ConfigMap") => config = Some(serde_yaml_ng::from_value(value).unwrap()),
-            _ => {}
-        }
-    }
-    (deployment.unwrap(), config.unwrap())
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// World-readable, as Kubernetes mounts ConfigMaps and Secrets (0644): the image runs as
-/// 65532, not as the owner of the test's files.
-fn readable(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    let mut deployments = manifest_objects::<Deployment>(&text, "Deployment").unwrap();
+    let mut config_maps = manifest_objects::<ConfigMap>(&text, "ConfigMap").unwrap();
+    (deployments.remove(0), config_maps.remove(0))
 }
 
 #[tokio::test]
@@ -71,23 +47,22 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
         .mount_path
         .clone();
 
-    let dir = tempfile::tempdir().unwrap();
-    readable(dir.path(), 0o755);
-    let config_dir = dir.path().join("cloud");
-    std::fs::create_dir(&config_dir).unwrap();
-    readable(&config_dir, 0o755);
-    for (file, content) in config_map.data.unwrap() {
-        let path = config_dir.join(file);
-        std::fs::write(&path, content).unwrap();
-        readable(&path, 0o644);
-    }
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::copy(cp.kubeconfig_path(), &kubeconfig).unwrap();
-    readable(&kubeconfig, 0o644);
+    let files = VolumeFiles::new().unwrap();
+    let data = config_map.data.unwrap();
+    let config = files
+        .volume(
+            "cloud-config",
+            data.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &mount,
+        )
+        .unwrap();
+    let kubeconfig = files
+        .file(cp.kubeconfig_path(), "/var/run/ccm/kubeconfig")
+        .unwrap();
 
     // The shipped arguments, with the port moved off 10258 (the host's network is shared
     // with other tests) and the kubeconfig a Pod would get from its ServiceAccount.
-    let port = free_port();
+    let port = free_port().unwrap();
     let mut args: Vec<String> = container
         .args
         .clone()
@@ -102,15 +77,8 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
         })
         .collect();
     args.push("--kubeconfig=/var/run/ccm/kubeconfig".into());
-    let mut ccm = Container::start(
-        &archive(),
-        &[
-            Mount::read_only(&config_dir, mount),
-            Mount::read_only(&kubeconfig, "/var/run/ccm/kubeconfig"),
-        ],
-        &args,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let mut ccm = Container::start(&archive(), &[config, kubeconfig], &args)
+        .unwrap_or_else(|e| panic!("{e}"));
 
     let name = unique_name("image");
     let mut node = Node::default();

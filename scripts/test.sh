@@ -27,6 +27,9 @@ done
 step "Go's cloud-controller-manager flags (tools/go-ccm-flags/check.sh)"
 tools/go-ccm-flags/check.sh
 
+step "release manifests (releases/ rendered from each provider's deploy/)"
+scripts/release-manifests.sh --check
+
 step "control-plane binaries (kube-apiserver, etcd, kubectl)"
 KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
 export KUBEBUILDER_ASSETS

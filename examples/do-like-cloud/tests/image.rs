@@ -70,8 +70,6 @@ async fn the_images_initialise_a_node_and_serve_a_load_balancer() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/deployment.yaml"),
     )
     .unwrap();
-    // kubectl reads `defaultMode: 0440` as YAML 1.1 octal; serde_yaml_ng as a string.
-    let text = text.replace("defaultMode: 0440", "defaultMode: 288");
     let deployment = manifest_objects::<Deployment>(&text, "Deployment")
         .unwrap()
         .remove(0);

@@ -123,3 +123,32 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
         Some(format!("fake://{name}").as_str())
     );
 }
+
+#[tokio::test]
+async fn the_image_prints_its_version_and_commit() {
+    let mut container = Container::start(&archive(), &[], &["--version".to_owned()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let status = eventually("--version to exit", WAIT, || {
+        let exited = container.try_wait();
+        let log = container.log();
+        std::future::ready(exited.ok_or(log))
+    })
+    .await;
+    let out = container.log();
+    assert!(status.success(), "{status}: {out}");
+    let want = format!("{IMAGE} v{}", env!("CARGO_PKG_VERSION"));
+    assert!(out.contains(&want), "{out:?} should name {want}");
+    // The commit the image was built from, when built in a git checkout (as images.sh does).
+    if let Ok(head) = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        && head.status.success()
+    {
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        assert!(
+            out.contains(&format!("({head})")),
+            "{out:?} should name commit {head}: is the archive older than HEAD? \
+             (scripts/images.sh --debug {IMAGE})"
+        );
+    }
+}

@@ -39,42 +39,6 @@ fn go_flags() -> Vec<GoFlag> {
         .collect()
 }
 
-/// The secure-serving and delegated authentication/authorization flags, which the serving
-/// options (`app::serving_options`) define. Checked like every other flag; skipped only
-/// while that module is not in this tree (no such flag defined at all).
-fn owned_by_the_serving_options(name: &str) -> bool {
-    [
-        "bind-address",
-        "secure-port",
-        "cert-dir",
-        "http2-max-streams-per-connection",
-        "disable-http2-serving",
-        "permit-port-sharing",
-        "permit-address-sharing",
-        "client-ca-file",
-    ]
-    .contains(&name)
-        || [
-            "tls-",
-            "requestheader-",
-            "authentication-",
-            "authorization-",
-        ]
-        .iter()
-        .any(|p| name.starts_with(p))
-}
-
-/// Whether the serving options are in this tree: `--client-ca-file` is theirs alone. Until
-/// then the flags they own are skipped (the old definitions here are theirs to replace).
-fn serving_options_present() -> bool {
-    defined().contains("client-ca-file")
-}
-
-/// Skipped: a flag owned by the serving options while they are absent.
-fn skipped(name: &str) -> bool {
-    owned_by_the_serving_options(name) && !serving_options_present()
-}
-
 /// Our own flags, which Go has not.
 const OURS: &[&str] = &["insecure-serving"];
 
@@ -199,7 +163,6 @@ fn is_boolean(kind: &str) -> bool {
 
 #[test]
 fn every_go_flag_is_accepted_with_a_value_of_its_type() {
-    let mut skipped_flags = Vec::new();
     let mut failures = Vec::new();
     let mut check = |args: Vec<String>, ok: bool| {
         let got = parse(&args);
@@ -211,10 +174,6 @@ fn every_go_flag_is_accepted_with_a_value_of_its_type() {
         }
     };
     for flag in go_flags() {
-        if skipped(&flag.name) {
-            skipped_flags.push(flag.name.clone());
-            continue;
-        }
         let long = format!("--{}", flag.name);
         let (good, bad) = values(&flag);
         if is_boolean(&flag.kind) {
@@ -259,13 +218,6 @@ fn every_go_flag_is_accepted_with_a_value_of_its_type() {
         failures.len(),
         failures.join("\n")
     );
-    if !skipped_flags.is_empty() {
-        eprintln!(
-            "skipped {} flags owned by the serving options, not in this tree: {}",
-            skipped_flags.len(),
-            skipped_flags.join(", ")
-        );
-    }
 }
 
 #[test]
@@ -282,7 +234,7 @@ fn we_define_only_gos_flags_and_ours() {
 fn defaults_are_gos() {
     let command = Options::command();
     let mut failures = Vec::new();
-    for flag in go_flags().into_iter().filter(|f| !skipped(&f.name)) {
+    for flag in go_flags() {
         let Some(arg) = command
             .get_arguments()
             .find(|a| a.get_long() == Some(flag.name.as_str()))
@@ -358,6 +310,27 @@ fn go_spellings_mean_what_they_mean_in_go() {
         "the last occurrence wins, as in pflag"
     );
     assert_eq!(o.cluster_name, "b");
+    // The serving options' flags, as pflag and the Kubernetes flag types read them.
+    let o = parse(&[
+        "--authorization-always-allow-paths".into(),
+        "\"/a,b\",/c".into(),
+        "--authorization-always-allow-paths=/d".into(),
+        "--requestheader-allowed-names=".into(),
+        "--http2-max-streams-per-connection".into(),
+        "0x10".into(),
+        "--secure-port=0o17".into(),
+        "--tls-cert-file=".into(),
+    ])
+    .unwrap();
+    assert_eq!(o.serving.always_allow_paths(), ["/a,b", "/c", "/d"]);
+    assert!(o.serving.request_header_lists()[0].is_empty());
+    assert_eq!(o.serving.http2_max_streams_per_connection, 16);
+    assert_eq!(o.serving.secure_port, 15);
+    assert_eq!(
+        o.serving.tls_cert_file(),
+        None,
+        "--tls-cert-file= is no file"
+    );
     let o = parse(&["-v".into(), "5".into()]).unwrap();
     assert_eq!(o.verbosity, 5);
     let o = parse(&["--node-monitor-period".into(), "1m0.5s".into()]).unwrap();
@@ -401,9 +374,6 @@ fn the_moving_from_go_table_has_every_flag_and_the_ignored_ones_are_reported() {
             ));
             continue;
         };
-        if skipped(&flag.name) {
-            continue;
-        }
         let (good, _) = values(&flag);
         let value = good.iter().find(|v| !v.is_empty()).copied().unwrap_or("1");
         let arg = if is_boolean(&flag.kind) {

@@ -310,6 +310,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bools_as_strconv_parses_them() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(go_bool(t), Ok(true));
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(go_bool(f), Ok(false));
+        }
+        for x in ["", "yes", "tRUE", "2"] {
+            assert!(go_bool(x).is_err(), "{x}");
+        }
+    }
+
+    #[test]
     fn ints_as_go_parses_them() {
         for (s, want) in [
             ("10", 10),

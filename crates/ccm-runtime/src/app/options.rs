@@ -365,7 +365,15 @@ const IGNORED: &[(&str, &str)] = &[
         "--external-cloud-volume-plugin",
         "it only configures Go's in-tree volume plugins",
     ),
+    (
+        "--disable-http2-serving",
+        "the endpoints are served over HTTP/1.1",
+    ),
     ("--feature-gates", "ccm-core has no feature gates"),
+    (
+        "--http2-max-streams-per-connection",
+        "the endpoints are served over HTTP/1.1",
+    ),
     (
         "--kube-api-content-type",
         "requests to the API server are JSON",
@@ -686,6 +694,13 @@ impl Options {
         }
         if self.vmodule_entries().1 {
             given.push("--vmodule");
+        }
+        // The serving options' HTTP/2 flags, when not at Go's defaults.
+        if self.serving.http2_max_streams_per_connection != 0 {
+            given.push("--http2-max-streams-per-connection");
+        }
+        if self.serving.disable_http2_serving {
+            given.push("--disable-http2-serving");
         }
         IGNORED
             .iter()
@@ -1071,6 +1086,33 @@ mod tests {
             parse(&["--vmodule=ccm_runtime=4"])
                 .ignored_flags()
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn http2_flags_are_reported_as_ignored() {
+        let o = parse(&[
+            "--http2-max-streams-per-connection=0x10",
+            "--disable-http2-serving",
+        ]);
+        assert_eq!(o.serving.http2_max_streams_per_connection, 16);
+        assert_eq!(
+            o.ignored_flags()
+                .iter()
+                .map(|(f, _)| *f)
+                .collect::<Vec<_>>(),
+            [
+                "--disable-http2-serving",
+                "--http2-max-streams-per-connection"
+            ]
+        );
+        assert!(
+            parse(&[
+                "--http2-max-streams-per-connection=0",
+                "--disable-http2-serving=false"
+            ])
+            .ignored_flags()
+            .is_empty()
         );
     }
 

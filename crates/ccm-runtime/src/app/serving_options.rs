@@ -1,8 +1,11 @@
 //! The secure-serving, authentication and authorization flags, named, typed and defaulted
 //! as `k8s.io/apiserver`'s `SecureServingOptions`, `DelegatingAuthenticationOptions` and
-//! `DelegatingAuthorizationOptions` declare them for Go's v1.36 `cloud-controller-manager`
-//! (booleans as `strconv.ParseBool`, durations as `time.ParseDuration`, lists as pflag's
-//! comma-separated string slices, empty strings as unset), plus our `--insecure-serving`.
+//! `DelegatingAuthorizationOptions` declare them for Go's v1.36 `cloud-controller-manager`,
+//! with Go's value syntax (the same parsers as every other flag): booleans as
+//! `strconv.ParseBool`, integers as `strconv.ParseInt` with base prefixes (`0x10`),
+//! durations as `time.ParseDuration`, each occurrence of a list flag one CSV record appended
+//! to the list (pflag's `stringSlice`, `int32Slice`), `--tls-sni-cert-key` as
+//! `namedCertKey`, empty strings as unset; plus our `--insecure-serving`.
 //! [`ServingOptions::validate`] checks what clap cannot and
 //! [`ServingOptions::tls_settings`] maps the TLS flags onto what rustls implements; see
 //! [`tls`] for that mapping and [`auth`](super::auth) for the delegation.
@@ -14,32 +17,31 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 use super::duration::parse_go_duration;
+use super::goflag;
 use super::options::FlagError;
 use super::tls::{self, TlsSettings};
-
-/// Go's `strconv.ParseBool`: `1 t T TRUE true True 0 f F FALSE false False`.
-pub(crate) fn parse_go_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!(
-            "invalid boolean {s:?} (Go's strconv.ParseBool syntax)"
-        )),
-    }
-}
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
 
-/// A pflag string slice as given on the command line: each occurrence is a comma-separated
-/// list (an empty value is an empty list), and occurrences add up.
-pub(crate) fn go_list(values: &[String]) -> Vec<String> {
+/// A pflag list flag as given on the command line: each occurrence is one CSV record (an
+/// empty value is an empty list), and occurrences add up. The value parsers refuse what is
+/// not CSV; a value set in code that is not is an error naming the flag.
+fn go_list(flag: &'static str, values: &[String]) -> Result<Vec<String>, FlagError> {
+    let mut items = Vec::new();
+    for value in values {
+        items.extend(goflag::go_string_slice(value).map_err(|m| bad(flag, m))?);
+    }
+    Ok(items)
+}
+
+/// [`go_list`] for the accessors, which cannot fail: a value that is not CSV (only possible
+/// when set in code, and refused by [`ServingOptions::validate`]) adds nothing.
+fn go_list_lenient(values: &[String]) -> Vec<String> {
     values
         .iter()
-        .filter(|v| !v.is_empty())
-        .flat_map(|v| v.split(','))
-        .map(str::to_owned)
+        .flat_map(|v| goflag::go_string_slice(v).unwrap_or_default())
         .collect()
 }
 
@@ -53,6 +55,7 @@ pub struct ServingOptions {
     #[arg(
         long,
         value_name = "IP",
+        value_parser = goflag::go_ip,
         default_value = "0.0.0.0",
         help_heading = "Secure serving"
     )]
@@ -62,6 +65,7 @@ pub struct ServingOptions {
     #[arg(
         long,
         value_name = "PORT",
+        value_parser = goflag::go_int_as_i32,
         default_value_t = 10258,
         allow_negative_numbers = true,
         help_heading = "Secure serving"
@@ -100,6 +104,7 @@ pub struct ServingOptions {
     #[arg(
         long,
         value_name = "NAMES",
+        value_parser = goflag::go_string_slice_flag,
         action = ArgAction::Append,
         help_heading = "Secure serving"
     )]
@@ -109,6 +114,7 @@ pub struct ServingOptions {
     #[arg(
         long,
         value_name = "IDS",
+        value_parser = goflag::go_int32_slice,
         action = ArgAction::Append,
         help_heading = "Secure serving"
     )]
@@ -127,30 +133,35 @@ pub struct ServingOptions {
     #[arg(
         long,
         value_name = "CERT,KEY[:NAMES]",
+        value_parser = goflag::named_cert_key,
         action = ArgAction::Append,
         help_heading = "Secure serving"
     )]
     pub tls_sni_cert_key: Vec<String>,
-    /// Accepted for compatibility: the endpoints are served over HTTP/1.1 only.
+    /// Ignored: the endpoints are served over HTTP/1.1 only (must not be negative, as in
+    /// Go). Reported by `Options::ignored_flags` when not 0.
     #[arg(
         long,
         value_name = "N",
+        value_parser = goflag::go_int_as_i32,
         default_value_t = 0,
+        allow_negative_numbers = true,
         help_heading = "Secure serving"
     )]
     pub http2_max_streams_per_connection: i32,
-    /// Accepted for compatibility: the endpoints are served over HTTP/1.1 only.
-    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    /// Ignored: the endpoints are served over HTTP/1.1 only. Reported by
+    /// `Options::ignored_flags` when true.
+    #[arg(long, value_parser = goflag::go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
     pub disable_http2_serving: bool,
     /// If true, SO_REUSEPORT is used when binding the port.
-    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    #[arg(long, value_parser = goflag::go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
     pub permit_port_sharing: bool,
     /// If true, SO_REUSEADDR is used when binding the port.
-    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    #[arg(long, value_parser = goflag::go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
     pub permit_address_sharing: bool,
     /// FOR LOCAL DEMOS ONLY: serve the endpoints over plain HTTP with no authentication or
     /// authorization at all (not a Go flag).
-    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
+    #[arg(long, value_parser = goflag::go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Secure serving")]
     pub insecure_serving: bool,
 
     /// kubeconfig file pointing at the 'core' kubernetes server with enough rights to create
@@ -167,11 +178,11 @@ pub struct ServingOptions {
     pub authentication_token_webhook_cache_ttl: Duration,
     /// If false, missing authentication configuration (client CA, request-header settings)
     /// is looked up in the cluster (kube-system/extension-apiserver-authentication).
-    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Authentication")]
+    #[arg(long, value_parser = goflag::go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Authentication")]
     pub authentication_skip_lookup: bool,
     /// If true, failures to look up missing authentication configuration from the cluster
     /// are not fatal.
-    #[arg(long, value_parser = parse_go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Authentication")]
+    #[arg(long, value_parser = goflag::go_bool, num_args = 0..=1, default_value = "false", default_missing_value = "true", require_equals = true, help_heading = "Authentication")]
     pub authentication_tolerate_lookup_failure: bool,
     /// If set, any request presenting a client certificate signed by one of the authorities
     /// in this file is authenticated with an identity corresponding to the CommonName of the
@@ -194,19 +205,19 @@ pub struct ServingOptions {
     pub requestheader_client_ca_file: String,
     /// List of client certificate common names to allow to provide usernames in headers.
     /// Empty: any client certificate validated by --requestheader-client-ca-file.
-    #[arg(long, value_name = "NAMES", action = ArgAction::Append, help_heading = "Authentication")]
+    #[arg(long, value_name = "NAMES", value_parser = goflag::go_string_slice_flag, action = ArgAction::Append, help_heading = "Authentication")]
     pub requestheader_allowed_names: Vec<String>,
     /// List of request headers to inspect for usernames. X-Remote-User is common.
-    #[arg(long, value_name = "HEADERS", action = ArgAction::Append, default_value = "x-remote-user", help_heading = "Authentication")]
+    #[arg(long, value_name = "HEADERS", value_parser = goflag::go_string_slice_flag, action = ArgAction::Append, default_value = "x-remote-user", help_heading = "Authentication")]
     pub requestheader_username_headers: Vec<String>,
     /// List of request headers to inspect for UIDs. X-Remote-Uid is suggested.
-    #[arg(long, value_name = "HEADERS", action = ArgAction::Append, help_heading = "Authentication")]
+    #[arg(long, value_name = "HEADERS", value_parser = goflag::go_string_slice_flag, action = ArgAction::Append, help_heading = "Authentication")]
     pub requestheader_uid_headers: Vec<String>,
     /// List of request headers to inspect for groups. X-Remote-Group is suggested.
-    #[arg(long, value_name = "HEADERS", action = ArgAction::Append, default_value = "x-remote-group", help_heading = "Authentication")]
+    #[arg(long, value_name = "HEADERS", value_parser = goflag::go_string_slice_flag, action = ArgAction::Append, default_value = "x-remote-group", help_heading = "Authentication")]
     pub requestheader_group_headers: Vec<String>,
     /// List of request header prefixes to inspect. X-Remote-Extra- is suggested.
-    #[arg(long, value_name = "PREFIXES", action = ArgAction::Append, default_value = "x-remote-extra-", help_heading = "Authentication")]
+    #[arg(long, value_name = "PREFIXES", value_parser = goflag::go_string_slice_flag, action = ArgAction::Append, default_value = "x-remote-extra-", help_heading = "Authentication")]
     pub requestheader_extra_headers_prefix: Vec<String>,
 
     /// kubeconfig file pointing at the 'core' kubernetes server with enough rights to create
@@ -226,7 +237,7 @@ pub struct ServingOptions {
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
     /// A list of HTTP paths to skip during authorization, i.e. these are authorized without
     /// contacting the 'core' kubernetes server. A trailing `*` matches a prefix.
-    #[arg(long, value_name = "PATHS", action = ArgAction::Append, default_value = "/healthz,/readyz,/livez", help_heading = "Authorization")]
+    #[arg(long, value_name = "PATHS", value_parser = goflag::go_string_slice_flag, action = ArgAction::Append, default_value = "/healthz,/readyz,/livez", help_heading = "Authorization")]
     pub authorization_always_allow_paths: Vec<String>,
 }
 
@@ -309,7 +320,7 @@ impl ServingOptions {
     /// `--authorization-always-allow-paths` as a list.
     #[must_use]
     pub fn always_allow_paths(&self) -> Vec<String> {
-        go_list(&self.authorization_always_allow_paths)
+        go_list_lenient(&self.authorization_always_allow_paths)
     }
 
     /// The request-header lists: allowed names, username, UID and group headers, extra
@@ -317,21 +328,26 @@ impl ServingOptions {
     #[must_use]
     pub fn request_header_lists(&self) -> [Vec<String>; 5] {
         [
-            go_list(&self.requestheader_allowed_names),
-            go_list(&self.requestheader_username_headers),
-            go_list(&self.requestheader_uid_headers),
-            go_list(&self.requestheader_group_headers),
-            go_list(&self.requestheader_extra_headers_prefix),
+            go_list_lenient(&self.requestheader_allowed_names),
+            go_list_lenient(&self.requestheader_username_headers),
+            go_list_lenient(&self.requestheader_uid_headers),
+            go_list_lenient(&self.requestheader_group_headers),
+            go_list_lenient(&self.requestheader_extra_headers_prefix),
         ]
     }
 
     /// The TLS flags mapped onto rustls (versions, suites, curves, SNI certificates), with
     /// the warnings to log for Go values rustls does not implement.
     pub fn tls_settings(&self) -> Result<(TlsSettings, Vec<String>), FlagError> {
+        // pflag's int32Slice takes any base (`0x17`); the mapping knows the decimal IDs.
+        let curves: Vec<String> = go_list("--tls-curve-preferences", &self.tls_curve_preferences)?
+            .into_iter()
+            .map(|id| goflag::go_int32(id.trim()).map_or(id, |v| v.to_string()))
+            .collect();
         tls::settings(
             &self.tls_min_version,
-            &go_list(&self.tls_cipher_suites),
-            &go_list(&self.tls_curve_preferences),
+            &go_list("--tls-cipher-suites", &self.tls_cipher_suites)?,
+            &curves,
             &self.tls_sni_cert_key,
         )
     }
@@ -397,7 +413,7 @@ impl ServingOptions {
             ),
         ];
         for (flag, values) in lists {
-            let items = go_list(values);
+            let items = go_list(flag, values)?;
             if items.len() > MAX_LIST_ITEMS {
                 return Err(bad(
                     flag,
@@ -417,7 +433,7 @@ impl ServingOptions {
                 return Err(bad(flag, format!("{h:?} is not a valid HTTP header name")));
             }
         }
-        let uid = go_list(&self.requestheader_uid_headers);
+        let uid = go_list_lenient(&self.requestheader_uid_headers);
         if !uid.is_empty() && !uid.iter().any(|h| h.eq_ignore_ascii_case("X-Remote-Uid")) {
             return Err(bad(
                 "--requestheader-uid-headers",
@@ -476,11 +492,6 @@ pub(crate) async fn start_server(
             "delegated authentication and authorization configured"
         );
         serve_options = serve_options.with_auth(std::sync::Arc::new(auth), cas);
-    }
-    if options.http2_max_streams_per_connection != 0 || options.disable_http2_serving {
-        tracing::info!(
-            "--http2-max-streams-per-connection and --disable-http2-serving have no effect: the endpoints are served over HTTP/1.1"
-        );
     }
     EndpointServer::start(&serve_options, metrics, health, shutdown)
         .await
@@ -643,15 +654,60 @@ mod tests {
     }
 
     #[test]
-    fn go_bools() {
-        for t in ["1", "t", "T", "TRUE", "true", "True"] {
-            assert_eq!(parse_go_bool(t), Ok(true));
+    fn go_flag_syntax() {
+        // Lists: one CSV record an occurrence, appended; Go's quoting rules.
+        let o = parse(&[
+            "--authorization-always-allow-paths=\"/a,b\",/c",
+            "--authorization-always-allow-paths",
+            "/d",
+            "--tls-curve-preferences=0x17,29",
+            "--tls-curve-preferences=24",
+        ])
+        .unwrap();
+        assert_eq!(o.always_allow_paths(), ["/a,b", "/c", "/d"]);
+        let (tls, _) = o.tls_settings().unwrap();
+        let curves: Vec<_> = tls.kx_groups.unwrap().iter().map(|g| g.name()).collect();
+        assert_eq!(
+            curves,
+            [
+                rustls::NamedGroup::secp256r1,
+                rustls::NamedGroup::X25519,
+                rustls::NamedGroup::secp384r1
+            ]
+        );
+        // Integers in any base, as strconv.ParseInt(s, 0, 64).
+        let o = parse(&[
+            "--secure-port=0x2000",
+            "--http2-max-streams-per-connection=010",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.secure_port, o.http2_max_streams_per_connection),
+            (8192, 8)
+        );
+        for bad in [
+            "--authorization-always-allow-paths=a\"b",
+            "--requestheader-allowed-names=\"a",
+            "--tls-cipher-suites=\"a\"b",
+            "--tls-curve-preferences=1.5",
+            "--tls-curve-preferences=2147483648",
+            "--tls-sni-cert-key=tls.crt",
+            "--tls-sni-cert-key=",
+            "--secure-port=1e3",
+            "--bind-address=01.2.3.4",
+        ] {
+            let err = parse(&[bad]).unwrap_err().to_string();
+            let flag = bad.split('=').next().unwrap();
+            assert!(err.contains(flag), "{bad}: {err}");
         }
-        for f in ["0", "f", "F", "FALSE", "false", "False"] {
-            assert_eq!(parse_go_bool(f), Ok(false));
-        }
-        for x in ["", "yes", "tRUE", "2"] {
-            assert!(parse_go_bool(x).is_err(), "{x}");
-        }
+        // A value set in code that pflag would not have read is refused by validate.
+        let o = ServingOptions {
+            requestheader_allowed_names: vec!["a\"b".to_owned()],
+            ..ServingOptions::default()
+        };
+        assert_eq!(
+            o.validate().unwrap_err().flag,
+            "--requestheader-allowed-names"
+        );
     }
 }

@@ -17,6 +17,13 @@ crates=(ccm-provider ccm-runtime ccm-core ccm-test ccm-conformance)
 export K8S_OPENAPI_ENABLED_VERSION="${K8S_OPENAPI_ENABLED_VERSION:-1.36}"
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 
+# Verification builds each package as a registry crate in $target_dir/package/tmp-crate, and
+# cargo never rebuilds a registry crate whose version it has built: our crates keep their
+# version between changes, so their old builds there are removed first.
+if [ -d "$target_dir/package/tmp-crate" ]; then
+  find "$target_dir/package/tmp-crate" -mindepth 2 -maxdepth 3 \
+    \( -name 'ccm-*' -o -name 'ccm_*' -o -name 'libccm_*' \) -exec rm -rf {} +
+fi
 echo "package.sh: cargo package ${crates[*]}" >&2
 # --allow-dirty: the test command runs on working trees too; CI's clone is clean.
 cargo package --locked --allow-dirty --quiet $(printf -- '-p %s ' "${crates[@]}")

@@ -17,16 +17,19 @@ crates=(ccm-provider ccm-runtime ccm-core ccm-test ccm-conformance)
 export K8S_OPENAPI_ENABLED_VERSION="${K8S_OPENAPI_ENABLED_VERSION:-1.36}"
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 
-# Verification builds each package as a registry crate in $target_dir/package/tmp-crate, and
-# cargo never rebuilds a registry crate whose version it has built: our crates keep their
-# version between changes, so their old builds there are removed first.
-if [ -d "$target_dir/package/tmp-crate" ]; then
-  find "$target_dir/package/tmp-crate" -mindepth 2 -maxdepth 3 \
+# Verification builds each package as a registry crate, and cargo never rebuilds a registry
+# crate of a version it has built: ours keep their version between changes, so they are
+# verified in a target folder of their own (dependencies cached there between runs) from
+# which our crates' old builds are removed first.
+verify_dir="$target_dir/package-verify"
+if [ -d "$verify_dir/debug" ]; then
+  find "$verify_dir/debug" -mindepth 1 -maxdepth 2 \
     \( -name 'ccm-*' -o -name 'ccm_*' -o -name 'libccm_*' \) -exec rm -rf {} +
 fi
 echo "package.sh: cargo package ${crates[*]}" >&2
 # --allow-dirty: the test command runs on working trees too; CI's clone is clean.
-cargo package --locked --allow-dirty --quiet $(printf -- '-p %s ' "${crates[@]}")
+CARGO_TARGET_DIR="$verify_dir" cargo package --locked --allow-dirty --quiet \
+  $(printf -- '-p %s ' "${crates[@]}")
 
 unpublishable="$(cargo metadata --format-version 1 --no-deps | python3 -c '
 import json, sys
@@ -77,7 +80,7 @@ rm -rf "$work/src" "$work/tests" "$work/crates"
 mkdir -p "$work/crates"
 for crate in "${crates[@]}"; do
   version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
-  tar -xzf "$target_dir/package/$crate-$version.crate" -C "$work/crates"
+  tar -xzf "$verify_dir/package/$crate-$version.crate" -C "$work/crates"
 done
 cp -r tests/author-crate/src tests/author-crate/tests "$work/"
 {

@@ -248,3 +248,25 @@ pub fn manifest_objects<T: serde::de::DeserializeOwned>(
     }
     Ok(objects)
 }
+
+/// Where the archive of `image` is: `$CCM_IMAGE_DIR/<image>.tar`, else
+/// `<workspace>/target/images/<image>.tar` (what `scripts/images.sh` writes), `workspace`
+/// being the repository root of the test's crate.
+pub fn archive(workspace: &Path, image: &str) -> PathBuf {
+    std::env::var_os("CCM_IMAGE_DIR")
+        .map_or_else(|| workspace.join("target/images"), PathBuf::from)
+        .join(format!("{image}.tar"))
+}
+
+/// A manifest container's arguments as a test runs them on the host's network: the
+/// `--secure-port` moved to `secure_port` (10258 is shared by every test on the host), and
+/// `--kubeconfig` naming the kubeconfig a Pod would get from its ServiceAccount.
+pub fn container_args(args: &[String], secure_port: u16, kubeconfig: &str) -> Vec<String> {
+    args.iter()
+        .map(|a| match a.strip_prefix("--secure-port=") {
+            Some(_) => format!("--secure-port={secure_port}"),
+            None => a.clone(),
+        })
+        .chain(std::iter::once(format!("--kubeconfig={kubeconfig}")))
+        .collect()
+}

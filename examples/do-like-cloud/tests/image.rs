@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ccm_test::image::{Container, VolumeFiles, free_port, manifest_objects};
+use ccm_test::image::{self, Container, VolumeFiles, free_port, manifest_objects};
 use ccm_test::{ControlPlane, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
@@ -20,12 +20,13 @@ use kube::api::{Api, PostParams};
 const WAIT: Duration = Duration::from_secs(90);
 const TOKEN: &str = "image-test-token";
 
+/// The repository root (the image archives are under its `target/images`).
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 fn archive(image: &str) -> PathBuf {
-    let dir = std::env::var_os("CCM_IMAGE_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/images"),
-        PathBuf::from,
-    );
-    dir.join(format!("{image}.tar"))
+    image::archive(&workspace(), image)
 }
 
 /// Waits until `container` logs `line`, failing with its log if it exits first.
@@ -128,17 +129,11 @@ async fn the_images_initialise_a_node_and_serve_a_load_balancer() {
             .unwrap(),
     );
     let port = free_port().unwrap();
-    let mut args: Vec<String> = container
-        .args
-        .clone()
-        .unwrap()
-        .into_iter()
-        .map(|a| match a.strip_prefix("--secure-port=") {
-            Some(_) => format!("--secure-port={port}"),
-            None => a,
-        })
-        .collect();
-    args.push("--kubeconfig=/var/run/ccm/kubeconfig".into());
+    let args = image::container_args(
+        container.args.as_deref().unwrap(),
+        port,
+        "/var/run/ccm/kubeconfig",
+    );
     let mut ccm = Container::start(&archive("do-like-cloud-controller-manager"), &mounts, &args)
         .unwrap_or_else(|e| panic!("{e}"));
 

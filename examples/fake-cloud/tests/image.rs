@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ccm_test::image::{Container, VolumeFiles, free_port, manifest_objects};
+use ccm_test::image::{self, Container, VolumeFiles, free_port, manifest_objects};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, Taint};
@@ -19,12 +19,13 @@ use kube::api::{Api, PostParams};
 const IMAGE: &str = "fake-cloud-controller-manager";
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The repository root (the image archives are under its `target/images`).
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 fn archive() -> PathBuf {
-    let dir = std::env::var_os("CCM_IMAGE_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/images"),
-        PathBuf::from,
-    );
-    dir.join(format!("{IMAGE}.tar"))
+    image::archive(&workspace(), IMAGE)
 }
 
 /// The shipped manifest's Deployment and cloud-config ConfigMap.
@@ -63,20 +64,11 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
     // The shipped arguments, with the port moved off 10258 (the host's network is shared
     // with other tests) and the kubeconfig a Pod would get from its ServiceAccount.
     let port = free_port().unwrap();
-    let mut args: Vec<String> = container
-        .args
-        .clone()
-        .unwrap()
-        .into_iter()
-        .map(|a| {
-            if a.starts_with("--secure-port=") {
-                format!("--secure-port={port}")
-            } else {
-                a
-            }
-        })
-        .collect();
-    args.push("--kubeconfig=/var/run/ccm/kubeconfig".into());
+    let args = image::container_args(
+        container.args.as_deref().unwrap(),
+        port,
+        "/var/run/ccm/kubeconfig",
+    );
     let mut ccm = Container::start(&archive(), &[config, kubeconfig], &args)
         .unwrap_or_else(|e| panic!("{e}"));
 

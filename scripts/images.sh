@@ -59,6 +59,10 @@ done
 profile_flag=()
 [ "$profile" = release ] && profile_flag=(--release)
 echo "images.sh: building ${binaries[*]} ($profile, static)" >&2
+# The commit `--version` prints, given to the examples' build.rs explicitly: it reruns when
+# this changes, even when the target folder is shared with another checkout whose git
+# files it last watched.
+CCM_GIT_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || true)" \
 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
   cargo build --locked --quiet --target "$host" "${profile_flag[@]}" "${packages[@]}" \
   $(printf -- '--bin %s ' "${binaries[@]}")

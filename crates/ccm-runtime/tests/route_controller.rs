@@ -138,6 +138,7 @@ fn set(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {
 async fn hundred_nodes_get_exactly_hundred_routes_and_their_conditions() {
     let h = Harness::new(FakeCloud::new()).await;
     // The period is a minute: after the first (empty) reconcile, Node events drive it.
+    let started = tokio::time::Instant::now();
     let cluster = start(
         &h,
         config("10.244.0.0/16", Duration::from_secs(60)).with_debounce(Duration::from_secs(1)),
@@ -178,11 +179,94 @@ async fn hundred_nodes_get_exactly_hundred_routes_and_their_conditions() {
             name(node)
         );
     }
-    // A hundred Node events made far fewer reconciles (one list each) than a hundred.
+    // A hundred Node events cost no listing: the reconciles they trigger plan against the
+    // first listing and the creates since. Only the period lists.
     let lists = h.cloud.call_count(Method::ListRoutes);
-    assert!(lists < 50, "{lists} reconciles for 100 node events");
+    let periods = started.elapsed().as_secs() / 60;
+    assert_eq!(
+        lists as u64,
+        1 + periods,
+        "route listings for 100 node events"
+    );
     // One condition write per Node.
     assert!(h.api.counters().count("PATCH", "nodes/status") >= 100);
+}
+
+#[tokio::test]
+async fn nodes_joining_in_bursts_are_routed_without_listing_and_a_delete_lists() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let started = tokio::time::Instant::now();
+    let debounce = Duration::from_millis(100);
+    let cluster = start(
+        &h,
+        config("10.244.0.0/16", Duration::from_secs(60)).with_debounce(debounce),
+    );
+    wait_passes(&h, 1).await;
+    // Five bursts, each of four Nodes, each burst well after the last one's reconcile.
+    let mut want = BTreeSet::new();
+    let mut names = Vec::new();
+    for burst in 0..5 {
+        for i in 0..4 {
+            let cidr = format!("10.244.{}.0/24", burst * 4 + i);
+            let node = h
+                .create_node(&h.new_node_with_pod_cidrs("burst", &[&cidr]))
+                .await;
+            want.insert((name(&node), cidr));
+            names.push(name(&node));
+        }
+        wait_routes(&h, &cluster, &want).await;
+    }
+    wait_condition(&h, &names, "False", CONDITION_REASON_ROUTE_CREATED).await;
+    assert_eq!(h.cloud.call_count(Method::CreateRoute), 20);
+    assert_eq!(h.cloud.duplicate_route_creates(), 0);
+    let periods = started.elapsed().as_secs() / 60;
+    assert_eq!(
+        h.cloud.call_count(Method::ListRoutes) as u64,
+        1 + periods,
+        "five bursts of joins listed the routes"
+    );
+
+    // A deleted Node: the plan against the table would delete, so it lists first (a
+    // delete needs the cloud's name for the route), then deletes.
+    h.nodes()
+        .delete(&names[0], &DeleteParams::default())
+        .await
+        .expect("delete node");
+    want.retain(|(n, _)| *n != names[0]);
+    wait_routes(&h, &cluster, &want).await;
+    assert_eq!(h.cloud.call_count(Method::DeleteRoute), 1);
+    let periods = started.elapsed().as_secs() / 60;
+    assert_eq!(
+        h.cloud.call_count(Method::ListRoutes) as u64,
+        2 + periods,
+        "one listing for the delete"
+    );
+
+    // A failed create distrusts the table: the next reconcile lists.
+    h.cloud.inject_times(
+        Method::CreateRoute,
+        Fault::Error("route quota exceeded".into()),
+        1,
+    );
+    let node = h
+        .create_node(&h.new_node_with_pod_cidrs("burst", &["10.244.99.0/24"]))
+        .await;
+    wait_condition(
+        &h,
+        &[name(&node)],
+        "True",
+        CONDITION_REASON_NO_ROUTE_CREATED,
+    )
+    .await;
+    let lists = h.cloud.call_count(Method::ListRoutes);
+    let other = h
+        .create_node(&h.new_node_with_pod_cidrs("burst", &["10.244.98.0/24"]))
+        .await;
+    wait_condition(&h, &[name(&other)], "False", CONDITION_REASON_ROUTE_CREATED).await;
+    assert!(
+        h.cloud.call_count(Method::ListRoutes) > lists,
+        "no listing after a failed create"
+    );
 }
 
 #[tokio::test]

@@ -511,6 +511,63 @@ async fn a_burst_of_node_adds_costs_few_updates() {
     assert!(updates < 10, "{updates} updates for 50 Node adds");
 }
 
+#[tokio::test]
+async fn a_node_sync_pass_waits_for_the_updates_of_the_previous_one() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace("svc-drain").await.unwrap();
+    let first = create_node(&h, "drain").await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    cloud.hooks().update_gate = Some(("slow".to_owned(), gate.clone()));
+    let debounce = ms(100);
+    let provider: Arc<dyn CloudProvider> = cloud.clone();
+    let ctl = start(
+        &h,
+        &ns,
+        provider,
+        config().with_node_sync_debounce(debounce),
+    )
+    .await;
+    create_service(&h, &ns, &lb_service("slow", &[("http", 80)])).await;
+    create_service(&h, &ns, &lb_service("fast", &[("http", 80)])).await;
+    let slow = h.wait_service(&ns, "slow", WAIT, has_ingress).await;
+    let fast = h.wait_service(&ns, "fast", WAIT, has_ingress).await;
+    until_lb_nodes(&h, &fast, &[&first]).await;
+    let passes_before = node_sync_passes(&ctl);
+    let updates = |name: &str| calls_for(&h, Method::UpdateLoadBalancer, &ns, name);
+
+    // A Node joins: one pass queues both; "fast" is updated, "slow" hangs in the cloud.
+    let second = create_node(&h, "drain").await;
+    until_lb_nodes(&h, &fast, &[&first, &second]).await;
+    assert_eq!(node_sync_passes(&ctl) - passes_before, 1);
+
+    // More Nodes join, each well over a debounce apart, while "slow"'s update is in
+    // flight: no pass starts, so "fast" is not updated again meanwhile.
+    let mut names = vec![first.clone(), second.clone()];
+    for _ in 0..3 {
+        names.push(create_node(&h, "drain").await);
+        tokio::time::sleep(debounce * 4).await;
+    }
+    assert_eq!(
+        node_sync_passes(&ctl) - passes_before,
+        1,
+        "a pass started while the previous one's update was in flight"
+    );
+    assert_eq!(updates("fast"), 1);
+    assert_eq!(updates("slow"), 0, "still in the cloud");
+
+    // The update returns (with the Nodes its worker read): one more pass, with every Node
+    // that joined meanwhile, one update each.
+    gate.add_permits(100);
+    let all: Vec<&String> = names.iter().collect();
+    until_lb_nodes(&h, &fast, &all).await;
+    until_lb_nodes(&h, &slow, &all).await;
+    tokio::time::sleep(debounce * 5).await;
+    assert_eq!(updates("fast"), 2);
+    assert_eq!(updates("slow"), 2);
+    assert_eq!(node_sync_passes(&ctl) - passes_before, 2);
+}
+
 /// The fake cloud with hooks: records when each `ensure_load_balancer` was called, and can
 /// hang a Service's ensure before or after the cloud acts.
 struct TestCloud {
@@ -527,6 +584,8 @@ struct Hooks {
     tcp_only: bool,
     /// Runs (once) inside the next `ensure_load_balancer_deleted`, before the cloud acts.
     before_delete: Option<futures::future::BoxFuture<'static, ()>>,
+    /// `update_load_balancer` of this Service takes a permit first (and waits for one).
+    update_gate: Option<(String, Arc<tokio::sync::Semaphore>)>,
 }
 
 impl TestCloud {
@@ -611,6 +670,12 @@ impl LoadBalancer for TestCloud {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<()> {
+        let gate = self.hooks().update_gate.clone();
+        if let Some((name, gate)) = gate
+            && service.metadata.name.as_deref() == Some(name.as_str())
+        {
+            gate.acquire().await.expect("gate open").forget();
+        }
         self.fake
             .update_load_balancer(cluster_name, service, nodes)
             .await

@@ -12,8 +12,9 @@ pub const DEFAULT_RECONCILIATION_PERIOD: Duration = Duration::from_secs(10);
 /// `maxConcurrentRouteOperations`, which also bounds both kinds through one limiter.
 pub const DEFAULT_MAX_CONCURRENT_OPERATIONS: usize = 200;
 /// How long after a Node change the controller waits, collecting further changes, before
-/// it reconciles.
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(1);
+/// it reconciles. Such a reconcile lists no routes (see the controller's docs), so it can
+/// be short.
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(250);
 
 /// A flag the route controller cannot work with. The message names the flag and the value.
 ///

@@ -14,7 +14,10 @@
 //!
 //! It reconciles every `--route-reconciliation-period` and, debounced, after Node changes
 //! that matter (a Node added, deleted or re-registered, new pod CIDRs or addresses), one
-//! reconcile at a time. Unlike Go, a reconcile does not wait for its cloud calls: the
+//! reconcile at a time. Only the periodic reconcile lists the routes: one after a Node
+//! change plans against the last listing plus the calls finished since (`table`), unless a
+//! call failed since or the plan would delete, so Nodes joining cost no `list_routes` call
+//! beyond the period's. Unlike Go, a reconcile does not wait for its cloud calls: the
 //! destinations they touch are marked in flight (before the next listing is taken) and
 //! left alone by later reconciles until the calls return, so a slow cloud never gets the
 //! same route created twice (kubernetes/kubernetes#21561) and one stuck call does not hold
@@ -24,6 +27,7 @@
 mod cidr;
 mod config;
 mod decision;
+mod table;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -47,9 +51,10 @@ pub use self::config::{
     RouteConfigError, RouteControllerConfig,
 };
 use self::decision::{Create, Delete, NodeCreates, Plan, affects_routes, network_condition, plan};
+use self::table::RouteTable;
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
-use ccm_provider::{CloudError, CloudProvider, CloudResult, Routes};
+use ccm_provider::{CloudError, CloudProvider, CloudResult, Route, Routes};
 use prometheus_client::metrics::counter::Counter;
 
 /// The event source name, as Go's controller reports it.
@@ -87,7 +92,10 @@ const CONDITION_WRITERS: usize = 8;
 ///   no delete, no condition) until the calls return. A slow cloud still never sees a route
 ///   created twice, and one stuck call no longer delays every other Node.
 /// - **Node events trigger a reconcile** (debounced), besides the period; Go 1.35's
-///   watch-based gate instead replaces the period.
+///   watch-based gate instead replaces the period. Such a reconcile plans its creates
+///   against the last listing and the calls finished since, so it costs no listing: Nodes
+///   joining are routed within the debounce, with no more `list_routes` calls than Go's
+///   periodic reconcile makes.
 /// - **A blackhole route of a live Node is replaced** in one pass (deleted, then created).
 ///   Go counts it as present, deletes it, and creates it on the next pass, reporting the
 ///   Node `RouteCreated` meanwhile.
@@ -117,11 +125,13 @@ struct Inner {
     /// Caps condition patches in flight ([`CONDITION_WRITERS`]).
     condition_writes: Semaphore,
     in_flight: InFlight,
+    /// The routing table as last listed, with the calls finished since.
+    table: Mutex<RouteTable>,
     /// Conditions written, by (Node name, UID), until the cache shows them: a reconcile
     /// in that window must not write the same condition again.
     /// Entries older than [`WRITTEN_TTL`] are ignored, should the cache never show one.
     written: Mutex<HashMap<NodeKey, (ConditionState, tokio::time::Instant)>>,
-    /// `route_controller_route_sync_total`.
+    /// `route_controller_route_sync_total`: one per listing of the routes.
     syncs: Counter,
 }
 
@@ -162,6 +172,7 @@ impl RouteController {
                 condition_writes: Semaphore::new(CONDITION_WRITERS),
                 config,
                 in_flight: InFlight::default(),
+                table: Mutex::default(),
                 written: Mutex::default(),
                 syncs,
             },
@@ -214,31 +225,68 @@ impl Inner {
         self.provider.routes().ok_or(CloudError::NotImplemented)
     }
 
-    /// One reconcile: list, plan, start the cloud calls, write the conditions decided now.
-    async fn reconcile(self: &Arc<Self>, cause: Cause, jobs: &mut JoinSet<()>) {
-        let started = Instant::now();
-        // Taken before listing: a call that returns after this point is either still
-        // marked busy here or already visible in the listing, never neither.
-        let busy = self.in_flight.keys();
+    fn table(&self) -> std::sync::MutexGuard<'_, RouteTable> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lists the cluster's routes into the table; `None` when listing failed (logged).
+    async fn list(&self) -> Option<Vec<Route>> {
         let cluster = self.config.cluster_name();
-        let routes = match self.routes() {
+        self.table().listing();
+        let at = Instant::now();
+        let listed = match self.routes() {
             Ok(routes) => routes.list_routes(cluster).await,
             Err(err) => Err(err),
         };
-        let routes = match routes {
-            Ok(routes) => routes,
-            Err(err) => {
-                tracing::warn!(cluster, error = %err.chain_to_string(), "couldn't reconcile node routes: error listing routes");
-                return;
+        match listed {
+            Ok(routes) => {
+                self.syncs.inc();
+                Some(self.table().listed(routes, at))
             }
+            Err(err) => {
+                self.table().listing_failed();
+                tracing::warn!(cluster, error = %err.chain_to_string(), "couldn't reconcile node routes: error listing routes");
+                None
+            }
+        }
+    }
+
+    /// One reconcile: list, plan, start the cloud calls, write the conditions decided now.
+    async fn reconcile(self: &Arc<Self>, cause: Cause, jobs: &mut JoinSet<()>) {
+        let started = Instant::now();
+        // Taken before the table is read or listed: a call that returns after this point
+        // is either still marked busy here or already in the table (a finished call is
+        // recorded there before its mark goes), never neither.
+        let mut busy = self.in_flight.keys();
+        let cached = match cause {
+            Cause::NodeChange => self.table().cached(self.config.reconciliation_period()),
+            Cause::Period => None,
         };
-        self.syncs.inc();
-        let nodes = self.nodes.store().state();
-        let plan = plan(&routes, &nodes, self.config.cluster_cidrs(), &busy);
+        let listed = cached.is_none();
+        let mut routes = match cached {
+            Some(routes) => routes,
+            None => match self.list().await {
+                Some(routes) => routes,
+                None => return,
+            },
+        };
+        let mut nodes = self.nodes.store().state();
+        let mut plan = plan(&routes, &nodes, self.config.cluster_cidrs(), &busy);
+        if !listed && !plan.deletes.is_empty() {
+            // A delete needs the cloud's own view (and name) of the route: list, plan again.
+            busy = self.in_flight.keys();
+            routes = match self.list().await {
+                Some(routes) => routes,
+                None => return,
+            };
+            nodes = self.nodes.store().state();
+            plan = self::decision::plan(&routes, &nodes, self.config.cluster_cidrs(), &busy);
+        }
         let summary = (plan.deletes.len(), plan.create_count(), plan.blocked.len());
         if summary == (0, 0, 0) {
             tracing::debug!(
                 ?cause,
+                listed,
                 routes = routes.len(),
                 nodes = nodes.len(),
                 busy = busy.len(),
@@ -247,6 +295,7 @@ impl Inner {
         } else {
             tracing::info!(
                 ?cause,
+                listed,
                 routes = routes.len(),
                 nodes = nodes.len(),
                 busy = busy.len(),
@@ -323,6 +372,7 @@ impl Inner {
         };
         match result {
             Ok(took) => {
+                self.table().deleted(&d.route);
                 tracing::info!(
                     route = d.route.name,
                     cidr = d.route.destination_cidr,
@@ -332,6 +382,7 @@ impl Inner {
                 None
             }
             Err(err) => {
+                self.table().invalidate();
                 // As in Go, a failed delete is only logged; the next reconcile tries again.
                 tracing::warn!(route = d.route.name, cidr = d.route.destination_cidr, error = %err.chain_to_string(), "could not delete route");
                 Some(d.key)
@@ -390,10 +441,12 @@ impl Inner {
         };
         match result {
             Ok(()) => {
+                self.table().created(&c.route);
                 tracing::info!(node, cidr, name_hint = uid, took = ?started.elapsed(), "created route");
                 true
             }
             Err(err) => {
+                self.table().invalidate();
                 let msg = format!(
                     "Could not create route {uid} {cidr} for node {node} after {:?}: {}",
                     started.elapsed(),
@@ -442,15 +495,18 @@ impl Inner {
             return;
         };
         let wanted = (condition.status.clone(), condition.reason.clone());
-        let already = self
-            .written
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .is_some_and(|(w, at)| *w == wanted && at.elapsed() < WRITTEN_TTL);
-        if already {
-            // Written already; the cache has not caught up yet.
-            return;
+        {
+            // Checked and claimed under one lock: of two writers racing for one Node (a
+            // reconcile, and the job whose create just returned), one writes.
+            let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+            let already = written
+                .get(&key)
+                .is_some_and(|(w, at)| *w == wanted && at.elapsed() < WRITTEN_TTL);
+            if already {
+                // Written already (or being written); the cache has not caught up yet.
+                return;
+            }
+            written.insert(key.clone(), (wanted.clone(), tokio::time::Instant::now()));
         }
         tracing::info!(node = name, status = condition.status, reason = ?condition.reason, "setting NetworkUnavailable condition");
         let patch = serde_json::json!({ "status": { "conditions": [condition] } });
@@ -463,16 +519,18 @@ impl Inner {
             .patch_status(name, &params, &Patch::Strategic(patch))
             .await
         {
-            Ok(_) => {
-                self.written
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(key, (wanted, tokio::time::Instant::now()));
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // Stays claimed until the cache shows it.
+            Ok(_) => {}
             Err(err) => {
-                // The next reconcile writes it again.
-                tracing::warn!(node = name, error = %err, "error updating NetworkUnavailable condition");
+                let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+                if written.get(&key).is_some_and(|(w, _)| *w == wanted) {
+                    written.remove(&key);
+                }
+                drop(written);
+                if !matches!(&err, kube::Error::Api(s) if s.code == 404) {
+                    // The next reconcile writes it again.
+                    tracing::warn!(node = name, error = %err, "error updating NetworkUnavailable condition");
+                }
             }
         }
     }

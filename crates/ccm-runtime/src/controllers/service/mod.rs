@@ -22,10 +22,16 @@
 //!   service queue. Their worker then calls `update_load_balancer` (not a full ensure). So a
 //!   Service is never touched by two tasks at once (Go's node worker can race a service
 //!   worker), and the updates run `workers` at a time with per-Service backoff.
-//! - **Debounced Node events.** Node events only wake the node-sync loop; it waits
-//!   [`ServiceControllerConfig::node_sync_debounce`] (1 s by default) before it reads the
-//!   Node cache, so a burst of Node adds costs one pass and one update per load balancer
-//!   instead of one per Node. Load balancers follow Node changes up to that much later.
+//! - **Debounced, coalesced Node events.** Node events only wake the node-sync loop; it
+//!   waits [`ServiceControllerConfig::node_sync_debounce`] (250 ms by default) before it
+//!   reads the Node cache, so a burst of Node adds costs one pass and one update per load
+//!   balancer instead of one per Node. A pass does not start while the load balancer
+//!   updates the previous one queued are still waiting or running (at most 60 s): Node changes meanwhile are folded into the next pass, and a
+//!   Service whose Nodes changed several times while it was queued is updated once, with
+//!   the Nodes of the moment its worker runs. Under churn (Nodes joining and getting their
+//!   provider IDs one by one) that is one update per load balancer per drained pass, as in
+//!   Go, whose node worker also waits for its pass; Go starts its first pass without a
+//!   debounce and a pass per Node key.
 //! - **Deletions of Services without the finalizer.** A Service deleted after someone
 //!   removed our finalizer still gets its load balancer deleted (Go only notices when the
 //!   key happens to be queued).
@@ -51,7 +57,7 @@
 mod decision;
 mod writes;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -61,7 +67,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{
@@ -103,6 +109,11 @@ pub const REASON_UPDATE_FAILED: &str = "UpdateLoadBalancerFailed";
 /// Ensure and update are refused and retried with backoff; deletion finishes without it.
 /// Not one of Go's reasons: Go has no ownership rule.
 pub const REASON_NOT_OWNED: &str = "LoadBalancerNotOwned";
+
+/// The longest a node-sync pass waits for the updates the previous pass queued before it
+/// starts anyway (a hung cloud call must not stop every other load balancer from following
+/// its Nodes). A pass started early only queues Services whose Nodes differ again.
+const NODE_SYNC_DRAIN_MAX: Duration = Duration::from_secs(60);
 
 /// A queued Service: its namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -148,7 +159,7 @@ pub struct ServiceControllerConfig {
     /// The per-Service retry backoff; Go's is 5 s doubling to 300 s.
     pub rate_limit: RateLimit,
     /// How long the node-sync loop waits after a Node event before it compares, so that a
-    /// burst of Node events costs one pass.
+    /// burst of Node events costs one pass. 250 ms by default.
     pub node_sync_debounce: Duration,
     /// A node-sync pass also runs this often without any Node event (a cheap comparison;
     /// the cloud is called only for load balancers whose Nodes differ). `None`: only on
@@ -169,7 +180,7 @@ impl Default for ServiceControllerConfig {
             workers: 1,
             cluster_name: "kubernetes".to_owned(),
             rate_limit: RateLimit::exponential(Duration::from_secs(5), Duration::from_secs(300)),
-            node_sync_debounce: Duration::from_secs(1),
+            node_sync_debounce: Duration::from_millis(250),
             node_sync_period: Some(Duration::from_secs(100)),
             metrics: None,
         }
@@ -238,6 +249,9 @@ struct Inner {
     queue: Queue<ServiceKey>,
     records: Arc<Mutex<HashMap<ServiceKey, Record>>>,
     node_changed: Arc<Notify>,
+    /// The Services the last node-sync pass queued whose sync has not finished yet; the
+    /// next pass waits until it is empty.
+    pass_pending: watch::Sender<HashSet<ServiceKey>>,
     /// The last Node set computed, shared by every record given it: M load balancers on
     /// the same N Nodes hold one set, not M copies, and comparing them is a pointer check.
     hosts: Mutex<Option<Arc<NodeSet>>>,
@@ -458,6 +472,7 @@ impl ServiceController {
                 records,
                 hosts: Mutex::default(),
                 node_changed,
+                pass_pending: watch::Sender::new(HashSet::new()),
                 metrics: config
                     .metrics
                     .as_ref()
@@ -596,6 +611,9 @@ impl Inner {
         if let Some(record) = lock(&self.records).get_mut(key) {
             record.failing = result.is_err();
         }
+        // Done or failed (then left to its backoff), it no longer holds up the next pass.
+        self.pass_pending
+            .send_if_modified(|pending| pending.remove(key));
         match result {
             Ok(()) => {
                 tracing::debug!(service = %key, took = ?started.elapsed(), "finished syncing service");
@@ -1028,6 +1046,20 @@ impl Inner {
             // Changes during the wait are in the cache now; drop their wake-up.
             let _ = self.node_changed.notified().now_or_never();
             self.node_sync_pass();
+            // Coalesce: changes from here on wait for this pass's updates (their wake-up
+            // is kept by `node_changed`), so a load balancer is not queued again while its
+            // update for this pass is still waiting or running.
+            let mut pending = self.pass_pending.subscribe();
+            tokio::select! {
+                _ = pending.wait_for(HashSet::is_empty) => {}
+                () = tokio::time::sleep(NODE_SYNC_DRAIN_MAX) => {
+                    tracing::warn!(
+                        waiting = self.pass_pending.borrow().len(),
+                        "node sync: load balancer updates of the last pass still pending after {NODE_SYNC_DRAIN_MAX:?}; starting the next pass"
+                    );
+                }
+                () = cancel.cancelled() => return,
+            }
         }
     }
 
@@ -1047,6 +1079,8 @@ impl Inner {
             services = stale.len(),
             "node sync: queueing load balancers whose nodes changed"
         );
+        self.pass_pending
+            .send_replace(stale.iter().cloned().collect());
         for key in stale {
             self.queue.add(key);
         }

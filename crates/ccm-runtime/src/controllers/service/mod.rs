@@ -59,6 +59,7 @@ mod writes;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -252,11 +253,23 @@ struct Inner {
     /// The Services the last node-sync pass queued whose sync has not finished yet; the
     /// next pass waits until it is empty.
     pass_pending: watch::Sender<HashSet<ServiceKey>>,
-    /// The last Node set computed, shared by every record given it: M load balancers on
-    /// the same N Nodes hold one set, not M copies, and comparing them is a pointer check.
-    hosts: Mutex<Option<Arc<NodeSet>>>,
+    /// Bumped on every Node event (after the cache has it).
+    node_generation: Arc<AtomicU64>,
+    /// The eligible Nodes and their set, as of a Node generation: recomputed only after a
+    /// Node event, so a thousand syncs between two Node events sort and map the Nodes once.
+    /// The set is shared by every record given it: M load balancers on the same N Nodes hold
+    /// one set, not M copies, and comparing them is a pointer check.
+    eligible: Mutex<Option<EligibleNodes>>,
     config: ServiceControllerConfig,
     metrics: Metrics,
+}
+
+/// The eligible Nodes (sorted by name) and their set, computed at a Node generation.
+#[derive(Clone)]
+struct EligibleNodes {
+    generation: u64,
+    nodes: Arc<[Arc<Node>]>,
+    hosts: Arc<NodeSet>,
 }
 
 /// What the controller knows about one Service it synced (Go's service cache, plus the
@@ -437,6 +450,7 @@ impl ServiceController {
         let queue = Queue::new("service", config.rate_limit);
         let records: Arc<Mutex<HashMap<ServiceKey, Record>>> = Arc::default();
         let node_changed = Arc::new(Notify::new());
+        let node_generation = Arc::new(AtomicU64::new(0));
 
         {
             let queue = queue.clone();
@@ -447,7 +461,10 @@ impl ServiceController {
         }
         {
             let node_changed = node_changed.clone();
+            let node_generation = node_generation.clone();
             nodes.subscribe(move |change| {
+                // Any change: the Nodes handed to the provider carry more than the set.
+                node_generation.fetch_add(1, Ordering::Release);
                 let matters = match change {
                     Change::Applied {
                         old: Some(old),
@@ -470,7 +487,8 @@ impl ServiceController {
                 recorder: EventRecorder::new(client, COMPONENT),
                 queue,
                 records,
-                hosts: Mutex::default(),
+                eligible: Mutex::default(),
+                node_generation,
                 node_changed,
                 pass_pending: watch::Sender::new(HashSet::new()),
                 metrics: config
@@ -711,8 +729,7 @@ impl Inner {
             records: &self.records,
             key,
         };
-        let nodes = eligible_nodes(self.nodes.store().state());
-        let hosts = self.shared_hosts(&nodes);
+        let EligibleNodes { nodes, hosts, .. } = self.eligible_nodes();
         let plan = plan(&service, known.as_ref(), &hosts);
 
         // A different UID under the same name: the Service was deleted and created again
@@ -859,8 +876,7 @@ impl Inner {
         let lb = self
             .load_balancer()
             .map_err(|e| SyncError::cloud("failed to ensure load balancer", &e))?;
-        let nodes = eligible_nodes(self.nodes.store().state());
-        let hosts = self.shared_hosts(&nodes);
+        let EligibleNodes { nodes, hosts, .. } = self.eligible_nodes();
         if nodes.is_empty() {
             self.recorder.warning(
                 &*service,
@@ -903,14 +919,29 @@ impl Inner {
         Ok(())
     }
 
-    /// The Node set of `nodes`, as the one shared `Arc` when it equals the last one.
-    fn shared_hosts(&self, nodes: &[Arc<Node>]) -> Arc<NodeSet> {
-        let set = node_set(nodes);
-        let mut last = lock(&self.hosts);
-        match last.as_ref() {
-            Some(shared) if **shared == set => shared.clone(),
-            _ => last.insert(Arc::new(set)).clone(),
+    /// The eligible Nodes now and their set: the cached ones unless a Node event came since
+    /// they were computed; a recomputed set equal to the last is the same shared `Arc`.
+    fn eligible_nodes(&self) -> EligibleNodes {
+        // Read before the cache: an event after this read bumps it again, so the cache is
+        // never older than the generation it is filed under.
+        let generation = self.node_generation.load(Ordering::Acquire);
+        let mut cached = lock(&self.eligible);
+        if let Some(current) = cached.as_ref().filter(|c| c.generation == generation) {
+            return current.clone();
         }
+        let nodes: Arc<[Arc<Node>]> = eligible_nodes(self.nodes.store().state()).into();
+        let set = node_set(&nodes);
+        let hosts = match cached.as_ref() {
+            Some(last) if *last.hosts == set => last.hosts.clone(),
+            _ => Arc::new(set),
+        };
+        cached
+            .insert(EligibleNodes {
+                generation,
+                nodes,
+                hosts,
+            })
+            .clone()
     }
 
     fn applied(&self, key: &ServiceKey, service: &Arc<Service>, hosts: Arc<NodeSet>) {
@@ -1067,7 +1098,7 @@ impl Inner {
     /// ones now. The updates run on the service workers.
     fn node_sync_pass(&self) {
         let started = tokio::time::Instant::now();
-        let current = self.shared_hosts(&eligible_nodes(self.nodes.store().state()));
+        let current = self.eligible_nodes().hosts;
         let stale: Vec<ServiceKey> = lock(&self.records)
             .iter()
             .filter(|(_, r)| wants_load_balancer(&r.service))

@@ -81,6 +81,11 @@ var (
 		Help:           "Route creates the fake cloud refused because the route existed.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	redundantLoadBalancerUpdates = metrics.NewCounter(&metrics.CounterOpts{
+		Name:           "fake_cloud_redundant_load_balancer_updates_total",
+		Help:           "Load balancer updates that gave a load balancer the host set (Node name to provider ID) it already had.",
+		StabilityLevel: metrics.ALPHA,
+	})
 )
 
 var registerOnce sync.Once
@@ -91,7 +96,7 @@ func (c *cloud) registerMetrics() {
 }
 
 func (c *cloud) registerMetricsNow() {
-	legacyregistry.MustRegister(cloudRequests, duplicateRouteCreates)
+	legacyregistry.MustRegister(cloudRequests, duplicateRouteCreates, redundantLoadBalancerUpdates)
 	legacyregistry.RawMustRegister(
 		metrics.NewGaugeFunc(&metrics.GaugeOpts{
 			Name:           "fake_cloud_load_balancers",
@@ -140,7 +145,10 @@ type instance struct {
 type loadBalancer struct {
 	clusterName string
 	service     string
+	// nodes are the sorted Node names; providerIDs their spec.providerID (empty when
+	// unset), in the same order: with the names, the host set an update is compared by.
 	nodes       []string
+	providerIDs []string
 	ingressIP   string
 }
 
@@ -165,9 +173,13 @@ type cloud struct {
 	nextIngressIP        uint32
 	routes               map[string]*route // by cluster + "/" + name
 	duplicateRouteCreate uint64
-	// lastNodes is the node list last given to a load balancer; those given the same
-	// list share it (as examples/fake-cloud does).
-	lastNodes []string
+	// redundantLBUpdates counts UpdateLoadBalancer calls that gave a load balancer the
+	// host set it had.
+	redundantLBUpdates uint64
+	// lastNodes and lastProviderIDs are the lists last given to a load balancer; those
+	// given the same lists share them (as examples/fake-cloud does).
+	lastNodes       []string
+	lastProviderIDs []string
 }
 
 func newCloud(r io.Reader) (cloudprovider.Interface, error) {
@@ -231,9 +243,9 @@ func (c *cloud) Initialize(_ cloudprovider.ControllerClientBuilder, stop <-chan 
 					fmt.Fprintf(&b, " %s=%d", methodNames[i], c.calls[i].Load())
 				}
 				c.mu.Lock()
-				dup := c.duplicateRouteCreate
+				dup, redundant := c.duplicateRouteCreate, c.redundantLBUpdates
 				c.mu.Unlock()
-				klog.V(2).Infof("fake cloud calls:%s duplicateRouteCreates=%d", b.String(), dup)
+				klog.V(2).Infof("fake cloud calls:%s duplicateRouteCreates=%d redundantLoadBalancerUpdates=%d", b.String(), dup, redundant)
 			}
 		}
 	}()
@@ -343,19 +355,38 @@ func (c *cloud) InstanceMetadata(ctx context.Context, node *v1.Node) (r0 *cloudp
 
 func serviceKey(s *v1.Service) string { return s.Namespace + "/" + s.Name }
 
-// nodeNames returns the sorted names of nodes, as c.lastNodes when it is the same list.
-// Call with c.mu held.
-func (c *cloud) nodeNames(nodes []*v1.Node) []string {
-	names := make([]string, 0, len(nodes))
+// hosts returns the host set of nodes: their sorted names, and their provider IDs
+// (spec.providerID, empty when unset) in the same order; each list is c.lastNodes or
+// c.lastProviderIDs when it is the same, so load balancers given the same Nodes share
+// them. Call with c.mu held.
+func (c *cloud) hosts(nodes []*v1.Node) (names, providerIDs []string) {
+	sorted := make([]*v1.Node, 0, len(nodes))
 	for _, n := range nodes {
+		if n.Name != "" {
+			sorted = append(sorted, n)
+		}
+	}
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	names = make([]string, 0, len(sorted))
+	providerIDs = make([]string, 0, len(sorted))
+	for i, n := range sorted {
+		if i > 0 && n.Name == sorted[i-1].Name {
+			continue
+		}
 		names = append(names, n.Name)
+		providerIDs = append(providerIDs, n.Spec.ProviderID)
 	}
-	sort.Strings(names)
 	if slices.Equal(names, c.lastNodes) {
-		return c.lastNodes
+		names = c.lastNodes
+	} else {
+		c.lastNodes = names
 	}
-	c.lastNodes = names
-	return names
+	if slices.Equal(providerIDs, c.lastProviderIDs) {
+		providerIDs = c.lastProviderIDs
+	} else {
+		c.lastProviderIDs = providerIDs
+	}
+	return names, providerIDs
 }
 
 func (c *cloud) GetLoadBalancerName(_ context.Context, _ string, service *v1.Service) string {
@@ -405,7 +436,7 @@ func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, serv
 		c.loadBalancers[name] = lb
 	}
 	lb.service = serviceKey(service)
-	lb.nodes = c.nodeNames(nodes)
+	lb.nodes, lb.providerIDs = c.hosts(nodes)
 	return lb.status(), nil
 }
 
@@ -421,7 +452,14 @@ func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, serv
 	if !ok || lb.clusterName != clusterName {
 		return fmt.Errorf("load balancer %s not found", name)
 	}
-	lb.nodes = c.nodeNames(nodes)
+	names, providerIDs := c.hosts(nodes)
+	// The host set (name → provider ID) it has: the call changed nothing. Both CCMs
+	// decide an update on this comparison, so it was not needed.
+	if slices.Equal(names, lb.nodes) && slices.Equal(providerIDs, lb.providerIDs) {
+		c.redundantLBUpdates++
+		redundantLoadBalancerUpdates.Inc()
+	}
+	lb.nodes, lb.providerIDs = names, providerIDs
 	return nil
 }
 

@@ -25,6 +25,12 @@
 //! 4. idle (`--idle-secs` > 0): with everything above in place, nothing changes for that
 //!    long; measured: CPU seconds, API requests and cloud calls per minute, and RSS.
 //!
+//! Each control plane writes an audit log of the CCM's Node status writes (the CCM runs as
+//! a user of its own); the driver counts duplicate Node condition writes from it, and
+//! redundant load balancer updates from the fake cloud's metrics (0 is the target of both).
+//! A scenario that does not finish within `--timeout-secs` is recorded as incomplete and
+//! that CCM's later scenarios are skipped; the run goes on with the next CCM.
+//!
 //! For each CCM: CPU seconds (`utime + stime` from `/proc/<pid>/stat`) spent in each
 //! scenario, cloud calls by method (`ccm_cloud_requests_total`, which the Go cloud exports
 //! under the same name), peak RSS (`VmHWM`) and RSS over time (`VmRSS` every 250 ms).
@@ -32,6 +38,7 @@
 //! `--out` as JSON, and a picture to `--svg`.
 #![forbid(unsafe_code)]
 
+mod audit;
 mod objects;
 mod process;
 mod report;
@@ -46,11 +53,14 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
 
+use crate::audit::AuditLog;
 use crate::objects::{
     lb_service, node_has_route, node_initialised, poll_lb_hosts, route_node, service_has_ingress,
     tainted_node, watch_done,
 };
-use crate::process::{API_REQUESTS, DUPLICATE_ROUTE_CREATES, Process, RssSampler, Scrape, delta};
+use crate::process::{
+    API_REQUESTS, DUPLICATE_ROUTE_CREATES, Process, REDUNDANT_LB_UPDATES, RssSampler, Scrape, delta,
+};
 use crate::report::{CcmResult, IdleResult, Machine, Report, ScenarioResult, Settings, svg, table};
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
@@ -98,7 +108,8 @@ struct Options {
     /// The Go reference binary; default: what `bench/build-go-reference.sh` prints.
     #[arg(long)]
     go_ccm: Option<PathBuf>,
-    /// Give up on a scenario after this many seconds.
+    /// Give up on a scenario after this many seconds: it is recorded as incomplete, and that
+    /// CCM's later scenarios are skipped (the run goes on with the next CCM).
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
     /// Where the JSON results go.
@@ -280,12 +291,34 @@ where
         .map(drop)
 }
 
+/// Records a scenario's result; false when it timed out (the CCM's later scenarios are
+/// skipped).
+fn record(result: &mut CcmResult, scenario: &str, s: ScenarioResult) -> bool {
+    let finished = !s.timed_out;
+    if !finished {
+        result.timed_out = Some(scenario.to_owned());
+    }
+    result.scenarios.insert(scenario.to_owned(), s);
+    finished
+}
+
 async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResult> {
     progress(format_args!("{name}: starting a control plane"));
-    let cp = ControlPlane::start().await?;
-    let client = cp.client()?;
     let dir = tempfile::tempdir()?;
-    let mut ccm = Process::start(opts, name, binary, &cp, dir.path())?;
+    // The audit log: the CCM's PATCH/UPDATE of nodes/status, with their bodies.
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(&policy, audit::policy())?;
+    let audit_path = dir.path().join("audit.log");
+    let mut builder = ControlPlane::builder();
+    for arg in audit::apiserver_args(&policy, &audit_path) {
+        builder = builder.apiserver_arg(arg);
+    }
+    let cp = builder.start().await?;
+    let client = cp.client()?;
+    // The CCM runs as a user of its own, so the audit policy can pick out its requests.
+    let kubeconfig = cp.kubeconfig_for_user(audit::USER, &["system:masters"])?;
+    let mut audit = AuditLog::new(audit_path);
+    let mut ccm = Process::start(opts, name, binary, &kubeconfig, dir.path())?;
     let rss = RssSampler::start(ccm.pid(), Instant::now(), Duration::from_millis(250));
     let mut result = CcmResult {
         name: name.to_owned(),
@@ -315,72 +348,92 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
     let n = opts.nodes;
     let s1 = measure(
         opts,
-        name,
         &mut ccm,
+        &mut audit,
         "nodes initialised",
         n,
         create_all(nodes.clone(), n, |i| tainted_node("bench-node", i)),
         watch_done(nodes.clone(), node_initialised),
     )
     .await?;
-    result.scenarios.insert("node_init".into(), s1);
+    let mut going = record(&mut result, "node_init", s1);
 
     // Scenario 2: load balancers, then new Nodes for all of them.
-    if opts.services > 0 {
+    if going && opts.services > 0 {
         let services: Api<Service> = Api::namespaced(client.clone(), "default");
         let m = opts.services;
         let s2 = measure(
             opts,
-            name,
             &mut ccm,
+            &mut audit,
             "LBs with ingress",
             m,
             create_all(services.clone(), m, lb_service),
             watch_done(services.clone(), service_has_ingress),
         )
         .await?;
-        result.scenarios.insert("load_balancers".into(), s2);
-        if opts.new_nodes > 0 {
+        going = record(&mut result, "load_balancers", s2);
+        if going && opts.new_nodes > 0 {
             let k = opts.new_nodes;
             let endpoint = ccm.endpoint;
             let s2b = measure(
                 opts,
-                name,
                 &mut ccm,
+                &mut audit,
                 "new Nodes in every LB",
                 k,
                 create_all(nodes.clone(), k, |i| tainted_node("bench-new-node", i)),
                 poll_lb_hosts(endpoint, m, n),
             )
             .await?;
-            result.scenarios.insert("lb_new_nodes".into(), s2b);
+            going = record(&mut result, "lb_new_nodes", s2b);
         }
     }
 
     // Scenario 3: routes.
-    if opts.routes > 0 {
+    if going && opts.routes > 0 {
         let r = opts.routes;
         let s3 = measure(
             opts,
-            name,
             &mut ccm,
+            &mut audit,
             "Nodes with a route",
             r,
             create_all(nodes.clone(), r, route_node),
             watch_done(nodes.clone(), node_has_route),
         )
         .await?;
-        result.scenarios.insert("routes".into(), s3);
+        going = record(&mut result, "routes", s3);
     }
 
     // Scenario 4: idle.
-    if opts.idle_secs > 0 {
-        result.idle = Some(idle(opts, name, &mut ccm, &rss).await?);
+    if going && opts.idle_secs > 0 {
+        result.idle = Some(idle(opts, &mut ccm, &mut audit, &rss).await?);
+    }
+    if let Some(scenario) = &result.timed_out {
+        progress(format_args!(
+            "{name}: skipped the scenarios after {scenario} (timed out); collecting peak RSS and \
+             CPU, then going on"
+        ));
     }
 
+    ccm.check_running()?;
     result.peak_rss_mib = ccm.peak_rss_mib()?;
     result.total_cpu_seconds = ccm.cpu_seconds()?;
-    result.duplicate_route_creates = ccm.scrape()?.sum(DUPLICATE_ROUTE_CREATES);
+    let last = ccm.scrape()?;
+    result.duplicate_route_creates = last.sum(DUPLICATE_ROUTE_CREATES);
+    result.redundant_load_balancer_updates = Some(last.sum(REDUNDANT_LB_UPDATES));
+    let conditions = audit.read_new()?;
+    result.condition_writes = Some(conditions.writes);
+    result.duplicate_condition_writes = Some(conditions.duplicates);
+    progress(format_args!(
+        "{name}: whole run: {} redundant LB updates, {} Node condition writes ({} duplicates), \
+         {} duplicate route creates",
+        last.sum(REDUNDANT_LB_UPDATES),
+        conditions.writes,
+        conditions.duplicates,
+        result.duplicate_route_creates
+    ));
     result.rss = rss.finish();
     drop(ccm);
     drop(cp);
@@ -391,16 +444,18 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
 /// `--idle-secs` with no change.
 async fn idle(
     opts: &Options,
-    name: &str,
     ccm: &mut Process,
+    audit: &mut AuditLog,
     rss: &RssSampler,
 ) -> Result<IdleResult> {
+    let name = ccm.name.clone();
     progress(format_args!(
         "{name}: waiting for quiet before the idle scenario"
     ));
     settle(ccm, Duration::from_secs(5), Duration::from_secs(60)).await?;
     let before = ccm.scrape()?;
     let cpu_before = ccm.cpu_seconds()?;
+    let conditions_before = audit.read_new()?;
     let samples_before = rss.samples().len();
     let start = Instant::now();
     let total = Duration::from_secs(opts.idle_secs);
@@ -415,6 +470,7 @@ async fn idle(
     }
     let seconds = start.elapsed().as_secs_f64();
     let after = ccm.scrape()?;
+    let conditions = audit.read_new()? - conditions_before;
     let per_minute = 60.0 / seconds;
     let idle = IdleResult {
         nodes: opts.nodes + if opts.services > 0 { opts.new_nodes } else { 0 } + opts.routes,
@@ -430,6 +486,10 @@ async fn idle(
             .iter()
             .map(|(_, m)| *m)
             .fold(0.0, f64::max),
+        redundant_load_balancer_updates: after.sum(REDUNDANT_LB_UPDATES)
+            - before.sum(REDUNDANT_LB_UPDATES),
+        condition_writes: conditions.writes,
+        duplicate_condition_writes: conditions.duplicates,
     };
     progress(format_args!(
         "{name}: idle {seconds:.0} s: {:.2} CPU s, {:.1} API requests/min, {:.1} cloud calls/min",
@@ -474,11 +534,13 @@ async fn settle(ccm: &mut Process, quiet: Duration, max: Duration) -> Result<()>
     Ok(())
 }
 
-/// Runs `create`, waits until `done` has seen `count` objects done, and measures.
+/// Runs `create`, waits until `done` has seen `count` objects done, and measures. At
+/// `--timeout-secs` it stops waiting and returns what it measured so far, marked
+/// `timed_out`; a CCM that exits, a failed create or a watch that ends are errors.
 async fn measure<C, D>(
     opts: &Options,
-    name: &str,
     ccm: &mut Process,
+    audit: &mut AuditLog,
     what: &str,
     count: usize,
     create: C,
@@ -488,8 +550,10 @@ where
     C: Future<Output = Result<(), kube::Error>> + Send + 'static,
     D: futures::Stream<Item = usize> + Send + 'static,
 {
+    let name = ccm.name.clone();
     let before = ccm.scrape()?;
     let cpu_before = ccm.cpu_seconds()?;
+    let conditions_before = audit.read_new()?;
     let start = Instant::now();
     let mut creator = tokio::spawn(async move {
         create.await?;
@@ -501,6 +565,7 @@ where
     let deadline = start + Duration::from_secs(opts.timeout_secs);
     let mut seen = 0;
     let mut create_seconds = None;
+    let mut timed_out = false;
     while seen < count {
         // A failed create ends the scenario now rather than at the timeout.
         if create_seconds.is_none() && creator.is_finished() {
@@ -519,12 +584,14 @@ where
             Err(_) => {}
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "{name}: only {seen}/{count} {what} after {} s; log:\n{}",
+            progress(format_args!(
+                "{name}: TIMED OUT: only {seen}/{count} {what} after {} s; recorded as \
+                 incomplete, {name}'s later scenarios skipped; log:\n{}",
                 opts.timeout_secs,
                 ccm.log_tail()
-            )
-            .into());
+            ));
+            timed_out = true;
+            break;
         }
         if last_print.elapsed() >= Duration::from_secs(2) {
             progress(format_args!(
@@ -537,32 +604,49 @@ where
     let seconds = start.elapsed().as_secs_f64();
     let create_seconds = match create_seconds {
         Some(s) => s,
+        None if timed_out => {
+            // Still creating: stop it; the creates so far took the whole time.
+            creator.abort();
+            seconds
+        }
         None => creator.await??,
     };
-    // Let the last writes land in the counters, Go's asynchronous events and follow-up
-    // cloud calls included: wait until nothing has moved for 1 s (at most 10 s).
-    settle(ccm, Duration::from_secs(1), Duration::from_secs(10)).await?;
+    if !timed_out {
+        // Let the last writes land in the counters, Go's asynchronous events and follow-up
+        // cloud calls included: wait until nothing has moved for 1 s (at most 10 s).
+        settle(ccm, Duration::from_secs(1), Duration::from_secs(10)).await?;
+    }
     let after = ccm.scrape()?;
+    let conditions = audit.read_new()? - conditions_before;
     let by_series = delta(&after.series(API_REQUESTS), &before.series(API_REQUESTS));
     let api_requests: f64 = by_series.values().sum();
     let cloud_calls = delta(&after.cloud_calls(), &before.cloud_calls());
     let cpu_seconds = ccm.cpu_seconds()? - cpu_before;
+    let redundant = after.sum(REDUNDANT_LB_UPDATES) - before.sum(REDUNDANT_LB_UPDATES);
     progress(format_args!(
-        "{name}: {count} {what} in {seconds:.2} s, {api_requests} API requests, {} cloud calls, \
-         {cpu_seconds:.2} CPU s",
-        cloud_calls.values().sum::<f64>()
+        "{name}: {seen}/{count} {what} in {seconds:.2} s, {api_requests} API requests, {} cloud \
+         calls, {cpu_seconds:.2} CPU s, {redundant} redundant LB updates, {} Node condition \
+         writes ({} duplicates)",
+        cloud_calls.values().sum::<f64>(),
+        conditions.writes,
+        conditions.duplicates,
     ));
     Ok(ScenarioResult {
         objects: count,
         seconds,
         create_seconds,
         api_requests,
-        api_requests_per_object: api_requests / count as f64,
+        api_requests_per_object: api_requests / seen.max(1) as f64,
         cpu_seconds,
         api_requests_by_series: by_series,
         cloud_calls,
         duplicate_route_creates: after.sum(DUPLICATE_ROUTE_CREATES)
             - before.sum(DUPLICATE_ROUTE_CREATES),
+        redundant_load_balancer_updates: redundant,
+        condition_writes: conditions.writes,
+        duplicate_condition_writes: conditions.duplicates,
+        timed_out,
+        done: seen,
         progress: progress_log,
     })
 }

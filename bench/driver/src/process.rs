@@ -7,12 +7,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_test::ControlPlane;
-
 use crate::{Options, Result};
 
 /// A running CCM; killed on drop.
 pub(crate) struct Process {
+    /// `rust` or `go`.
+    pub(crate) name: String,
     child: Child,
     /// Where its `/metrics` is served.
     pub(crate) endpoint: Endpoint,
@@ -27,12 +27,13 @@ impl Drop for Process {
 }
 
 impl Process {
-    /// Starts `binary` (`name` is `rust` or `go`) against `cp`, with the flags both get.
+    /// Starts `binary` (`name` is `rust` or `go`) with `kubeconfig` (the CCM's own user,
+    /// so the audit log can tell its requests), with the flags both get.
     pub(crate) fn start(
         opts: &Options,
         name: &str,
         binary: &Path,
-        cp: &ControlPlane,
+        kubeconfig: &Path,
         dir: &Path,
     ) -> Result<Self> {
         let config = dir.join("fake.yaml");
@@ -44,7 +45,7 @@ impl Process {
         let mut args = vec![
             "--cloud-provider=fake".to_owned(),
             format!("--cloud-config={}", config.display()),
-            format!("--kubeconfig={}", cp.kubeconfig_path().display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
             // Room for 32768 /24 pod CIDRs (scenario 3).
             "--cluster-cidr=10.128.0.0/9".to_owned(),
             // Go runs the route controller only with both; ours ignores the first.
@@ -83,6 +84,7 @@ impl Process {
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
         Ok(Self {
+            name: name.to_owned(),
             child,
             endpoint: Endpoint { port, https },
             log,
@@ -160,6 +162,9 @@ pub(crate) const API_REQUESTS: &str = "rest_client_requests_total";
 pub(crate) const CLOUD_CALLS: &str = "ccm_cloud_requests_total";
 /// Route creates the fake cloud refused as duplicates (both fake clouds).
 pub(crate) const DUPLICATE_ROUTE_CREATES: &str = "fake_cloud_duplicate_route_creates_total";
+/// Load balancer updates that gave a load balancer the host set (Node name → provider ID)
+/// it had (both fake clouds).
+pub(crate) const REDUNDANT_LB_UPDATES: &str = "fake_cloud_redundant_load_balancer_updates_total";
 /// Load balancers in the fake cloud (both).
 pub(crate) const LOAD_BALANCERS: &str = "fake_cloud_load_balancers";
 /// The fewest Nodes any load balancer points at (both).

@@ -28,14 +28,38 @@ pub(crate) struct ScenarioResult {
     pub(crate) cloud_calls: BTreeMap<String, f64>,
     /// Route creates the fake cloud refused because the route existed.
     pub(crate) duplicate_route_creates: f64,
+    /// Load balancer updates that gave a load balancer the host set it had
+    /// (`fake_cloud_redundant_load_balancer_updates_total`).
+    pub(crate) redundant_load_balancer_updates: f64,
+    /// Node conditions the CCM wrote (audit log: its successful PATCH/UPDATE of
+    /// `nodes/status`, each condition in it once).
+    pub(crate) condition_writes: f64,
+    /// Of those, writes whose `(status, reason)` equalled the Node's previous write of that
+    /// condition type.
+    pub(crate) duplicate_condition_writes: f64,
+    /// The scenario ended at `--timeout-secs` before every object was done; the counts are
+    /// those until then.
+    pub(crate) timed_out: bool,
+    /// Objects done when the scenario ended: `objects`, or fewer when it timed out (0 in
+    /// results written before this was recorded).
+    pub(crate) done: usize,
     /// `(seconds since start, objects done)`, sampled as progress was seen.
     pub(crate) progress: Vec<(f64, usize)>,
 }
 
 impl ScenarioResult {
-    /// Every cloud call, per object.
+    /// Objects done: all of them, or those done before the timeout.
+    pub(crate) fn objects_done(&self) -> usize {
+        if self.timed_out {
+            self.done
+        } else {
+            self.objects
+        }
+    }
+
+    /// Every cloud call, per object done.
     pub(crate) fn cloud_calls_per_object(&self) -> f64 {
-        self.cloud_calls.values().sum::<f64>() / self.objects.max(1) as f64
+        self.cloud_calls.values().sum::<f64>() / self.objects_done().max(1) as f64
     }
 }
 
@@ -57,6 +81,12 @@ pub(crate) struct IdleResult {
     pub(crate) cloud_calls_per_minute: BTreeMap<String, f64>,
     /// The highest resident memory sampled while idle (MiB).
     pub(crate) max_rss_mib: f64,
+    /// Redundant load balancer updates while idle.
+    pub(crate) redundant_load_balancer_updates: f64,
+    /// Node conditions written while idle.
+    pub(crate) condition_writes: f64,
+    /// Duplicate Node condition writes while idle.
+    pub(crate) duplicate_condition_writes: f64,
 }
 
 /// What one CCM did in the whole run.
@@ -79,6 +109,15 @@ pub(crate) struct CcmResult {
     pub(crate) rss: Vec<(f64, f64)>,
     /// Duplicate route creates over the whole run.
     pub(crate) duplicate_route_creates: f64,
+    /// Redundant load balancer updates over the whole run (`None` in results written before
+    /// they were counted).
+    pub(crate) redundant_load_balancer_updates: Option<f64>,
+    /// Node conditions written over the whole run (audit log).
+    pub(crate) condition_writes: Option<f64>,
+    /// Duplicate Node condition writes over the whole run (audit log).
+    pub(crate) duplicate_condition_writes: Option<f64>,
+    /// The scenario that timed out, when one did; the CCM's later scenarios were skipped.
+    pub(crate) timed_out: Option<String>,
 }
 
 /// The JSON written to `--out`.
@@ -116,11 +155,155 @@ pub(crate) struct Machine {
     pub(crate) kernel: String,
 }
 
-/// The comparison table, one row per measure, with Rust/Go when both ran.
+/// A cell of the table: a value, a note (a timeout), or nothing.
+#[derive(Clone, Debug, PartialEq)]
+enum Cell {
+    Value(f64),
+    Note(String),
+    None,
+}
+
+impl Cell {
+    fn value(&self) -> Option<f64> {
+        match self {
+            Self::Value(v) => Some(*v),
+            Self::Note(_) | Self::None => None,
+        }
+    }
+
+    fn show(&self) -> String {
+        match self {
+            Self::Value(v) => format!("{v:.2}"),
+            Self::Note(n) => n.clone(),
+            Self::None => "-".to_owned(),
+        }
+    }
+}
+
+impl From<Option<f64>> for Cell {
+    fn from(v: Option<f64>) -> Self {
+        v.map_or(Self::None, Self::Value)
+    }
+}
+
+/// What a row is held to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Target {
+    /// Nothing: a figure to read.
+    None,
+    /// Rust/Go at most this.
+    Ratio(f64),
+    /// Seconds: Rust/Go at most 1, up to 2 % over counted as equal (noise).
+    Seconds,
+    /// Ours is 0.
+    Zero,
+}
+
+/// One row of the table.
+struct Row {
+    label: String,
+    rust: Cell,
+    go: Cell,
+    target: Target,
+    /// Set when a CCM did not finish the row's scenario: no ratio, and who after the
+    /// verdict.
+    timed_out: Option<TimedOut>,
+    /// Said after the verdict.
+    note: Option<&'static str>,
+}
+
+/// Which CCM did not finish a scenario, and how far each got.
+#[derive(Clone, Copy, Debug)]
+struct TimedOut {
+    rust: Option<usize>,
+    go: Option<usize>,
+}
+
+impl TimedOut {
+    fn who(self) -> &'static str {
+        match (self.rust, self.go) {
+            (Some(_), Some(_)) => "both timed out",
+            (Some(_), None) => "rust timed out",
+            _ => "go timed out",
+        }
+    }
+
+    /// Whether Rust was ahead of or level with Go: it finished and Go did not, or both
+    /// timed out and Rust had done at least as many objects.
+    fn rust_ahead(self) -> bool {
+        match (self.rust, self.go) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(r), Some(g)) => r >= g,
+        }
+    }
+}
+
+impl Row {
+    fn new(label: impl Into<String>, rust: impl Into<Cell>, go: impl Into<Cell>) -> Self {
+        Self {
+            label: label.into(),
+            rust: rust.into(),
+            go: go.into(),
+            target: Target::None,
+            timed_out: None,
+            note: None,
+        }
+    }
+
+    fn target(mut self, target: Target) -> Self {
+        self.target = target;
+        self
+    }
+
+    fn ratio(&self) -> Option<f64> {
+        if self.timed_out.is_some() {
+            return None;
+        }
+        match (self.rust.value(), self.go.value()) {
+            (Some(r), Some(g)) if g > 0.0 => Some(r / g),
+            _ => None,
+        }
+    }
+
+    /// The verdict: the target, and "met" or "**missed**".
+    fn verdict(&self) -> String {
+        let verdict = match (self.target, self.timed_out) {
+            (Target::None, _) => String::new(),
+            (Target::Zero, _) => match self.rust.value() {
+                Some(0.0) => "0 met".to_owned(),
+                Some(_) => "0 **missed**".to_owned(),
+                None => "0".to_owned(),
+            },
+            (Target::Seconds, Some(t)) if t.rust_ahead() => "≤ 1 met".to_owned(),
+            (Target::Seconds, Some(_)) => "≤ 1 **missed**".to_owned(),
+            (Target::Ratio(_), Some(_)) => "-".to_owned(),
+            (Target::Seconds, None) => match self.ratio() {
+                Some(r) if r <= 1.0 => "≤ 1 met".to_owned(),
+                Some(r) if r <= 1.02 => "≤ 1 met (equal within 2 %)".to_owned(),
+                Some(_) => "≤ 1 **missed**".to_owned(),
+                None => String::new(),
+            },
+            (Target::Ratio(t), None) => match self.ratio() {
+                Some(r) if r <= t => format!("≤ {t} met"),
+                Some(_) => format!("≤ {t} **missed**"),
+                None => String::new(),
+            },
+        };
+        match self.timed_out.map(TimedOut::who).or(self.note) {
+            Some(who) if verdict.is_empty() => format!("({who})"),
+            Some(who) => format!("{verdict} ({who})"),
+            None => verdict,
+        }
+    }
+}
+
+/// The comparison table (Markdown), one row per measure, with Rust/Go when both ran and
+/// the verdict against the target (see `docs/benchmarks.md`, "Targets").
 pub(crate) fn table(report: &Report) -> String {
     let get = |name: &str| report.results.iter().find(|r| r.name == name);
     let (rust, go) = (get("rust"), get("go"));
-    let mut rows: Vec<(String, Option<f64>, Option<f64>)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     let mut scenario_names: Vec<&String> = report
         .results
         .iter()
@@ -128,64 +311,243 @@ pub(crate) fn table(report: &Report) -> String {
         .collect();
     scenario_names.sort();
     scenario_names.dedup();
+    // A scenario a CCM did not finish: how far it got (0 when skipped after an earlier
+    // timeout); `None` when it finished or never ran.
+    let unfinished = |r: Option<&CcmResult>, s: &str| -> Option<usize> {
+        let r = r?;
+        match r.scenarios.get(s) {
+            Some(x) if x.timed_out => Some(x.done),
+            Some(_) => None,
+            None => r.timed_out.is_some().then_some(0),
+        }
+    };
     for s in scenario_names {
-        let field = |r: Option<&CcmResult>, f: fn(&ScenarioResult) -> f64| {
-            r.and_then(|r| r.scenarios.get(s)).map(f)
+        let timed_out = match (unfinished(rust, s), unfinished(go, s)) {
+            (None, None) => None,
+            (r, g) => Some(TimedOut { rust: r, go: g }),
         };
-        let mut row = |label: &str, f: fn(&ScenarioResult) -> f64| {
-            rows.push((format!("{s}: {label}"), field(rust, f), field(go, f)));
+        let cell = |r: Option<&CcmResult>, f: &dyn Fn(&ScenarioResult) -> f64| -> Cell {
+            match r {
+                Some(r) => match r.scenarios.get(s) {
+                    Some(x) => Cell::Value(f(x)),
+                    None if r.timed_out.is_some() => Cell::Note("skipped".into()),
+                    None => Cell::None,
+                },
+                None => Cell::None,
+            }
         };
-        row("seconds", |x| x.seconds);
-        row("creating them took (s)", |x| x.create_seconds);
-        row("API requests per object", |x| x.api_requests_per_object);
+        let seconds_cell = |r: Option<&CcmResult>| match r.and_then(|r| r.scenarios.get(s)) {
+            Some(x) if x.timed_out => Cell::Note(format!("timed out: {}/{}", x.done, x.objects)),
+            _ => cell(r, &|x| x.seconds),
+        };
+        rows.push(Row {
+            label: format!("{s}: seconds"),
+            rust: seconds_cell(rust),
+            go: seconds_cell(go),
+            target: Target::Seconds,
+            timed_out,
+            note: None,
+        });
+        let mut row = |label: &str, f: &dyn Fn(&ScenarioResult) -> f64, target: Target| {
+            let mut row = Row::new(format!("{s}: {label}"), cell(rust, f), cell(go, f));
+            row.target = target;
+            row.timed_out = timed_out;
+            rows.push(row);
+        };
+        row(
+            "creating them took (s)",
+            &|x| x.create_seconds,
+            Target::None,
+        );
+        let api_target = if s == "node_init" {
+            Target::Ratio(1.0)
+        } else {
+            Target::None
+        };
+        row(
+            "API requests per object",
+            &|x| x.api_requests / x.objects_done().max(1) as f64,
+            api_target,
+        );
         row(
             "cloud calls per object",
-            ScenarioResult::cloud_calls_per_object,
+            &ScenarioResult::cloud_calls_per_object,
+            Target::None,
         );
-        row("CPU seconds", |x| x.cpu_seconds);
+        // By method: every method either CCM called in this scenario.
+        let mut methods: Vec<&String> = [rust, go]
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.scenarios.get(s))
+            .flat_map(|x| {
+                x.cloud_calls
+                    .iter()
+                    .filter(|(_, v)| **v != 0.0)
+                    .map(|(m, _)| m)
+            })
+            .collect();
+        methods.sort();
+        methods.dedup();
+        for m in methods {
+            row(
+                &format!("cloud calls per object: {m}"),
+                &|x| x.cloud_calls.get(m).copied().unwrap_or(0.0) / x.objects_done().max(1) as f64,
+                Target::None,
+            );
+        }
+        row("CPU seconds", &|x| x.cpu_seconds, Target::Ratio(0.5));
     }
-    if rust.is_some_and(|r| r.idle.is_some()) || go.is_some_and(|r| r.idle.is_some()) {
-        let idle = |r: Option<&CcmResult>, f: fn(&IdleResult) -> f64| {
-            r.and_then(|r| r.idle.as_ref()).map(f)
+    let ran_idle = |r: Option<&CcmResult>| r.is_some_and(|r| r.idle.is_some());
+    if ran_idle(rust) || ran_idle(go) {
+        let timed_out = match (
+            rust.and_then(|r| r.timed_out.as_ref()),
+            go.and_then(|r| r.timed_out.as_ref()),
+        ) {
+            (None, None) => None,
+            (r, g) => Some(TimedOut {
+                rust: r.map(|_| 0),
+                go: g.map(|_| 0),
+            }),
         };
-        let mut row = |label: &str, f: fn(&IdleResult) -> f64| {
-            rows.push((format!("idle: {label}"), idle(rust, f), idle(go, f)));
+        let idle = |r: Option<&CcmResult>, f: fn(&IdleResult) -> f64| match r {
+            Some(r) => match &r.idle {
+                Some(i) => Cell::Value(f(i)),
+                None if r.timed_out.is_some() => Cell::Note("skipped".into()),
+                None => Cell::None,
+            },
+            None => Cell::None,
         };
-        row("CPU seconds per minute", |x| {
-            x.cpu_seconds * 60.0 / x.seconds.max(0.001)
-        });
-        row("API requests per minute", |x| x.api_requests_per_minute);
-        row("cloud calls per minute", |x| {
-            x.cloud_calls_per_minute.values().sum()
-        });
-        row("max RSS (MiB)", |x| x.max_rss_mib);
+        let mut row = |label: &str, f: fn(&IdleResult) -> f64, target: Target| {
+            let mut row = Row::new(format!("idle: {label}"), idle(rust, f), idle(go, f));
+            row.target = target;
+            row.timed_out = timed_out;
+            rows.push(row);
+        };
+        row(
+            "CPU seconds per minute",
+            |x| x.cpu_seconds * 60.0 / x.seconds.max(0.001),
+            Target::Ratio(0.5),
+        );
+        row(
+            "API requests per minute",
+            |x| x.api_requests_per_minute,
+            Target::None,
+        );
+        row(
+            "cloud calls per minute",
+            |x| x.cloud_calls_per_minute.values().sum(),
+            Target::None,
+        );
+        row("max RSS (MiB)", |x| x.max_rss_mib, Target::Ratio(0.25));
     }
-    rows.push((
-        "duplicate route creates".into(),
-        rust.map(|r| r.duplicate_route_creates),
-        go.map(|r| r.duplicate_route_creates),
-    ));
-    rows.push((
-        "peak RSS (MiB)".into(),
-        rust.map(|r| r.peak_rss_mib),
-        go.map(|r| r.peak_rss_mib),
-    ));
-    rows.push((
-        "CPU seconds, whole run".into(),
-        rust.map(|r| r.total_cpu_seconds),
-        go.map(|r| r.total_cpu_seconds),
-    ));
-    let cell = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
-    let mut out = format!(
-        "\n{:<46} {:>10} {:>10} {:>9}\n",
-        "measure", "rust", "go", "rust/go"
+    rows.push(
+        Row::new(
+            "duplicate route creates",
+            rust.map(|r| r.duplicate_route_creates),
+            go.map(|r| r.duplicate_route_creates),
+        )
+        .target(Target::Zero),
     );
-    for (label, r, g) in rows {
-        let ratio = match (r, g) {
-            (Some(r), Some(g)) if g > 0.0 => format!("{:.2}", r / g),
-            _ => "-".to_owned(),
-        };
-        out += &format!("{label:<46} {:>10} {:>10} {ratio:>9}\n", cell(r), cell(g));
+    rows.push(
+        Row::new(
+            "redundant load-balancer updates",
+            rust.and_then(|r| r.redundant_load_balancer_updates),
+            go.and_then(|r| r.redundant_load_balancer_updates),
+        )
+        .target(Target::Zero),
+    );
+    rows.push(
+        Row::new(
+            "duplicate Node condition writes",
+            rust.and_then(|r| r.duplicate_condition_writes),
+            go.and_then(|r| r.duplicate_condition_writes),
+        )
+        .target(Target::Zero),
+    );
+    // Whole-run figures of a CCM that timed out cover less work: the ratio stands, noted.
+    let whole_run = match (
+        rust.and_then(|r| r.timed_out.as_ref()),
+        go.and_then(|r| r.timed_out.as_ref()),
+    ) {
+        (None, None) => None,
+        (r, g) => Some(TimedOut {
+            rust: r.map(|_| 0),
+            go: g.map(|_| 0),
+        }),
+    };
+    for (label, f, target) in [
+        (
+            "peak RSS (MiB)",
+            (|r: &CcmResult| r.peak_rss_mib) as fn(&CcmResult) -> f64,
+            0.25,
+        ),
+        ("CPU seconds, whole run", |r| r.total_cpu_seconds, 0.5),
+    ] {
+        let mut row = Row::new(label, rust.map(f), go.map(f)).target(Target::Ratio(target));
+        row.note = whole_run.map(TimedOut::who);
+        rows.push(row);
+    }
+    render(&rows)
+}
+
+/// The rows as a Markdown table, columns padded.
+fn render(rows: &[Row]) -> String {
+    let lines: Vec<[String; 5]> = rows
+        .iter()
+        .map(|row| {
+            [
+                row.label.clone(),
+                row.rust.show(),
+                row.go.show(),
+                row.ratio()
+                    .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+                row.verdict(),
+            ]
+        })
+        .collect();
+    let header = [
+        "measure".to_owned(),
+        "rust".to_owned(),
+        "go".to_owned(),
+        "rust/go".to_owned(),
+        "target".to_owned(),
+    ];
+    let width = |i: usize| {
+        lines
+            .iter()
+            .chain([&header])
+            .map(|l| l[i].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let w: Vec<usize> = (0..5).map(width).collect();
+    let line = |l: &[String; 5]| {
+        format!(
+            "| {:<w0$} | {:>w1$} | {:>w2$} | {:>w3$} | {:<w4$} |\n",
+            l[0],
+            l[1],
+            l[2],
+            l[3],
+            l[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        )
+    };
+    let mut out = String::from("\n");
+    out += &line(&header);
+    out += &format!(
+        "|{}|{}:|{}:|{}:|{}|\n",
+        "-".repeat(w[0] + 2),
+        "-".repeat(w[1] + 1),
+        "-".repeat(w[2] + 1),
+        "-".repeat(w[3] + 1),
+        "-".repeat(w[4] + 2)
+    );
+    for l in &lines {
+        out += &line(l);
     }
     out
 }
@@ -380,22 +742,139 @@ mod tests {
         }
     }
 
+    /// The cells of the row labelled `label`: rust, go, rust/go, target.
+    fn row(t: &str, label: &str) -> [String; 4] {
+        let cells: Vec<String> = t
+            .lines()
+            .find(|l| l.split('|').nth(1).is_some_and(|c| c.trim() == label))
+            .unwrap_or_else(|| panic!("no {label} row in\n{t}"))
+            .split('|')
+            .map(|c| c.trim().to_owned())
+            .collect();
+        [
+            cells[2].clone(),
+            cells[3].clone(),
+            cells[4].clone(),
+            cells[5].clone(),
+        ]
+    }
+
     #[test]
     fn the_table_divides_rust_by_go() {
-        let t = table(&report());
-        let line = |label: &str| {
-            t.lines()
-                .find(|l| l.starts_with(label))
-                .unwrap_or_else(|| panic!("no {label} row in\n{t}"))
-                .split_whitespace()
-                .last()
-                .unwrap()
-                .to_owned()
-        };
-        assert_eq!(line("node_init: seconds"), "0.50");
-        assert_eq!(line("peak RSS (MiB)"), "0.25");
-        assert_eq!(line("node_init: cloud calls per object"), "1.00");
+        let mut r = report();
+        for (c, redundant, duplicates) in [(0, 0.0, 0.0), (1, 7.0, 3.0)] {
+            r.results[c].redundant_load_balancer_updates = Some(redundant);
+            r.results[c].duplicate_condition_writes = Some(duplicates);
+        }
+        let t = table(&r);
+        assert_eq!(row(&t, "node_init: seconds")[2..], ["0.50", "≤ 1 met"]);
+        assert_eq!(row(&t, "peak RSS (MiB)")[2..], ["0.25", "≤ 0.25 met"]);
+        assert_eq!(row(&t, "node_init: cloud calls per object")[2], "1.00");
+        // By method, under the total.
+        assert_eq!(
+            row(&t, "node_init: cloud calls per object: instance_metadata"),
+            ["1.00", "1.00", "1.00", ""]
+        );
+        assert!(
+            !t.contains("list_routes"),
+            "no row for a method never called:\n{t}"
+        );
+        assert_eq!(
+            row(&t, "duplicate route creates"),
+            ["0.00", "0.00", "-", "0 met"]
+        );
+        assert_eq!(
+            row(&t, "redundant load-balancer updates"),
+            ["0.00", "7.00", "0.00", "0 met"]
+        );
+        assert_eq!(
+            row(&t, "duplicate Node condition writes"),
+            ["0.00", "3.00", "0.00", "0 met"]
+        );
         assert!(!t.contains("idle:"), "{t}");
+
+        // Ours with duplicates: missed.
+        r.results[0].duplicate_condition_writes = Some(2.0);
+        let t = table(&r);
+        assert_eq!(
+            row(&t, "duplicate Node condition writes")[3],
+            "0 **missed**"
+        );
+        // Slower by 1 %: equal within noise; by 10 %: missed.
+        r.results[0].scenarios.get_mut("node_init").unwrap().seconds = 4.04;
+        assert_eq!(
+            row(&table(&r), "node_init: seconds")[3],
+            "≤ 1 met (equal within 2 %)"
+        );
+        r.results[0].scenarios.get_mut("node_init").unwrap().seconds = 4.4;
+        assert_eq!(row(&table(&r), "node_init: seconds")[3], "≤ 1 **missed**");
+    }
+
+    #[test]
+    fn a_ccm_that_timed_out_is_shown_so_and_its_skipped_scenarios_too() {
+        let mut r = report();
+        let go = &mut r.results[1];
+        go.timed_out = Some("node_init".into());
+        let s = go.scenarios.get_mut("node_init").unwrap();
+        s.timed_out = true;
+        s.done = 6;
+        s.cloud_calls = BTreeMap::from([("instance_metadata".to_owned(), 12.0)]);
+        // Rust ran a scenario Go skipped.
+        let routes = r.results[0].scenarios["node_init"].clone();
+        r.results[0].scenarios.insert("routes".into(), routes);
+        let t = table(&r);
+        assert_eq!(
+            row(&t, "node_init: seconds"),
+            ["2.00", "timed out: 6/10", "-", "≤ 1 met (go timed out)"]
+        );
+        // Per object done: 12 calls for 6 Nodes.
+        assert_eq!(
+            row(&t, "node_init: cloud calls per object"),
+            ["1.00", "2.00", "-", "(go timed out)"]
+        );
+        assert_eq!(
+            row(&t, "node_init: CPU seconds")[2..],
+            ["-", "- (go timed out)"]
+        );
+        assert_eq!(
+            row(&t, "routes: seconds"),
+            ["2.00", "skipped", "-", "≤ 1 met (go timed out)"]
+        );
+        assert_eq!(row(&t, "peak RSS (MiB)")[3], "≤ 0.25 met (go timed out)");
+
+        // The other way round: ours timed out.
+        let mut r = report();
+        r.results[0].timed_out = Some("node_init".into());
+        let s = r.results[0].scenarios.get_mut("node_init").unwrap();
+        s.timed_out = true;
+        s.done = 3;
+        assert_eq!(
+            row(&table(&r), "node_init: seconds"),
+            [
+                "timed out: 3/10",
+                "4.00",
+                "-",
+                "≤ 1 **missed** (rust timed out)"
+            ]
+        );
+    }
+
+    #[test]
+    fn results_written_before_the_new_fields_still_read() {
+        let old = r#"{"settings": {"nodes": 10, "services": 0, "qps": 20.0, "burst": 30,
+            "workers": 1, "latency_ms": 5}, "machine": {"cpus": 2, "kernel": "k"},
+            "results": [{"name": "rust", "scenarios": {"node_init": {"objects": 10,
+            "seconds": 2.0, "api_requests": 30.0, "cloud_calls": {"instance_metadata": 10.0}}},
+            "peak_rss_mib": 10.0, "duplicate_route_creates": 0.0}]}"#;
+        let report: Report = serde_json::from_str(old).unwrap();
+        let rust = &report.results[0];
+        assert_eq!(rust.duplicate_condition_writes, None);
+        assert_eq!(rust.timed_out, None);
+        assert_eq!(rust.scenarios["node_init"].objects_done(), 10);
+        let t = table(&report);
+        assert_eq!(row(&t, "node_init: API requests per object")[0], "3.00");
+        assert_eq!(row(&t, "duplicate Node condition writes")[0], "-");
+        assert_eq!(row(&t, "redundant load-balancer updates")[3], "0");
     }
 
     #[test]

@@ -39,7 +39,14 @@ fn the_driver_runs_at_a_small_n() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "ccm-bench failed:\n{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("node_init: seconds"), "{stdout}");
+    for row in [
+        "node_init: seconds",
+        "routes: cloud calls per object: create_route",
+        "redundant load-balancer updates",
+        "duplicate Node condition writes",
+    ] {
+        assert!(stdout.contains(row), "no {row:?} row in\n{stdout}");
+    }
 
     assert!(dir.path().join("progress.svg").exists());
 
@@ -67,8 +74,71 @@ fn the_driver_runs_at_a_small_n() {
             "{report:#}"
         );
         assert_eq!(r["duplicate_route_creates"], 0.0, "{report:#}");
+        assert!(r["timed_out"].is_null(), "{report:#}");
+        // Counted, whatever their value (the controllers change; the target is 0).
+        assert!(r["redundant_load_balancer_updates"].is_f64(), "{report:#}");
+        assert!(r["duplicate_condition_writes"].is_f64(), "{report:#}");
+        for s in ["node_init", "load_balancers", "lb_new_nodes", "routes"] {
+            let s = &r["scenarios"][s];
+            assert!(s["redundant_load_balancer_updates"].is_f64(), "{report:#}");
+            assert!(s["duplicate_condition_writes"].is_f64(), "{report:#}");
+            assert_eq!(s["timed_out"], false, "{report:#}");
+        }
+        // The audit log was read: every route Node had its NetworkUnavailable written.
+        assert!(
+            r["scenarios"]["routes"]["condition_writes"]
+                .as_f64()
+                .unwrap()
+                >= 5.0,
+            "{report:#}"
+        );
+        assert!(r["condition_writes"].as_f64().unwrap() >= 5.0, "{report:#}");
         assert!(r["peak_rss_mib"].as_f64().unwrap() > 0.0, "{report:#}");
         assert!(!r["rss"].as_array().unwrap().is_empty(), "{report:#}");
         assert!(r["idle"]["seconds"].as_f64().unwrap() >= 2.0, "{report:#}");
     }
+}
+
+/// A CCM that cannot finish a scenario in `--timeout-secs` (here: 200 Nodes at 1 API
+/// request a second in 3 s) does not end the run: the scenario is recorded as incomplete,
+/// the later ones are skipped, and the table says so.
+#[test]
+fn a_scenario_that_times_out_is_recorded_and_the_run_goes_on() {
+    let rust_ccm = PathBuf::from(BENCH).with_file_name("fake-cloud-controller-manager");
+    assert!(rust_ccm.exists(), "{} is not built", rust_ccm.display());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results.json");
+    let output = Command::new(BENCH)
+        .args(["--nodes", "200", "--services", "5", "--idle-secs", "2"])
+        .args(["--qps", "1", "--burst", "1", "--timeout-secs", "3"])
+        .args(["--ccm", "rust"])
+        .arg("--rust-ccm")
+        .arg(&rust_ccm)
+        .arg("--out")
+        .arg(&out)
+        .arg("--svg")
+        .arg(dir.path().join("progress.svg"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "ccm-bench failed:\n{stderr}");
+    assert!(stderr.contains("TIMED OUT"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("timed out: "), "{stdout}");
+    assert!(stdout.contains("(rust timed out)"), "{stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r = &report["results"][0];
+    assert_eq!(r["timed_out"], "node_init", "{report:#}");
+    let s = &r["scenarios"]["node_init"];
+    assert_eq!(s["timed_out"], true, "{report:#}");
+    assert!(s["done"].as_u64().unwrap() < 200, "{report:#}");
+    assert!(s["seconds"].as_f64().unwrap() >= 3.0, "{report:#}");
+    assert!(s["api_requests"].as_f64().unwrap() > 0.0, "{report:#}");
+    // The later scenarios were skipped; the whole-run figures were still collected.
+    assert!(r["scenarios"]["load_balancers"].is_null(), "{report:#}");
+    assert!(r["idle"].is_null(), "{report:#}");
+    assert!(r["peak_rss_mib"].as_f64().unwrap() > 0.0, "{report:#}");
+    assert!(r["total_cpu_seconds"].as_f64().unwrap() > 0.0, "{report:#}");
 }

@@ -159,8 +159,12 @@ struct State {
     next_instance_ip: u32,
     next_ingress_ip: u32,
     duplicate_route_creates: u64,
+    /// `update_load_balancer` calls that gave a load balancer the host set it had.
+    redundant_load_balancer_updates: u64,
     /// The node list last given to a load balancer, shared by those given the same.
     last_lb_nodes: Option<Arc<Vec<String>>>,
+    /// The provider ID list last given to a load balancer, shared likewise.
+    last_lb_provider_ids: Option<Arc<Vec<String>>>,
     ingress_override: Option<String>,
     metadata_hook: Option<MetadataHook>,
 }
@@ -469,6 +473,13 @@ impl FakeCloud {
     /// How many `create_route` calls asked for a route the table already had.
     pub fn duplicate_route_creates(&self) -> u64 {
         lock(&self.state).duplicate_route_creates
+    }
+
+    /// How many `update_load_balancer` calls gave a load balancer the host set it already
+    /// had: the same map of Node name to provider ID (`spec.providerID`, empty when unset),
+    /// the comparison both our CCM and Go's decide an update on, so the call was wasted.
+    pub fn redundant_load_balancer_updates(&self) -> u64 {
+        lock(&self.state).redundant_load_balancer_updates
     }
 
     // ----- test controls -----

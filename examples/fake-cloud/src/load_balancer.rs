@@ -43,6 +43,10 @@ pub struct FakeLoadBalancer {
     /// The names of the Nodes it sends traffic to, sorted. Load balancers given the same
     /// Nodes share one list, as a cloud would not copy it per load balancer either.
     pub nodes: Arc<Vec<String>>,
+    /// The provider ID (`spec.providerID`, empty when unset) of each of [`nodes`](Self::nodes),
+    /// in the same order: with the names, the host set an update is compared by. Shared
+    /// like `nodes`.
+    pub provider_ids: Arc<Vec<String>>,
     /// Its ingress IP.
     pub ingress_ip: String,
 }
@@ -153,18 +157,46 @@ fn ports(service: &Service) -> Vec<String> {
         .collect()
 }
 
-/// The sorted names of `nodes`, as the list last stored when it is the same.
-fn node_names(last: &mut Option<Arc<Vec<String>>>, nodes: &[Arc<Node>]) -> Arc<Vec<String>> {
-    let mut names: Vec<String> = nodes
+/// A load balancer's host set: the sorted Node names, and their provider IDs in the same
+/// order.
+type Hosts = (Arc<Vec<String>>, Arc<Vec<String>>);
+
+/// The host set of `nodes`: their sorted names and provider IDs (`spec.providerID`, empty
+/// when unset), each list the one last stored when it is the same, so that load balancers
+/// given the same Nodes share them (the state stays O(Nodes), not O(LBs × Nodes)).
+fn hosts(state: &mut State, nodes: &[Arc<Node>]) -> Hosts {
+    let mut pairs: Vec<(String, String)> = nodes
         .iter()
-        .filter_map(|n| n.metadata.name.clone())
+        .filter_map(|n| {
+            let name = n.metadata.name.clone()?;
+            let id = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.clone())
+                .unwrap_or_default();
+            Some((name, id))
+        })
         .collect();
-    names.sort();
-    names.dedup();
+    pairs.sort();
+    pairs.dedup_by(|a, b| a.0 == b.0);
+    let (names, ids): (Vec<String>, Vec<String>) = pairs.into_iter().unzip();
+    (
+        shared(&mut state.last_lb_nodes, names),
+        shared(&mut state.last_lb_provider_ids, ids),
+    )
+}
+
+/// `list`, as the list last stored in `last` when it is the same.
+fn shared(last: &mut Option<Arc<Vec<String>>>, list: Vec<String>) -> Arc<Vec<String>> {
     match last {
-        Some(shared) if **shared == names => shared.clone(),
-        _ => last.insert(Arc::new(names)).clone(),
+        Some(shared) if **shared == list => shared.clone(),
+        _ => last.insert(Arc::new(list)).clone(),
     }
+}
+
+/// Whether two lists are the same: one shared list, or equal ones.
+fn same(a: &Arc<Vec<String>>, b: &Arc<Vec<String>>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
 }
 
 #[async_trait]
@@ -223,13 +255,15 @@ impl LoadBalancer for FakeCloud {
                     .to_string()
             }
         };
+        let (nodes, provider_ids) = hosts(&mut state, nodes);
         let lb = FakeLoadBalancer {
             name: name.clone(),
             cluster_name: cluster_name.to_owned(),
             service: key,
             service_uid: uid(service).to_owned(),
             ports,
-            nodes: node_names(&mut state.last_lb_nodes, nodes),
+            nodes,
+            provider_ids,
             ingress_ip,
         };
         let mut status = lb.status();
@@ -261,9 +295,18 @@ impl LoadBalancer for FakeCloud {
                 return Err(CloudError::msg(format!("load balancer {name} not found")));
             }
         };
-        let nodes = node_names(&mut state.last_lb_nodes, nodes);
+        let (nodes, provider_ids) = hosts(state, nodes);
         if let Some(lb) = state.load_balancers.get_mut(&name) {
+            // The same host set (names and provider IDs) as it has: the call changed
+            // nothing. Both CCMs decide on this comparison, so it was not needed.
+            if same(&lb.nodes, &nodes) && same(&lb.provider_ids, &provider_ids) {
+                state.redundant_load_balancer_updates += 1;
+                if let Some(m) = self.metrics.get() {
+                    m.redundant_load_balancer_update();
+                }
+            }
             lb.nodes = nodes;
+            lb.provider_ids = provider_ids;
         }
         self.load_balancers_changed(state);
         Ok(())
@@ -324,6 +367,86 @@ mod tests {
         let mut n = Node::default();
         n.metadata.name = Some(name.into());
         Arc::new(n)
+    }
+
+    fn node_with_id(name: &str, provider_id: &str) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some(provider_id.into()),
+            ..Default::default()
+        });
+        Arc::new(n)
+    }
+
+    #[tokio::test]
+    async fn an_update_to_the_hosts_a_load_balancer_has_is_counted_as_redundant() {
+        let cloud = FakeCloud::new();
+        let registry = ccm_core::provider::MetricsRegistry::new();
+        cloud
+            .metrics
+            .set(crate::metrics::CloudMetrics::register(&registry))
+            .unwrap();
+        let svc = service("a", "uid-1", 80, None);
+        let (n1, n2) = (node_with_id("n1", "fake://n1"), node("n2"));
+        cloud
+            .ensure_load_balancer("k", &svc, &[n1.clone(), n2.clone()])
+            .await
+            .unwrap();
+        assert_eq!(cloud.redundant_load_balancer_updates(), 0);
+
+        // The same Nodes, in another order: the host set it has.
+        cloud
+            .update_load_balancer("k", &svc, &[n2.clone(), n1.clone()])
+            .await
+            .unwrap();
+        assert_eq!(cloud.redundant_load_balancer_updates(), 1);
+        assert!(
+            registry
+                .encode()
+                .contains("fake_cloud_redundant_load_balancer_updates_total 1\n"),
+            "{}",
+            registry.encode()
+        );
+
+        // The same names, but n2 got a provider ID: a change, not counted.
+        let n2_with_id = node_with_id("n2", "fake://n2");
+        cloud
+            .update_load_balancer("k", &svc, &[n1.clone(), n2_with_id.clone()])
+            .await
+            .unwrap();
+        assert_eq!(cloud.redundant_load_balancer_updates(), 1);
+        let lb = &cloud.load_balancers()[0];
+        assert_eq!(*lb.nodes, ["n1", "n2"]);
+        assert_eq!(*lb.provider_ids, ["fake://n1", "fake://n2"]);
+
+        // A Node more: a change too.
+        cloud
+            .update_load_balancer("k", &svc, &[n1, n2_with_id, node("n3")])
+            .await
+            .unwrap();
+        assert_eq!(cloud.redundant_load_balancer_updates(), 1);
+        assert!(
+            registry
+                .encode()
+                .contains("fake_cloud_redundant_load_balancer_updates_total 1\n")
+        );
+    }
+
+    #[tokio::test]
+    async fn load_balancers_given_the_same_hosts_share_their_lists() {
+        let cloud = FakeCloud::new();
+        let nodes = [node_with_id("n1", "fake://n1"), node("n2")];
+        for uid in ["uid-1", "uid-2"] {
+            cloud
+                .ensure_load_balancer("k", &service("a", uid, 80, None), &nodes)
+                .await
+                .unwrap();
+        }
+        let lbs = cloud.load_balancers();
+        assert!(Arc::ptr_eq(&lbs[0].nodes, &lbs[1].nodes));
+        assert!(Arc::ptr_eq(&lbs[0].provider_ids, &lbs[1].provider_ids));
+        assert_eq!(*lbs[0].provider_ids, ["fake://n1", ""]);
     }
 
     #[tokio::test]

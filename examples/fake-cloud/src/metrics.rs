@@ -1,7 +1,8 @@
 //! The fake cloud's own metrics, registered on the controller manager's `/metrics` by
 //! `initialize`: what the benchmark reads to see the cloud's state from outside the process
-//! (every load balancer pointed at every Node, no route created twice). The Go reference
-//! CCM in `bench/go-reference-ccm` exports the same names.
+//! (every load balancer pointed at every Node, no route created twice, no load balancer
+//! updated to the hosts it had). The Go reference CCM in `bench/go-reference-ccm` exports
+//! the same names.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -18,6 +19,7 @@ pub(crate) struct CloudMetrics {
     load_balancers: Gauge,
     hosts_min: Gauge,
     duplicate_route_creates: Counter<u64, AtomicU64>,
+    redundant_load_balancer_updates: Counter<u64, AtomicU64>,
 }
 
 impl CloudMetrics {
@@ -39,6 +41,12 @@ impl CloudMetrics {
             "Route creates the fake cloud refused because the route existed.",
             this.duplicate_route_creates.clone(),
         );
+        metrics.register(
+            "fake_cloud_redundant_load_balancer_updates",
+            "Load balancer updates that gave a load balancer the host set (Node name to \
+             provider ID) it already had.",
+            this.redundant_load_balancer_updates.clone(),
+        );
         this
     }
 
@@ -53,5 +61,10 @@ impl CloudMetrics {
     /// Counts a refused duplicate route create.
     pub(crate) fn duplicate_route_create(&self) {
         self.duplicate_route_creates.inc();
+    }
+
+    /// Counts an update that gave a load balancer the host set it had.
+    pub(crate) fn redundant_load_balancer_update(&self) {
+        self.redundant_load_balancer_updates.inc();
     }
 }

@@ -82,7 +82,10 @@ pub(crate) fn lb_service(i: usize) -> Service {
     svc
 }
 
-/// Initialised: the taint gone and a provider ID set.
+/// Initialised: the taint gone, a provider ID and the cloud's addresses set. Both CCMs
+/// write all three for a new Node, in two writes: Go removes the taint first and patches
+/// the addresses next, ours the other way round (no Pod lands on a Node without addresses);
+/// only all three make the Node usable.
 pub(crate) fn node_initialised(node: &Node) -> bool {
     let spec = node.spec.as_ref();
     spec.and_then(|s| s.provider_id.as_deref())
@@ -90,6 +93,11 @@ pub(crate) fn node_initialised(node: &Node) -> bool {
         && !spec
             .and_then(|s| s.taints.as_ref())
             .is_some_and(|t| t.iter().any(|t| t.key == TAINT_UNINITIALIZED))
+        && node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_ref())
+            .is_some_and(|a| !a.is_empty())
 }
 
 /// An ingress IP or hostname in the status.

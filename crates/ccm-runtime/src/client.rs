@@ -259,6 +259,14 @@ struct QpsLimiter {
 }
 
 impl QpsLimiter {
+    /// The burst it was made with.
+    fn burst_tokens(&self) -> u32 {
+        // Made from a u32 (at least 1), so the conversion back is exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let burst = self.burst as u32;
+        burst
+    }
+
     fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
@@ -314,6 +322,22 @@ impl ApiLayer {
     pub fn with_fence(mut self, fence: Fence) -> Self {
         self.fence = Some(fence);
         self
+    }
+
+    /// The same counters and fence with a rate limit of its own (the same `qps` and
+    /// `burst`, a fresh bucket): a controller's client. Go builds one client per controller
+    /// (and one for the shared informers), each with its own `--kube-api-qps` limiter, so
+    /// one controller's burst of writes does not hold up another's; so do we.
+    #[must_use]
+    pub fn for_controller(&self) -> Self {
+        Self {
+            counters: self.counters.clone(),
+            bucket: self
+                .bucket
+                .as_ref()
+                .map(|b| Arc::new(QpsLimiter::new(b.qps, b.burst_tokens()))),
+            fence: self.fence.clone(),
+        }
     }
 
     /// The same counters, without rate limit or fence: the leader elector's client, whose
@@ -482,6 +506,24 @@ mod tests {
         tokio::time::advance(wait).await;
         assert!(bucket.try_take().is_ok());
         assert!(bucket.try_take().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_controller_has_a_bucket_of_its_own_and_shares_the_counts() {
+        let manager = ApiLayer::new().with_rate_limit(10.0, 2);
+        let (a, b) = (manager.for_controller(), manager.for_controller());
+        let bucket = |l: &ApiLayer| l.bucket.clone().expect("rate-limited");
+        for _ in 0..2 {
+            assert!(bucket(&a).try_take().is_ok());
+        }
+        assert!(bucket(&a).try_take().is_err(), "a's burst is spent");
+        assert!(bucket(&b).try_take().is_ok(), "b's is not");
+        assert!(bucket(&manager).try_take().is_ok(), "nor the manager's");
+        assert!(Arc::ptr_eq(a.counters(), manager.counters()));
+        assert!(
+            ApiLayer::new().for_controller().bucket.is_none(),
+            "no limit stays none"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -79,6 +79,9 @@ struct Shared {
     lease_client: Client,
     /// Under `--use-service-account-credentials`, the per-controller clients.
     service_accounts: Option<ServiceAccountClients>,
+    /// Builds a controller's client with the manager's credentials: the shared counters
+    /// and fence, a rate limit of its own ([`ApiLayer::for_controller`]).
+    controller_client: Arc<dyn Fn() -> Result<Client, AppError> + Send + Sync>,
     /// How long a watch may fail before `/readyz` reports it.
     watch_failure_threshold: Duration,
 }
@@ -420,12 +423,24 @@ impl CloudControllerManager {
         }
 
         let options = Arc::new(options);
+        let controller_client = {
+            let (kube_config, api) = (kube_config.clone(), api.clone());
+            Arc::new(move || {
+                build_client(kube_config.clone(), &api.for_controller()).map_err(|e| {
+                    AppError::Kube {
+                        context: "building a controller's Kubernetes client".into(),
+                        source: Box::new(e),
+                    }
+                })
+            })
+        };
         let shared = Shared {
             metrics,
             health,
             fence,
             lease_client,
             service_accounts,
+            controller_client,
             watch_failure_threshold: self.watch_failure_threshold,
         };
         let result = self
@@ -644,6 +659,8 @@ async fn lead(
                     });
                 }
             }
+        } else {
+            ctx.client = (shared.controller_client)()?;
         }
         let fut = controller
             .start(&ctx)

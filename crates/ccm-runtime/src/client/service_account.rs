@@ -232,7 +232,8 @@ impl ServiceAccountClients {
                 source,
             })?
             .with_layer(&BearerLayer { slot: slot.clone() })
-            .with_layer(&self.inner.layer)
+            // A rate limit of its own per controller, as Go's clients.
+            .with_layer(&self.inner.layer.for_controller())
             .build();
         tracing::info!(
             account = %format!("system:serviceaccount:{}:{name}", self.inner.namespace),

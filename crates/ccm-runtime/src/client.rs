@@ -300,6 +300,8 @@ pub struct ApiLayer {
     counters: Arc<ApiCounters>,
     bucket: Option<Arc<QpsLimiter>>,
     fence: Option<Fence>,
+    /// Whether requests are counted here (not when an inner client counts them).
+    uncounted: bool,
 }
 
 impl ApiLayer {
@@ -332,12 +334,26 @@ impl ApiLayer {
     pub fn for_controller(&self) -> Self {
         Self {
             counters: self.counters.clone(),
-            bucket: self
-                .bucket
-                .as_ref()
-                .map(|b| Arc::new(QpsLimiter::new(b.qps, b.burst_tokens()))),
+            bucket: self.fresh_bucket(),
             fence: self.fence.clone(),
+            uncounted: false,
         }
+    }
+
+    /// The same counters and fence, no rate limit: the client [`rate_limited`] clients
+    /// send through.
+    #[must_use]
+    pub fn without_rate_limit(&self) -> Self {
+        Self {
+            bucket: None,
+            ..self.clone()
+        }
+    }
+
+    fn fresh_bucket(&self) -> Option<Arc<QpsLimiter>> {
+        self.bucket
+            .as_ref()
+            .map(|b| Arc::new(QpsLimiter::new(b.qps, b.burst_tokens())))
     }
 
     /// The same counters, without rate limit or fence: the leader elector's client, whose
@@ -349,6 +365,7 @@ impl ApiLayer {
             counters: self.counters.clone(),
             bucket: None,
             fence: None,
+            uncounted: false,
         }
     }
 
@@ -426,7 +443,9 @@ where
             );
             return Either::Left(ready(Err(Box::new(fenced))));
         }
-        self.layer.counters.record(&req);
+        if !self.layer.uncounted {
+            self.layer.counters.record(&req);
+        }
         Either::Right(
             self.inner
                 .call(req)
@@ -439,6 +458,40 @@ where
 pub fn build_client(config: kube::Config, layer: &ApiLayer) -> Result<kube::Client, kube::Error> {
     let builder = ClientBuilder::try_from(config)?;
     Ok(builder.with_layer(layer).build())
+}
+
+/// A client that waits for a token of a bucket of its own (`layer`'s `qps` and `burst`,
+/// fresh) and then sends through `base`: its connections, and the counts and fence of the
+/// layer `base` was built with ([`ApiLayer::without_rate_limit`]). The controllers' clients
+/// are made so: a rate limit each, as Go's per-controller clients, and one connection pool,
+/// as Go's clients built from one config share one transport.
+pub fn rate_limited(base: &kube::Client, layer: &ApiLayer) -> kube::Client {
+    let own = ApiLayer {
+        counters: layer.counters.clone(),
+        bucket: layer.fresh_bucket(),
+        fence: None,
+        uncounted: true,
+    };
+    kube::Client::new(own.layer(Through(base.clone())), base.default_namespace())
+}
+
+/// Sends each request through a kube client.
+#[derive(Clone)]
+struct Through(kube::Client);
+
+impl Service<Request<kube::client::Body>> for Through {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, kube::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), kube::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
+        let client = self.0.clone();
+        Box::pin(async move { client.send(req).await })
+    }
 }
 
 #[cfg(test)]
@@ -524,6 +577,35 @@ mod tests {
             ApiLayer::new().for_controller().bucket.is_none(),
             "no limit stays none"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_clients_wait_apart_and_count_once_through_one_base() {
+        let api = ApiLayer::new().with_rate_limit(1.0, 1);
+        let base_layer = api.without_rate_limit();
+        let answer = tower::service_fn(|_req: Request<kube::client::Body>| async {
+            Ok::<_, BoxError>(http::Response::new(kube::client::Body::empty()))
+        });
+        let base = kube::Client::new(base_layer.layer(answer), "default");
+        let (a, b) = (rate_limited(&base, &api), rate_limited(&base, &api));
+        let get = || {
+            Request::builder()
+                .method("GET")
+                .uri("/api/v1/nodes/n1")
+                .body(kube::client::Body::empty())
+                .unwrap()
+        };
+        let start = Instant::now();
+        a.send(get()).await.unwrap();
+        b.send(get()).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::ZERO, "one token each at once");
+        a.send(get()).await.unwrap();
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(1),
+            "a waits for its own"
+        );
+        assert_eq!(api.counters().count("GET", "nodes"), 3, "counted once each");
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,7 +32,7 @@ use super::options::{
 use super::selection::ControllerSelection;
 use super::serve::Health;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
-use crate::client::{ApiLayer, Fence, build_client};
+use crate::client::{ApiLayer, Fence, build_client, rate_limited};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use ccm_provider::{
@@ -79,9 +79,9 @@ struct Shared {
     lease_client: Client,
     /// Under `--use-service-account-credentials`, the per-controller clients.
     service_accounts: Option<ServiceAccountClients>,
-    /// Builds a controller's client with the manager's credentials: the shared counters
-    /// and fence, a rate limit of its own ([`ApiLayer::for_controller`]).
-    controller_client: Arc<dyn Fn() -> Result<Client, AppError> + Send + Sync>,
+    /// Makes a controller's client with the manager's credentials: the shared connections,
+    /// counters and fence, a rate limit of its own ([`rate_limited`]).
+    controller_client: Arc<dyn Fn() -> Client + Send + Sync>,
     /// How long a watch may fail before `/readyz` reports it.
     watch_failure_threshold: Duration,
 }
@@ -372,7 +372,10 @@ impl CloudControllerManager {
                 source: Box::new(e),
             })
         };
-        let client = build(&api)?;
+        // One connection pool (counted and fenced) for the manager's client and the
+        // controllers', each with a rate limit of its own.
+        let base = build(&api.without_rate_limit())?;
+        let client = rate_limited(&base, &api);
         // Go's dynamic client builder: the manager's own credentials create the accounts
         // and request their tokens; the controllers' clients carry those tokens.
         let service_accounts = options
@@ -424,15 +427,8 @@ impl CloudControllerManager {
 
         let options = Arc::new(options);
         let controller_client = {
-            let (kube_config, api) = (kube_config.clone(), api.clone());
-            Arc::new(move || {
-                build_client(kube_config.clone(), &api.for_controller()).map_err(|e| {
-                    AppError::Kube {
-                        context: "building a controller's Kubernetes client".into(),
-                        source: Box::new(e),
-                    }
-                })
-            })
+            let api = api.clone();
+            Arc::new(move || rate_limited(&base, &api))
         };
         let shared = Shared {
             metrics,
@@ -660,7 +656,7 @@ async fn lead(
                 }
             }
         } else {
-            ctx.client = (shared.controller_client)()?;
+            ctx.client = (shared.controller_client)();
         }
         let fut = controller
             .start(&ctx)

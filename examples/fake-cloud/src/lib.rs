@@ -163,8 +163,6 @@ struct State {
     redundant_load_balancer_updates: u64,
     /// The node list last given to a load balancer, shared by those given the same.
     last_lb_nodes: Option<Arc<Vec<String>>>,
-    /// The provider ID list last given to a load balancer, shared likewise.
-    last_lb_provider_ids: Option<Arc<Vec<String>>>,
     ingress_override: Option<String>,
     metadata_hook: Option<MetadataHook>,
 }

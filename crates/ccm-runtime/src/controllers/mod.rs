@@ -3,6 +3,7 @@
 //! Every controller keeps its decisions in pure functions (a `decision` module beside it)
 //! and its I/O — the shared informers, patches, events, provider calls — at the edges.
 
+pub(crate) mod debounce;
 pub mod node;
 pub mod node_lifecycle;
 pub(crate) mod node_util;

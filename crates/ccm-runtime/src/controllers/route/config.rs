@@ -11,10 +11,9 @@ pub const DEFAULT_RECONCILIATION_PERIOD: Duration = Duration::from_secs(10);
 /// How many route creates and deletes may be in flight at once, together; Go's
 /// `maxConcurrentRouteOperations`, which also bounds both kinds through one limiter.
 pub const DEFAULT_MAX_CONCURRENT_OPERATIONS: usize = 200;
-/// How long after a Node change the controller waits, collecting further changes, before
-/// it reconciles. Such a reconcile lists no routes (see the controller's docs), so it can
-/// be short.
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(250);
+/// The longest the controller waits after a Node change, collecting further changes, before
+/// it reconciles; it reconciles sooner once changes have stopped for a quarter of it.
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// A flag the route controller cannot work with. The message names the flag and the value.
 ///

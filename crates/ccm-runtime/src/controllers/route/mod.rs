@@ -52,6 +52,7 @@ pub use self::config::{
 };
 use self::decision::{Create, Delete, NodeCreates, Plan, affects_routes, network_condition, plan};
 use self::table::RouteTable;
+use super::debounce::settle;
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
 use ccm_provider::{CloudError, CloudProvider, CloudResult, Route, Routes};
@@ -212,7 +213,9 @@ impl RouteController {
             }
             tokio::select! {
                 () = cancel.cancelled() => break,
-                () = inner.reconcile(cause, &mut jobs) => {}
+                listed = inner.reconcile(cause, &mut jobs) => if listed {
+                    trigger.listed();
+                },
             }
         }
         jobs.shutdown().await;
@@ -251,8 +254,9 @@ impl Inner {
         }
     }
 
-    /// One reconcile: list, plan, start the cloud calls, write the conditions decided now.
-    async fn reconcile(self: &Arc<Self>, cause: Cause, jobs: &mut JoinSet<()>) {
+    /// One reconcile: list (or read the table), plan, start the cloud calls, write the
+    /// conditions decided now. Returns whether it listed.
+    async fn reconcile(self: &Arc<Self>, cause: Cause, jobs: &mut JoinSet<()>) -> bool {
         let started = Instant::now();
         // Taken before the table is read or listed: a call that returns after this point
         // is either still marked busy here or already in the table (a finished call is
@@ -262,12 +266,12 @@ impl Inner {
             Cause::NodeChange => self.table().cached(self.config.reconciliation_period()),
             Cause::Period => None,
         };
-        let listed = cached.is_none();
+        let mut listed = cached.is_none();
         let mut routes = match cached {
             Some(routes) => routes,
             None => match self.list().await {
                 Some(routes) => routes,
-                None => return,
+                None => return listed,
             },
         };
         let mut nodes = self.nodes.store().state();
@@ -275,9 +279,10 @@ impl Inner {
         if !listed && !plan.deletes.is_empty() {
             // A delete needs the cloud's own view (and name) of the route: list, plan again.
             busy = self.in_flight.keys();
+            listed = true;
             routes = match self.list().await {
                 Some(routes) => routes,
-                None => return,
+                None => return true,
             };
             nodes = self.nodes.store().state();
             plan = self::decision::plan(&routes, &nodes, self.config.cluster_cidrs(), &busy);
@@ -329,6 +334,7 @@ impl Inner {
             })
             .await;
         tracing::debug!(took = ?started.elapsed(), "route reconcile done");
+        listed
     }
 
     /// Runs one reconcile's cloud calls: the deletes creates wait for, then the creates
@@ -545,8 +551,10 @@ enum Cause {
     NodeChange,
 }
 
-/// When the next reconcile starts: at each period tick, or `debounce` after the first of a
-/// burst of Node changes. Changes seen before a reconcile starts are folded into it.
+/// When the next reconcile starts: at each period tick (a period after the last listing),
+/// or after a burst of Node changes, debounced (see the `debounce` module: a quarter of
+/// `debounce` after the changes stop, at most `debounce` after the first). Changes seen
+/// before a reconcile starts are folded into it.
 struct Trigger {
     tick: Interval,
     debounce: Duration,
@@ -564,6 +572,12 @@ impl Trigger {
         }
     }
 
+    /// A reconcile listed the routes: the next periodic one is a period from now, so a
+    /// listing a Node change needed is not followed at once by the period's.
+    fn listed(&mut self) {
+        self.tick.reset();
+    }
+
     /// Waits for the next reconcile. Cancel-safe only between the two phases; the caller
     /// drops it only on shutdown.
     async fn next(&mut self) -> Cause {
@@ -575,7 +589,7 @@ impl Trigger {
                     self.tick.tick().await;
                     Cause::Period
                 } else {
-                    tokio::time::sleep(self.debounce).await;
+                    settle(Instant::now(), self.debounce, &mut self.changes).await;
                     Cause::NodeChange
                 }
             }
@@ -717,7 +731,12 @@ mod tests {
             tx
         });
         assert_eq!(trigger.next().await, Cause::NodeChange);
-        assert_eq!(start.elapsed(), debounce, "debounced from the first change");
+        // The last change came at 495 ms; a quarter of the debounce of quiet after it.
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(495) + debounce / 4,
+            "debounced until the changes stopped"
+        );
         let tx = sender.await.unwrap();
         // The 100 changes all came within the window: nothing more to do.
         assert!(

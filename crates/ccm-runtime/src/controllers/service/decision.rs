@@ -360,16 +360,36 @@ pub(crate) enum HostsState<'a> {
     None,
 }
 
-/// Whether the node-sync pass must queue a Service that wants a load balancer, given what
-/// was last applied and the eligible Nodes now. A Service being synced is queued again (the
-/// queue runs it after the current sync), since that sync may have read the Nodes before
-/// they changed; a failing Service is left to its backoff, which reads the Nodes afresh.
+/// What the node-sync pass does with a Service that wants a load balancer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NodeSyncStep {
+    /// Queue it: its load balancer was given other Nodes than the eligible ones now.
+    Update,
+    /// It is being synced; that sync may have read the Nodes before they changed, so look
+    /// again when it ends (queueing it now would run it again at once, past the backoff
+    /// of a sync that fails).
+    AfterSync,
+    /// Nothing: its Nodes are current, or it is failing and its backoff's retry reads the
+    /// Nodes afresh, or nothing was applied.
+    Nothing,
+}
+
+/// What the node-sync pass does with a Service, given what was last applied and the
+/// eligible Nodes now.
+pub(crate) fn node_sync_step(state: HostsState<'_>, current: &NodeSet) -> NodeSyncStep {
+    match state {
+        HostsState::Applied(_) if hosts_stale(state, current) => NodeSyncStep::Update,
+        HostsState::Syncing => NodeSyncStep::AfterSync,
+        _ => NodeSyncStep::Nothing,
+    }
+}
+
+/// Whether what was applied differs from the eligible Nodes now (only an applied set can).
 pub(crate) fn hosts_stale(state: HostsState<'_>, current: &NodeSet) -> bool {
     match state {
         // The same shared set is equal without a look at its N entries.
         HostsState::Applied(applied) => !std::ptr::eq(applied, current) && applied != current,
-        HostsState::Syncing => true,
-        HostsState::Failing | HostsState::None => false,
+        HostsState::Syncing | HostsState::Failing | HostsState::None => false,
     }
 }
 
@@ -1117,9 +1137,26 @@ mod tests {
             hosts_stale(HostsState::Applied(&ab), &ab_moved),
             "a provider ID changed"
         );
-        assert!(hosts_stale(HostsState::Syncing, &ab));
+        assert!(!hosts_stale(HostsState::Syncing, &ab));
         assert!(!hosts_stale(HostsState::Failing, &ab));
         assert!(!hosts_stale(HostsState::None, &ab));
+        assert_eq!(
+            node_sync_step(HostsState::Applied(&a), &ab),
+            NodeSyncStep::Update
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Applied(&ab), &ab),
+            NodeSyncStep::Nothing
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Syncing, &ab),
+            NodeSyncStep::AfterSync
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Failing, &ab),
+            NodeSyncStep::Nothing
+        );
+        assert_eq!(node_sync_step(HostsState::None, &ab), NodeSyncStep::Nothing);
         assert!(hosts_stale(HostsState::Applied(&NodeSet::new()), &a));
         assert!(hosts_stale(HostsState::Applied(&a), &NodeSet::new()));
         let shared = std::sync::Arc::new(ab.clone());

@@ -23,9 +23,10 @@
 //!   Service is never touched by two tasks at once (Go's node worker can race a service
 //!   worker), and the updates run `workers` at a time with per-Service backoff.
 //! - **Debounced, coalesced Node events.** Node events only wake the node-sync loop; it
-//!   waits [`ServiceControllerConfig::node_sync_debounce`] (250 ms by default) before it
-//!   reads the Node cache, so a burst of Node adds costs one pass and one update per load
-//!   balancer instead of one per Node. A pass does not start while the load balancer
+//!   waits until they have stopped for a quarter of
+//!   [`ServiceControllerConfig::node_sync_debounce`] (1 s by default), or for all of it
+//!   since the first, before it reads the Node cache, so a burst of Node adds costs one
+//!   pass and one update per load balancer instead of one per Node. A pass does not start while the load balancer
 //!   updates the previous one queued are still waiting or running (at most 60 s): Node changes meanwhile are folded into the next pass, and a
 //!   Service whose Nodes changed several times while it was queued is updated once, with
 //!   the Nodes of the moment its worker runs. Under churn (Nodes joining and getting their
@@ -72,10 +73,12 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{
-    Deletion, GoneStep, HostsState, Known, LbState, NodeSet, Step, bounded, delete_call_needed,
-    deletion, eligible_nodes, has_finalizer, hosts_stale, needs_cleanup, needs_update, node_set,
-    node_update_matters, plan, plan_gone, validate_ingress, wanted_on_add, wants_load_balancer,
+    Deletion, GoneStep, HostsState, Known, LbState, NodeSet, NodeSyncStep, Step, bounded,
+    delete_call_needed, deletion, eligible_nodes, has_finalizer, hosts_stale, needs_cleanup,
+    needs_update, node_set, node_sync_step, node_update_matters, plan, plan_gone, validate_ingress,
+    wanted_on_add, wants_load_balancer,
 };
+use super::debounce::settle;
 use super::node_util::node_name;
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
@@ -159,8 +162,9 @@ pub struct ServiceControllerConfig {
     pub cluster_name: String,
     /// The per-Service retry backoff; Go's is 5 s doubling to 300 s.
     pub rate_limit: RateLimit,
-    /// How long the node-sync loop waits after a Node event before it compares, so that a
-    /// burst of Node events costs one pass. 250 ms by default.
+    /// The longest the node-sync loop waits after a Node event before it compares, so that
+    /// a burst of Node events costs one pass; it compares sooner once Node events have
+    /// stopped for a quarter of it. 1 s by default.
     pub node_sync_debounce: Duration,
     /// A node-sync pass also runs this often without any Node event (a cheap comparison;
     /// the cloud is called only for load balancers whose Nodes differ). `None`: only on
@@ -181,7 +185,7 @@ impl Default for ServiceControllerConfig {
             workers: 1,
             cluster_name: "kubernetes".to_owned(),
             rate_limit: RateLimit::exponential(Duration::from_secs(5), Duration::from_secs(300)),
-            node_sync_debounce: Duration::from_millis(250),
+            node_sync_debounce: Duration::from_secs(1),
             node_sync_period: Some(Duration::from_secs(100)),
             metrics: None,
         }
@@ -253,6 +257,8 @@ struct Inner {
     /// The Services the last node-sync pass queued whose sync has not finished yet; the
     /// next pass waits until it is empty.
     pass_pending: watch::Sender<HashSet<ServiceKey>>,
+    /// Services a node-sync pass found being synced: compared again when that sync ends.
+    after_sync: Mutex<HashSet<ServiceKey>>,
     /// Bumped on every Node event (after the cache has it).
     node_generation: Arc<AtomicU64>,
     /// The eligible Nodes and their set, as of a Node generation: recomputed only after a
@@ -491,6 +497,7 @@ impl ServiceController {
                 node_generation,
                 node_changed,
                 pass_pending: watch::Sender::new(HashSet::new()),
+                after_sync: Mutex::default(),
                 metrics: config
                     .metrics
                     .as_ref()
@@ -632,6 +639,17 @@ impl Inner {
         // Done or failed (then left to its backoff), it no longer holds up the next pass.
         self.pass_pending
             .send_if_modified(|pending| pending.remove(key));
+        // A pass found it being synced: if the sync succeeded with Nodes that are no longer
+        // current, it is queued now (a failed one is left to its backoff).
+        if lock(&self.after_sync).remove(key) && result.is_ok() {
+            let current = self.eligible_nodes().hosts;
+            let stale = lock(&self.records).get(key).is_some_and(|r| {
+                wants_load_balancer(&r.service) && hosts_stale(r.hosts_state(), &current)
+            });
+            if stale {
+                self.queue.add(key.clone());
+            }
+        }
         match result {
             Ok(()) => {
                 tracing::debug!(service = %key, took = ?started.elapsed(), "finished syncing service");
@@ -1070,8 +1088,10 @@ impl Inner {
                 () = periodic => {}
                 () = cancel.cancelled() => return,
             }
+            let started = tokio::time::Instant::now();
+            let mut changes = &*self.node_changed;
             tokio::select! {
-                () = tokio::time::sleep(self.config.node_sync_debounce) => {}
+                () = settle(started, self.config.node_sync_debounce, &mut changes) => {}
                 () = cancel.cancelled() => return,
             }
             // Changes during the wait are in the cache now; drop their wake-up.
@@ -1099,12 +1119,23 @@ impl Inner {
     fn node_sync_pass(&self) {
         let started = tokio::time::Instant::now();
         let current = self.eligible_nodes().hosts;
-        let stale: Vec<ServiceKey> = lock(&self.records)
-            .iter()
-            .filter(|(_, r)| wants_load_balancer(&r.service))
-            .filter(|(_, r)| hosts_stale(r.hosts_state(), &current))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut stale = Vec::new();
+        {
+            let records = lock(&self.records);
+            let mut after_sync = lock(&self.after_sync);
+            for (key, record) in records.iter() {
+                if !wants_load_balancer(&record.service) {
+                    continue;
+                }
+                match node_sync_step(record.hosts_state(), &current) {
+                    NodeSyncStep::Update => stale.push(key.clone()),
+                    NodeSyncStep::AfterSync => {
+                        after_sync.insert(key.clone());
+                    }
+                    NodeSyncStep::Nothing => {}
+                }
+            }
+        }
         tracing::debug!(
             nodes = current.len(),
             services = stale.len(),

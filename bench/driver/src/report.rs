@@ -300,17 +300,29 @@ impl Row {
 
 /// The comparison table (Markdown), one row per measure, with Rust/Go when both ran and
 /// the verdict against the target (see `docs/benchmarks.md`, "Targets").
-pub(crate) fn table(report: &Report) -> String {
-    let get = |name: &str| report.results.iter().find(|r| r.name == name);
-    let (rust, go) = (get("rust"), get("go"));
-    let mut rows: Vec<Row> = Vec::new();
-    let mut scenario_names: Vec<&String> = report
+/// The scenarios of the report in the order they run (unknown ones after, by name).
+fn scenario_order(report: &Report) -> Vec<&String> {
+    const ORDER: [&str; 4] = ["node_init", "load_balancers", "lb_new_nodes", "routes"];
+    let mut names: Vec<&String> = report
         .results
         .iter()
         .flat_map(|r| r.scenarios.keys())
         .collect();
-    scenario_names.sort();
-    scenario_names.dedup();
+    names.sort_by_key(|n| {
+        (
+            ORDER.iter().position(|o| o == n).unwrap_or(ORDER.len()),
+            n.as_str(),
+        )
+    });
+    names.dedup();
+    names
+}
+
+pub(crate) fn table(report: &Report) -> String {
+    let get = |name: &str| report.results.iter().find(|r| r.name == name);
+    let (rust, go) = (get("rust"), get("go"));
+    let mut rows: Vec<Row> = Vec::new();
+    let scenario_names = scenario_order(report);
     // A scenario a CCM did not finish: how far it got (0 when skipped after an earlier
     // timeout); `None` when it finished or never ran.
     let unfinished = |r: Option<&CcmResult>, s: &str| -> Option<usize> {
@@ -617,13 +629,7 @@ impl Panel<'_> {
 /// Line charts: per scenario, the objects done over time, one line per CCM (Rust orange,
 /// Go blue); then resident memory over the whole run.
 pub(crate) fn svg(report: &Report) -> String {
-    let mut scenarios: Vec<&String> = report
-        .results
-        .iter()
-        .flat_map(|r| r.scenarios.keys())
-        .collect();
-    scenarios.sort();
-    scenarios.dedup();
+    let scenarios = scenario_order(report);
     let mut panels = Vec::new();
     let s = &report.settings;
     for (i, name) in scenarios.iter().enumerate() {

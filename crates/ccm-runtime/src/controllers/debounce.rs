@@ -1,7 +1,7 @@
 //! Debouncing Node events for the controllers that act on the whole Node set (node sync,
-//! routes): after a first change, wait until the changes have been quiet for a quarter of
+//! routes): after a first change, wait until the changes have been quiet for a tenth of
 //! the debounce, or for the whole debounce since the first change, whichever comes first.
-//! A burst of Nodes joining (a hundred created in 100 ms) is acted on a quarter of the
+//! A burst of Nodes joining (a hundred created in 100 ms) is acted on a tenth of the
 //! debounce after it ends, rather than a full debounce after it began; a steady stream of
 //! changes (Nodes initialised one by one at a QPS limit) is acted on once per debounce, so
 //! the work per change stays bounded however fast they come.
@@ -31,9 +31,9 @@ impl Changes for &Notify {
     }
 }
 
-/// The quiet time that ends a wait early: a quarter of the debounce.
+/// The quiet time that ends a wait early: a tenth of the debounce.
 pub(crate) fn quiet(debounce: Duration) -> Duration {
-    debounce / 4
+    debounce / 10
 }
 
 /// Called after a first change: returns once `changes` has been quiet for
@@ -88,7 +88,7 @@ mod tests {
         let first = Instant::now();
         let steady = async {
             loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(quiet(DEBOUNCE) / 2).await;
                 notify.notify_one();
             }
         };

@@ -12,7 +12,7 @@ pub const DEFAULT_RECONCILIATION_PERIOD: Duration = Duration::from_secs(10);
 /// `maxConcurrentRouteOperations`, which also bounds both kinds through one limiter.
 pub const DEFAULT_MAX_CONCURRENT_OPERATIONS: usize = 200;
 /// The longest the controller waits after a Node change, collecting further changes, before
-/// it reconciles; it reconciles sooner once changes have stopped for a quarter of it.
+/// it reconciles; it reconciles sooner once changes have stopped for a tenth of it.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// A flag the route controller cannot work with. The message names the flag and the value.

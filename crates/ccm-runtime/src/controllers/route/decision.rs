@@ -383,15 +383,20 @@ pub(crate) fn network_condition(
     })
 }
 
-/// Whether a Node change can change the plan: a new Node, a new UID (re-registered), other
-/// pod CIDRs or addresses. Status heartbeats and condition writes (our own included) do
-/// not; the periodic reconcile covers the rest.
+/// Whether a Node change can change the plan: a new Node with pod CIDRs, a new UID
+/// (re-registered), other pod CIDRs, or other addresses of a Node with pod CIDRs. Status
+/// heartbeats and condition writes (our own included) do not, nor do the writes that
+/// initialise a Node before it has a pod CIDR; the periodic reconcile covers the rest.
 pub(crate) fn affects_routes(old: Option<&Node>, new: &Node) -> bool {
-    old.is_none_or(|old| {
-        old.metadata.uid != new.metadata.uid
-            || pod_cidrs(old) != pod_cidrs(new)
-            || addresses(old) != addresses(new)
-    })
+    let routed = |n: &Node| !pod_cidrs(n).is_empty();
+    match old {
+        None => routed(new),
+        Some(old) => {
+            old.metadata.uid != new.metadata.uid
+                || pod_cidrs(old) != pod_cidrs(new)
+                || ((routed(old) || routed(new)) && addresses(old) != addresses(new))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -781,6 +786,12 @@ mod tests {
         assert!(affects_routes(Some(&a), &node("a", &["10.244.2.0/24"])));
         let moved = with_addresses(&a, vec![node_address("InternalIP", "10.1.1.1")]);
         assert!(affects_routes(Some(&a), &moved));
+        // A Node being initialised, before it has a pod CIDR: nothing to route yet.
+        let bare = node("b", &[]);
+        assert!(!affects_routes(None, &bare));
+        let addressed = with_addresses(&bare, vec![node_address("InternalIP", "10.1.1.2")]);
+        assert!(!affects_routes(Some(&bare), &addressed));
+        assert!(affects_routes(Some(&bare), &node("b", &["10.244.3.0/24"])));
     }
 
     #[test]

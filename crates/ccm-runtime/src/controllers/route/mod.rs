@@ -552,7 +552,7 @@ enum Cause {
 }
 
 /// When the next reconcile starts: at each period tick (a period after the last listing),
-/// or after a burst of Node changes, debounced (see the `debounce` module: a quarter of
+/// or after a burst of Node changes, debounced (see the `debounce` module: a tenth of
 /// `debounce` after the changes stop, at most `debounce` after the first). Changes seen
 /// before a reconcile starts are folded into it.
 struct Trigger {
@@ -731,10 +731,10 @@ mod tests {
             tx
         });
         assert_eq!(trigger.next().await, Cause::NodeChange);
-        // The last change came at 495 ms; a quarter of the debounce of quiet after it.
+        // The last change came at 495 ms; a tenth of the debounce of quiet after it.
         assert_eq!(
             start.elapsed(),
-            Duration::from_millis(495) + debounce / 4,
+            Duration::from_millis(495) + crate::controllers::debounce::quiet(debounce),
             "debounced until the changes stopped"
         );
         let tx = sender.await.unwrap();

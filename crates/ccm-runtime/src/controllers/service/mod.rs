@@ -23,7 +23,7 @@
 //!   Service is never touched by two tasks at once (Go's node worker can race a service
 //!   worker), and the updates run `workers` at a time with per-Service backoff.
 //! - **Debounced, coalesced Node events.** Node events only wake the node-sync loop; it
-//!   waits until they have stopped for a quarter of
+//!   waits until they have stopped for a tenth of
 //!   [`ServiceControllerConfig::node_sync_debounce`] (1 s by default), or for all of it
 //!   since the first, before it reads the Node cache, so a burst of Node adds costs one
 //!   pass and one update per load balancer instead of one per Node. A pass does not start while the load balancer
@@ -164,7 +164,7 @@ pub struct ServiceControllerConfig {
     pub rate_limit: RateLimit,
     /// The longest the node-sync loop waits after a Node event before it compares, so that
     /// a burst of Node events costs one pass; it compares sooner once Node events have
-    /// stopped for a quarter of it. 1 s by default.
+    /// stopped for a tenth of it. 1 s by default.
     pub node_sync_debounce: Duration,
     /// A node-sync pass also runs this often without any Node event (a cheap comparison;
     /// the cloud is called only for load balancers whose Nodes differ). `None`: only on
@@ -1118,6 +1118,13 @@ impl Inner {
     /// ones now. The updates run on the service workers.
     fn node_sync_pass(&self) {
         let started = tokio::time::Instant::now();
+        if !lock(&self.records)
+            .values()
+            .any(|r| wants_load_balancer(&r.service))
+        {
+            // No load balancer to compare: the Nodes need not even be read.
+            return;
+        }
         let current = self.eligible_nodes().hosts;
         let mut stale = Vec::new();
         {

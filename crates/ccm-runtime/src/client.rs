@@ -259,20 +259,21 @@ struct QpsLimiter {
 }
 
 impl QpsLimiter {
-    /// The burst it was made with.
-    fn burst_tokens(&self) -> u32 {
-        // Made from a u32 (at least 1), so the conversion back is exact.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let burst = self.burst as u32;
-        burst
-    }
-
     fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
             qps,
             burst,
             state: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// A bucket of the same rate and burst, full.
+    fn fresh(&self) -> Self {
+        Self {
+            qps: self.qps,
+            burst: self.burst,
+            state: Mutex::new((self.burst, Instant::now())),
         }
     }
 
@@ -351,9 +352,7 @@ impl ApiLayer {
     }
 
     fn fresh_bucket(&self) -> Option<Arc<QpsLimiter>> {
-        self.bucket
-            .as_ref()
-            .map(|b| Arc::new(QpsLimiter::new(b.qps, b.burst_tokens())))
+        self.bucket.as_ref().map(|b| Arc::new(b.fresh()))
     }
 
     /// The same counters, without rate limit or fence: the leader elector's client, whose

@@ -74,8 +74,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::decision::{
     Deletion, GoneStep, HostsState, Known, LbState, NodeSet, NodeSyncStep, Step, bounded,
-    delete_call_needed, deletion, eligible_nodes, has_finalizer, hosts_stale, needs_cleanup,
-    needs_update, node_set, node_sync_step, node_update_matters, plan, plan_gone, validate_ingress,
+    delete_call_needed, deletion, eligible_nodes, has_finalizer, needs_cleanup, needs_update,
+    node_set, node_sync_step, node_update_matters, plan, plan_gone, validate_ingress,
     wanted_on_add, wants_load_balancer,
 };
 use super::debounce::settle;
@@ -644,7 +644,8 @@ impl Inner {
         if lock(&self.after_sync).remove(key) && result.is_ok() {
             let current = self.eligible_nodes().hosts;
             let stale = lock(&self.records).get(key).is_some_and(|r| {
-                wants_load_balancer(&r.service) && hosts_stale(r.hosts_state(), &current)
+                wants_load_balancer(&r.service)
+                    && node_sync_step(r.hosts_state(), &current) == NodeSyncStep::Update
             });
             if stale {
                 self.queue.add(key.clone());
@@ -1118,15 +1119,10 @@ impl Inner {
     /// ones now. The updates run on the service workers.
     fn node_sync_pass(&self) {
         let started = tokio::time::Instant::now();
-        if !lock(&self.records)
-            .values()
-            .any(|r| wants_load_balancer(&r.service))
-        {
-            // No load balancer to compare: the Nodes need not even be read.
-            return;
-        }
-        let current = self.eligible_nodes().hosts;
         let mut stale = Vec::new();
+        // Read (or recomputed) at the first Service that wants a load balancer: without one,
+        // the Nodes need not even be read.
+        let mut current: Option<Arc<NodeSet>> = None;
         {
             let records = lock(&self.records);
             let mut after_sync = lock(&self.after_sync);
@@ -1134,7 +1130,8 @@ impl Inner {
                 if !wants_load_balancer(&record.service) {
                     continue;
                 }
-                match node_sync_step(record.hosts_state(), &current) {
+                let current = current.get_or_insert_with(|| self.eligible_nodes().hosts);
+                match node_sync_step(record.hosts_state(), current) {
                     NodeSyncStep::Update => stale.push(key.clone()),
                     NodeSyncStep::AfterSync => {
                         after_sync.insert(key.clone());
@@ -1144,7 +1141,7 @@ impl Inner {
             }
         }
         tracing::debug!(
-            nodes = current.len(),
+            nodes = current.as_ref().map_or(0, |c| c.len()),
             services = stale.len(),
             "node sync: queueing load balancers whose nodes changed"
         );

@@ -10,35 +10,61 @@ use std::process::Command;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ccm-bench");
 
-#[test]
-fn the_driver_runs_at_a_small_n() {
+/// Our debug CCM, beside the driver; a missing one fails the test, it never skips.
+fn rust_ccm() -> PathBuf {
     let rust_ccm = PathBuf::from(BENCH).with_file_name("fake-cloud-controller-manager");
-    // A missing part fails the test; it never skips.
     assert!(
         rust_ccm.exists(),
         "{} is not built; run `cargo build -p ccm-fake-cloud` or `cargo test --workspace`",
         rust_ccm.display()
     );
-    let go = std::env::var_os("CCM_BENCH_GO").is_some_and(|v| v == "1");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("results.json");
+    rust_ccm
+}
+
+/// Runs the driver with `args` against our CCM, its JSON and picture in `dir`; asserts it
+/// succeeded and returns its stdout, stderr and the JSON report.
+fn run_bench(args: &[&str], dir: &std::path::Path) -> (String, String, serde_json::Value) {
+    let out = dir.join("results.json");
     let output = Command::new(BENCH)
-        .args(["--nodes", "10", "--services", "5", "--routes", "5"])
-        .args(["--new-nodes", "3"])
-        .args(["--idle-secs", "2"])
-        .args(["--timeout-secs", "120"])
-        .args(["--ccm", if go { "rust,go" } else { "rust" }])
+        .args(args)
         .arg("--rust-ccm")
-        .arg(&rust_ccm)
+        .arg(rust_ccm())
         .arg("--out")
         .arg(&out)
         .arg("--svg")
-        .arg(dir.path().join("progress.svg"))
+        .arg(dir.join("progress.svg"))
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "ccm-bench failed:\n{stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    (stdout, stderr, report)
+}
+
+#[test]
+fn the_driver_runs_at_a_small_n() {
+    let go = std::env::var_os("CCM_BENCH_GO").is_some_and(|v| v == "1");
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, _, report) = run_bench(
+        &[
+            "--nodes",
+            "10",
+            "--services",
+            "5",
+            "--routes",
+            "5",
+            "--new-nodes",
+            "3",
+            "--idle-secs",
+            "2",
+            "--timeout-secs",
+            "120",
+            "--ccm",
+            if go { "rust,go" } else { "rust" },
+        ],
+        dir.path(),
+    );
     for row in [
         "node_init: seconds",
         "routes: cloud calls per object: create_route",
@@ -50,8 +76,6 @@ fn the_driver_runs_at_a_small_n() {
 
     assert!(dir.path().join("progress.svg").exists());
 
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let results = report["results"].as_array().unwrap();
     assert_eq!(results.len(), if go { 2 } else { 1 }, "{report:#}");
     for r in results {
@@ -104,31 +128,30 @@ fn the_driver_runs_at_a_small_n() {
 /// the later ones are skipped, and the table says so.
 #[test]
 fn a_scenario_that_times_out_is_recorded_and_the_run_goes_on() {
-    let rust_ccm = PathBuf::from(BENCH).with_file_name("fake-cloud-controller-manager");
-    assert!(rust_ccm.exists(), "{} is not built", rust_ccm.display());
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("results.json");
-    let output = Command::new(BENCH)
-        .args(["--nodes", "200", "--services", "5", "--idle-secs", "2"])
-        .args(["--qps", "1", "--burst", "1", "--timeout-secs", "3"])
-        .args(["--ccm", "rust"])
-        .arg("--rust-ccm")
-        .arg(&rust_ccm)
-        .arg("--out")
-        .arg(&out)
-        .arg("--svg")
-        .arg(dir.path().join("progress.svg"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "ccm-bench failed:\n{stderr}");
+    let (stdout, stderr, report) = run_bench(
+        &[
+            "--nodes",
+            "200",
+            "--services",
+            "5",
+            "--idle-secs",
+            "2",
+            "--qps",
+            "1",
+            "--burst",
+            "1",
+            "--timeout-secs",
+            "3",
+            "--ccm",
+            "rust",
+        ],
+        dir.path(),
+    );
     assert!(stderr.contains("TIMED OUT"), "{stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("timed out: "), "{stdout}");
     assert!(stdout.contains("(rust timed out)"), "{stdout}");
 
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let r = &report["results"][0];
     assert_eq!(r["timed_out"], "node_init", "{report:#}");
     let s = &r["scenarios"]["node_init"];

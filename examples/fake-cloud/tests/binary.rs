@@ -320,7 +320,9 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     // Within the lease duration (3 s) plus slack.
     let takeover = Duration::from_secs(3) + Duration::from_secs(5);
     wait_leader(&leases, &lease_name, "replica-b", &b, takeover).await;
-    assert!(b.log().contains("starting controller"));
+    // The Lease is written before the new leader has initialised and started its
+    // controllers: wait for them to start (asserting at once raced with it).
+    wait_started(&b).await;
 
     // The new leader works.
     let nodes: Api<Node> = Api::all(cp.client().unwrap());

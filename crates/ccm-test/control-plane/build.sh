@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds (or finds) the control-plane binaries used by the real-apiserver tests:
 # kube-apiserver and kubectl from k8s.io/kubernetes, and etcd, in the envtest
-# layout (one folder holding `kube-apiserver`, `etcd`, `kubectl`).
+# layout (one folder holding `kube-apiserver`, `etcd`, `kubectl`); and, for the
+# cluster tier, the node and controller binaries of the same Kubernetes version
+# beside them (`kubelet`, `kube-proxy`, `kube-scheduler`,
+# `kube-controller-manager`). Only the binaries missing from the folder are built.
 #
 # Prints ONLY that folder's path on stdout (progress goes to stderr), so:
 #
@@ -33,8 +36,14 @@ die() {
 	exit 1
 }
 
+# The cluster tier's binaries, all from k8s.io/kubernetes at $K8S_VERSION.
+readonly CLUSTER_BINARIES=(kubelet kube-proxy kube-scheduler kube-controller-manager)
+
 has_all() { # has_all DIR
-	[[ -x "$1/kube-apiserver" && -x "$1/etcd" && -x "$1/kubectl" ]]
+	local bin
+	for bin in kube-apiserver etcd kubectl "${CLUSTER_BINARIES[@]}"; do
+		[[ -x "$1/$bin" ]] || return 1
+	done
 }
 
 # 1. Explicit binaries (kubectl is optional: the tests do not need it).
@@ -75,7 +84,7 @@ fi
 
 command -v go >/dev/null 2>&1 || die "Go is not installed (need the version in $here/go.mod); install Go, or set KUBEBUILDER_ASSETS to a folder with kube-apiserver, etcd and kubectl (e.g. from setup-envtest)"
 
-log "building Kubernetes $K8S_VERSION (kube-apiserver, kubectl) and etcd $ETCD_VERSION into $out"
+log "building Kubernetes $K8S_VERSION (kube-apiserver, kubectl, ${CLUSTER_BINARIES[*]}) and etcd $ETCD_VERSION into $out"
 log "a cold build downloads the modules and compiles for several minutes"
 
 mkdir -p "$out" || die "cannot create $out"
@@ -117,13 +126,17 @@ build() { # build MODULE_DIR OUTPUT PACKAGE LDFLAGS
 	log "built $2 in $((SECONDS - start))s ($(du -h "$out/$2" | cut -f1))"
 }
 
-build "$here" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags_k8s"
-build "$here" kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags_k8s"
-build "$here/etcd" etcd go.etcd.io/etcd/server/v3 "-s -w"
+# A folder from before the cluster tier keeps its three binaries: only what is
+# missing is built (Go's build cache makes the shared packages cheap).
+for bin in kube-apiserver kubectl "${CLUSTER_BINARIES[@]}"; do
+	[[ -x "$out/$bin" ]] || build "$here" "$bin" "k8s.io/kubernetes/cmd/$bin" "$ldflags_k8s"
+done
+[[ -x "$out/etcd" ]] || build "$here/etcd" etcd go.etcd.io/etcd/server/v3 "-s -w"
 
-has_all "$out" || die "build finished but $out does not hold all three binaries"
+has_all "$out" || die "build finished but $out does not hold every binary"
 "$out/kube-apiserver" --version >&2 || die "$out/kube-apiserver does not run"
 "$out/etcd" --version >&2 || die "$out/etcd does not run"
+"$out/kubelet" --version >&2 || die "$out/kubelet does not run"
 
 printf 'kubernetes=%s\netcd=%s\n' "$K8S_VERSION" "$ETCD_VERSION" >"$stamp"
 log "done"

@@ -219,6 +219,101 @@ impl Binaries {
     }
 }
 
+/// Paths of the cluster tier's binaries ([`Cluster`](crate::Cluster)), all of
+/// [`KUBERNETES_VERSION`]: the node agents and the two controllers kube-apiserver needs
+/// beside it. The build script builds them into the same folder as the control plane's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterBinaries {
+    /// `kubelet`.
+    pub kubelet: PathBuf,
+    /// `kube-proxy`.
+    pub kube_proxy: PathBuf,
+    /// `kube-scheduler`.
+    pub kube_scheduler: PathBuf,
+    /// `kube-controller-manager`.
+    pub kube_controller_manager: PathBuf,
+}
+
+const CLUSTER_FILES: [&str; 4] = [
+    "kubelet",
+    "kube-proxy",
+    "kube-scheduler",
+    "kube-controller-manager",
+];
+
+impl ClusterBinaries {
+    /// Finds them in the folder of `control_plane`'s kube-apiserver, then in
+    /// [`default_assets_dir`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BinaryNotFound`] naming the folders looked in.
+    pub fn find(control_plane: &Binaries) -> Result<Self, Error> {
+        let dirs: Vec<PathBuf> = control_plane
+            .kube_apiserver
+            .parent()
+            .map(Path::to_owned)
+            .into_iter()
+            .chain(default_assets_dir())
+            .collect();
+        let find = |file: &'static str| -> Result<PathBuf, Error> {
+            dirs.iter()
+                .map(|dir| dir.join(file))
+                .find(|path| is_executable(path))
+                .ok_or_else(|| Error::BinaryNotFound {
+                    name: file,
+                    searched: dirs
+                        .iter()
+                        .map(|dir| dir.join(file).display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+        };
+        let [kubelet, kube_proxy, kube_scheduler, kube_controller_manager] = CLUSTER_FILES;
+        Ok(Self {
+            kubelet: find(kubelet)?,
+            kube_proxy: find(kube_proxy)?,
+            kube_scheduler: find(kube_scheduler)?,
+            kube_controller_manager: find(kube_controller_manager)?,
+        })
+    }
+
+    /// [`ClusterBinaries::find`], and when one is missing and Go is installed, runs
+    /// [`build_script`] (which builds only what its folder lacks) and looks again.
+    /// Blocking.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterBinaries::find`], or [`Error::Build`].
+    pub fn find_or_build(control_plane: &Binaries) -> Result<Self, Error> {
+        match Self::find(control_plane) {
+            Err(Error::BinaryNotFound { .. }) if go_installed() => {}
+            other => return other,
+        }
+        let script = build_script();
+        eprintln!(
+            "ccm-test: building the cluster binaries (kubelet, kube-proxy, kube-scheduler, \
+             kube-controller-manager {KUBERNETES_VERSION}) with {}",
+            script.display()
+        );
+        let status = std::process::Command::new("bash")
+            .arg(&script)
+            .env_remove("KUBEBUILDER_ASSETS")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .status()
+            .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
+        if !status.success() {
+            return Err(Error::Build(format!(
+                "{} failed ({status}); its output is above",
+                script.display()
+            )));
+        }
+        Self::find(control_plane)
+    }
+}
+
 fn go_installed() -> bool {
     std::process::Command::new("go")
         .arg("version")

@@ -2,7 +2,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -14,6 +14,7 @@ use kube::{Client, Config};
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use crate::cluster::netns::{Forwarder, NetworkNamespace};
 use crate::pki::{self, Ca};
 use crate::supervisor::{ServerState, Supervisor};
 use crate::{Binaries, Error, unique_name};
@@ -65,12 +66,16 @@ pub struct ControlPlane {
     /// PEM of the API server's serving certificate and its CA.
     serving_ca_pem: String,
     ca: Ca,
-    admin: pki::ClientCert,
+    admin: pki::Issued,
     kubeconfig_path: PathBuf,
     /// How long a server may take to become ready, at start and at a restart.
     start_timeout: Duration,
     startup: Duration,
     supervisor: Mutex<Supervisor>,
+    /// Where etcd and kube-apiserver run.
+    site: Site,
+    /// Loopback forwarders into the site's namespace; they stop when dropped.
+    _forwarders: Vec<Forwarder>,
 }
 
 /// One of the two servers of a [`ControlPlane`], to stop and start again: see
@@ -179,12 +184,63 @@ impl ControlPlaneBuilder {
         binaries: &Binaries,
         started: Instant,
     ) -> Result<ControlPlane, Error> {
-        let deadline = started + self.start_timeout;
         let temp = tempfile::Builder::new()
             .prefix("ccm-test-")
             .tempdir()
             .map_err(|e| Error::io("creating the control-plane folder", e))?;
         let dir = temp.path().to_owned();
+        let [etcd_port, peer_port, apiserver_port] = free_ports()?;
+        // From here on the supervisor owns the folder and removes it.
+        let supervisor = Supervisor::spawn(&dir)?;
+        let _ = temp.keep();
+        self.launch(
+            binaries,
+            started,
+            dir,
+            supervisor,
+            Site::Loopback {
+                etcd_port,
+                peer_port,
+                apiserver_port,
+            },
+        )
+        .await
+    }
+
+    /// Starts etcd and kube-apiserver inside the network namespace `namespace` (a
+    /// [`Cluster`](crate::cluster::Cluster)'s), under `supervisor`, which owns `dir`.
+    /// kube-apiserver listens on `address:6443` there and is reached from this process
+    /// through a loopback forwarder; its serving certificate is signed by the control
+    /// plane's CA for the names and addresses a cluster uses.
+    pub(crate) async fn start_in_namespace(
+        self,
+        binaries: &Binaries,
+        dir: PathBuf,
+        supervisor: Supervisor,
+        namespace: Arc<NetworkNamespace>,
+        address: Ipv4Addr,
+    ) -> Result<ControlPlane, Error> {
+        let started = Instant::now();
+        self.launch(
+            binaries,
+            started,
+            dir,
+            supervisor,
+            Site::Namespace { namespace, address },
+        )
+        .await
+    }
+
+    async fn launch(
+        &self,
+        binaries: &Binaries,
+        started: Instant,
+        dir: PathBuf,
+        supervisor: Supervisor,
+        site: Site,
+    ) -> Result<ControlPlane, Error> {
+        let deadline = started + self.start_timeout;
+        let supervisor = Mutex::new(supervisor);
 
         // Certificates and keys.
         let ca = Ca::generate()?;
@@ -196,14 +252,17 @@ impl ControlPlaneBuilder {
         let cert_dir = dir.join("apiserver-certs");
         let etcd_dir = dir.join("etcd");
 
-        let [etcd_port, peer_port, apiserver_port] = free_ports()?;
+        let (etcd_port, peer_port, apiserver_port) = match &site {
+            Site::Loopback {
+                etcd_port,
+                peer_port,
+                apiserver_port,
+            } => (*etcd_port, *peer_port, *apiserver_port),
+            // A namespace of the run's own: the well-known ports are free.
+            Site::Namespace { .. } => (2379, 2380, 6443),
+        };
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let server_url = format!("https://127.0.0.1:{apiserver_port}");
-
-        // From here on the supervisor owns the folder and removes it.
-        let supervisor = Mutex::new(Supervisor::spawn(&dir)?);
-        let _ = temp.keep();
 
         let etcd_args = vec![
             "--name=default".to_owned(),
@@ -215,9 +274,12 @@ impl ControlPlaneBuilder {
             format!("--initial-cluster=default={peer_url}"),
             "--unsafe-no-fsync=true".to_owned(),
         ];
-        lock(&supervisor).start(ETCD, &binaries.etcd, &etcd_args)?;
+        let (program, args) = site.command(&binaries.etcd, etcd_args);
+        lock(&supervisor).start(ETCD, &program, &args)?;
+        let etcd_address = SocketAddr::from((Ipv4Addr::LOCALHOST, etcd_port));
+        let probe_site = &site;
         wait_ready(&supervisor, &dir, ETCD, deadline, move || {
-            etcd_healthy(etcd_port)
+            etcd_healthy(probe_site, etcd_address)
         })
         .await?;
         let etcd_ready = started.elapsed();
@@ -226,13 +288,8 @@ impl ControlPlaneBuilder {
             format!("--etcd-servers={etcd_url}"),
             format!("--cert-dir={}", cert_dir.display()),
             format!("--secure-port={apiserver_port}"),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--advertise-address=127.0.0.1".to_owned(),
             "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
-            "--authorization-mode=RBAC".to_owned(),
             "--allow-privileged=true".to_owned(),
-            "--disable-admission-plugins=ServiceAccount".to_owned(),
-            format!("--service-account-issuer={server_url}/"),
             format!(
                 "--service-account-key-file={}",
                 dir.join("sa.pub").display()
@@ -243,27 +300,113 @@ impl ControlPlaneBuilder {
             ),
             format!("--client-ca-file={}", dir.join("client-ca.crt").display()),
         ];
+        let mut forwarders = Vec::new();
+        let (server_url, serving_ca_pem) = match &site {
+            Site::Loopback { .. } => {
+                let server_url = format!("https://127.0.0.1:{apiserver_port}");
+                apiserver_args.extend([
+                    "--bind-address=127.0.0.1".to_owned(),
+                    "--advertise-address=127.0.0.1".to_owned(),
+                    "--authorization-mode=RBAC".to_owned(),
+                    "--disable-admission-plugins=ServiceAccount".to_owned(),
+                    format!("--service-account-issuer={server_url}/"),
+                ]);
+                (server_url, None)
+            }
+            Site::Namespace { namespace, address } => {
+                // Kubelets are users of the Node authorizer; Pods get ServiceAccount
+                // tokens (the ServiceAccount admission plugin stays on); the API server
+                // reaches kubelets (logs, exec) with a client certificate of its own.
+                let serving = ca.issue_server(
+                    &[
+                        "kubernetes",
+                        "kubernetes.default",
+                        "kubernetes.default.svc",
+                        "kubernetes.default.svc.cluster.local",
+                        "localhost",
+                    ],
+                    &[
+                        Ipv4Addr::LOCALHOST.into(),
+                        (*address).into(),
+                        KUBERNETES_SERVICE_IP.into(),
+                    ],
+                )?;
+                let kubelet_client = ca.issue_client(
+                    "ccm-test:kube-apiserver-kubelet-client",
+                    &["system:masters"],
+                )?;
+                write(&dir.join("apiserver.crt"), &serving.cert_pem)?;
+                write(&dir.join("apiserver.key"), &serving.key_pem)?;
+                write(
+                    &dir.join("apiserver-kubelet-client.crt"),
+                    &kubelet_client.cert_pem,
+                )?;
+                write(
+                    &dir.join("apiserver-kubelet-client.key"),
+                    &kubelet_client.key_pem,
+                )?;
+                apiserver_args.extend([
+                    "--bind-address=0.0.0.0".to_owned(),
+                    format!("--advertise-address={address}"),
+                    "--authorization-mode=Node,RBAC".to_owned(),
+                    "--enable-admission-plugins=NodeRestriction".to_owned(),
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local"
+                        .to_owned(),
+                    format!("--tls-cert-file={}", dir.join("apiserver.crt").display()),
+                    format!(
+                        "--tls-private-key-file={}",
+                        dir.join("apiserver.key").display()
+                    ),
+                    format!(
+                        "--kubelet-client-certificate={}",
+                        dir.join("apiserver-kubelet-client.crt").display()
+                    ),
+                    format!(
+                        "--kubelet-client-key={}",
+                        dir.join("apiserver-kubelet-client.key").display()
+                    ),
+                    format!(
+                        "--kubelet-certificate-authority={}",
+                        dir.join("client-ca.crt").display()
+                    ),
+                ]);
+                let forwarder = Forwarder::start(
+                    namespace.clone(),
+                    SocketAddr::from((*address, apiserver_port)),
+                )
+                .map_err(|e| Error::io("forwarding a loopback port to kube-apiserver", e))?;
+                let server_url = format!("https://{}", forwarder.local_addr());
+                forwarders.push(forwarder);
+                (server_url, Some(ca.cert_pem()))
+            }
+        };
         apiserver_args.extend(self.extra_apiserver_args.iter().cloned());
-        lock(&supervisor).start(KUBE_APISERVER, &binaries.kube_apiserver, &apiserver_args)?;
+        let (program, args) = site.command(&binaries.kube_apiserver, apiserver_args);
+        lock(&supervisor).start(KUBE_APISERVER, &program, &args)?;
 
-        // The API server writes its self-signed serving certificate (followed
-        // by the CA that signed it) into --cert-dir before it listens.
-        let serving_cert = cert_dir.join("apiserver.crt");
-        let serving_cert = &serving_cert;
-        let serving_ca_pem = wait_ready(
-            &supervisor,
-            &dir,
-            KUBE_APISERVER,
-            deadline,
-            move || async move {
-                match std::fs::read_to_string(serving_cert) {
-                    Ok(pem) if !pki::pem_certificates(&pem).is_empty() => Ok(pem),
-                    Ok(_) => Err("the serving certificate is not complete yet".to_owned()),
-                    Err(e) => Err(format!("{}: {e}", serving_cert.display())),
-                }
-            },
-        )
-        .await?;
+        let serving_ca_pem = match serving_ca_pem {
+            Some(pem) => pem,
+            None => {
+                // The API server writes its self-signed serving certificate (followed
+                // by the CA that signed it) into --cert-dir before it listens.
+                let serving_cert = cert_dir.join("apiserver.crt");
+                let serving_cert = &serving_cert;
+                wait_ready(
+                    &supervisor,
+                    &dir,
+                    KUBE_APISERVER,
+                    deadline,
+                    move || async move {
+                        match std::fs::read_to_string(serving_cert) {
+                            Ok(pem) if !pki::pem_certificates(&pem).is_empty() => Ok(pem),
+                            Ok(_) => Err("the serving certificate is not complete yet".to_owned()),
+                            Err(e) => Err(format!("{}: {e}", serving_cert.display())),
+                        }
+                    },
+                )
+                .await?
+            }
+        };
 
         let mut cp = ControlPlane {
             kubeconfig_path: dir.join("kubeconfig"),
@@ -277,6 +420,8 @@ impl ControlPlaneBuilder {
             start_timeout: self.start_timeout,
             startup: Duration::ZERO,
             supervisor,
+            site,
+            _forwarders: forwarders,
         };
         cp.wait_apiserver_ready(deadline).await?;
         write(
@@ -292,6 +437,44 @@ impl ControlPlaneBuilder {
             "control plane ready"
         );
         Ok(cp)
+    }
+}
+
+/// The ClusterIP of the `kubernetes` Service: the first address of
+/// `--service-cluster-ip-range`.
+pub(crate) const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+
+/// Where a control plane's servers run.
+#[derive(Debug)]
+enum Site {
+    /// On this host's loopback, on free ports.
+    Loopback {
+        etcd_port: u16,
+        peer_port: u16,
+        apiserver_port: u16,
+    },
+    /// Inside a cluster's network namespace; kube-apiserver listens on `address`.
+    Namespace {
+        namespace: Arc<NetworkNamespace>,
+        address: Ipv4Addr,
+    },
+}
+
+impl Site {
+    /// The program and arguments that run `program args` at this site.
+    fn command(&self, program: &Path, args: Vec<String>) -> (PathBuf, Vec<String>) {
+        match self {
+            Self::Loopback { .. } => (program.to_owned(), args),
+            Self::Namespace { namespace, .. } => namespace.command(false, program, args),
+        }
+    }
+
+    /// A TCP connection to `address` as seen from this site.
+    async fn connect(&self, address: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+        match self {
+            Self::Loopback { .. } => tokio::net::TcpStream::connect(address).await,
+            Self::Namespace { namespace, .. } => namespace.connect(address).await,
+        }
     }
 }
 
@@ -599,14 +782,16 @@ impl ControlPlane {
         let started = Instant::now();
         match server {
             Server::Etcd => {
-                let port = self
+                let port: u16 = self
                     .etcd_url
                     .rsplit(':')
                     .next()
                     .and_then(|p| p.parse().ok())
                     .ok_or_else(|| Error::InvalidArgument(format!("etcd URL {}", self.etcd_url)))?;
+                let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                let site = &self.site;
                 wait_ready(&self.supervisor, &self.dir, ETCD, deadline, move || {
-                    etcd_healthy(port)
+                    etcd_healthy(site, address)
                 })
                 .await?;
             }
@@ -689,7 +874,76 @@ impl ControlPlane {
         Ok(config)
     }
 
-    fn kubeconfig_with(&self, user: &str, cert: &pki::ClientCert) -> String {
+    fn kubeconfig_with(&self, user: &str, cert: &pki::Issued) -> String {
+        self.kubeconfig_at(&self.server_url, user, cert)
+    }
+
+    /// A kubeconfig for `user` in `groups` (a new client certificate) that reaches the API
+    /// server at `server`: for a cluster's own processes, inside its network.
+    pub(crate) fn kubeconfig_for_server(
+        &self,
+        server: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<String, Error> {
+        let cert = self.ca.issue_client(user, groups)?;
+        Ok(self.kubeconfig_at(server, user, &cert))
+    }
+
+    /// The CA that signs the control plane's client (and, in a cluster, serving)
+    /// certificates.
+    pub(crate) fn ca(&self) -> &Ca {
+        &self.ca
+    }
+
+    /// Starts `program args` under the control plane's supervisor as `name` (its log is
+    /// `name.log` in [`dir`](Self::dir)); it is stopped with the control plane, before the
+    /// servers started earlier.
+    pub(crate) fn start_process(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+    ) -> Result<(), Error> {
+        lock(&self.supervisor).start(name, program, args)
+    }
+
+    /// Stops the process `name` started by [`start_process`](Self::start_process)
+    /// (SIGTERM, SIGKILL after 5 s) and waits until it has exited.
+    pub(crate) async fn stop_process(&self, name: &str) -> Result<(), Error> {
+        lock(&self.supervisor).stop_server(name)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let ServerState::Exited(_) = lock(&self.supervisor).state(name) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Start {
+                    component: "process",
+                    reason: format!("{name} did not exit within 30 s of being told to stop"),
+                    tail: log_tail(&self.dir.join(format!("{name}.log"))),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts the process `name` again, with the arguments it was first started with.
+    pub(crate) fn restart_process(&self, name: &str) -> Result<(), Error> {
+        let mut supervisor = lock(&self.supervisor);
+        supervisor.forget_exit(name)?;
+        supervisor.restart(name)
+    }
+
+    /// Whether the process `name` has exited, and how.
+    pub(crate) fn process_exit(&self, name: &str) -> Option<String> {
+        match lock(&self.supervisor).state(name) {
+            ServerState::Running => None,
+            ServerState::Exited(status) => Some(status),
+        }
+    }
+
+    fn kubeconfig_at(&self, server: &str, user: &str, cert: &pki::Issued) -> String {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         format!(
             "apiVersion: v1
@@ -712,7 +966,6 @@ contexts:
     namespace: default
 current-context: ccm-test
 ",
-            server = self.server_url,
             ca = b64(&self.serving_ca_pem),
             cert = b64(&cert.cert_pem),
             key = b64(&cert.key_pem),
@@ -734,7 +987,7 @@ impl Drop for ControlPlane {
     }
 }
 
-fn cert_auth(cert: &pki::ClientCert) -> AuthInfo {
+fn cert_auth(cert: &pki::Issued) -> AuthInfo {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     AuthInfo {
         client_certificate_data: Some(b64(&cert.cert_pem)),
@@ -836,10 +1089,10 @@ fn log_tail(path: &Path) -> String {
     }
 }
 
-/// etcd's `GET /health` over plain HTTP/1.0.
-async fn etcd_healthy(port: u16) -> Result<(), String> {
+/// etcd's `GET /health` over plain HTTP/1.0, at `address` as seen from `site`.
+async fn etcd_healthy(site: &Site, address: SocketAddr) -> Result<(), String> {
     let check = async {
-        let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
+        let mut stream = site.connect(address).await?;
         stream
             .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
             .await?;

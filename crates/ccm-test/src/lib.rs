@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod binaries;
+pub mod cluster;
 mod control_plane;
 pub mod image;
 mod pki;
@@ -37,9 +38,10 @@ mod wait;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use binaries::{
-    Binaries, ETCD_VERSION, KUBERNETES_VERSION, build_script, default_assets_dir,
+    Binaries, ClusterBinaries, ETCD_VERSION, KUBERNETES_VERSION, build_script, default_assets_dir,
     envtest_assets_dir,
 };
+pub use cluster::{Cluster, ClusterBuilder, ClusterNode};
 pub use control_plane::{ADMIN_USER, ControlPlane, ControlPlaneBuilder, Server};
 pub use wait::{Outcome, POLL_INTERVAL, eventually};
 
@@ -89,6 +91,10 @@ pub enum Error {
     /// Making a key or certificate failed.
     #[error("certificate: {0}")]
     Certificate(String),
+    /// Setting up or running a [`Cluster`] failed: a missing prerequisite, a namespace,
+    /// a node that did not register.
+    #[error("cluster: {0}")]
+    Cluster(String),
     /// An argument that cannot be used (e.g. a path that is not UTF-8).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

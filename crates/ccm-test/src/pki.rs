@@ -28,6 +28,8 @@ const OID_BASIC_CONSTRAINTS: &[u64] = &[2, 5, 29, 19];
 const OID_EXTENDED_KEY_USAGE: &[u64] = &[2, 5, 29, 37];
 const OID_AUTHORITY_KEY_IDENTIFIER: &[u64] = &[2, 5, 29, 35];
 const OID_KP_CLIENT_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 2];
+const OID_KP_SERVER_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 1];
+const OID_SUBJECT_ALT_NAME: &[u64] = &[2, 5, 29, 17];
 
 /// How long the certificates are valid: long enough for a local control plane
 /// left running, short enough to stay in UTCTime (before 2050).
@@ -105,15 +107,15 @@ pub(crate) struct Ca {
     rng: SystemRandom,
 }
 
-/// A client certificate and its key, both PEM.
-pub(crate) struct ClientCert {
+/// A certificate (client or serving) and its key, both PEM.
+pub(crate) struct Issued {
     pub(crate) cert_pem: String,
     pub(crate) key_pem: String,
 }
 
-impl std::fmt::Debug for ClientCert {
+impl std::fmt::Debug for Issued {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCert").finish_non_exhaustive()
+        f.debug_struct("Issued").finish_non_exhaustive()
     }
 }
 
@@ -158,18 +160,43 @@ impl Ca {
     }
 
     /// Issues a client certificate with `CN=user` and one `O` per group.
-    pub(crate) fn issue_client(&self, user: &str, groups: &[&str]) -> Result<ClientCert, Error> {
+    pub(crate) fn issue_client(&self, user: &str, groups: &[&str]) -> Result<Issued, Error> {
         if user.is_empty() {
             return Err(Error::Certificate("the user name is empty".into()));
         }
+        self.issue(&name_der(user, groups), OID_KP_CLIENT_AUTH, &[], &[])
+    }
+
+    /// Issues a serving certificate for these DNS names and IP addresses (its subject
+    /// alternative names; `CN` is the first DNS name).
+    pub(crate) fn issue_server(
+        &self,
+        dns_names: &[&str],
+        ips: &[std::net::IpAddr],
+    ) -> Result<Issued, Error> {
+        let common_name = dns_names.first().copied().unwrap_or("ccm-test");
+        self.issue(
+            &name_der(common_name, &[]),
+            OID_KP_SERVER_AUTH,
+            dns_names,
+            ips,
+        )
+    }
+
+    fn issue(
+        &self,
+        subject_der: &[u8],
+        extended_key_usage: &[u64],
+        dns_names: &[&str],
+        ips: &[std::net::IpAddr],
+    ) -> Result<Issued, Error> {
         let key = Key::generate(&self.rng)?;
-        let subject_der = name_der(user, groups);
         let authority_key_id = self.key.key_id();
         let cert_der = build_certificate(
             &self.rng,
             &self.key,
             &self.subject_der,
-            &subject_der,
+            subject_der,
             &key,
             |w| {
                 w.write_sequence(|w| {
@@ -181,8 +208,13 @@ impl Ca {
                         w.write_bitvec_bytes(&[0b1000_0000], 1);
                     });
                     extension(w.next(), OID_EXTENDED_KEY_USAGE, false, |w| {
-                        w.write_sequence(|w| w.next().write_oid(&oid(OID_KP_CLIENT_AUTH)));
+                        w.write_sequence(|w| w.next().write_oid(&oid(extended_key_usage)));
                     });
+                    if !dns_names.is_empty() || !ips.is_empty() {
+                        extension(w.next(), OID_SUBJECT_ALT_NAME, false, |w| {
+                            write_general_names(w, dns_names, ips);
+                        });
+                    }
                     extension(w.next(), OID_AUTHORITY_KEY_IDENTIFIER, false, |w| {
                         w.write_sequence(|w| {
                             w.next().write_tagged_implicit(Tag::context(0), |w| {
@@ -193,11 +225,30 @@ impl Ca {
                 });
             },
         )?;
-        Ok(ClientCert {
+        Ok(Issued {
             cert_pem: pem("CERTIFICATE", &cert_der),
             key_pem: key.private_key_pem(),
         })
     }
+}
+
+/// `GeneralNames`: `dNSName [2] IA5String` and `iPAddress [7] OCTET STRING` (4 or 16
+/// bytes), as RFC 5280 writes a subject alternative name.
+fn write_general_names(w: DERWriter<'_>, dns_names: &[&str], ips: &[std::net::IpAddr]) {
+    w.write_sequence(|w| {
+        for name in dns_names {
+            w.next()
+                .write_tagged_implicit(Tag::context(2), |w| w.write_ia5_string(name));
+        }
+        for ip in ips {
+            let octets = match ip {
+                std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+                std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+            };
+            w.next()
+                .write_tagged_implicit(Tag::context(7), |w| w.write_bytes(&octets));
+        }
+    });
 }
 
 /// A key pair for signing ServiceAccount tokens.

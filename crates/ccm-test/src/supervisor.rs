@@ -7,7 +7,8 @@
 //! [`ControlPlane`](crate::ControlPlane) was dropped *or because the test
 //! process died in any way* (panic, `exit`, abort, SIGKILL: the kernel closes
 //! the pipe), the supervisor stops the servers (newest first; SIGTERM, then
-//! SIGKILL after a grace period), waits for them and removes `DIR`. This needs
+//! SIGKILL after a grace period), waits for them, runs `DIR/cleanup.sh` if there is one,
+//! and removes `DIR`. This needs
 //! no unsafe code, no signal handler and no `atexit` in the test process, and
 //! it also cleans up after the process-wide shared instance, which as a
 //! `static` is never dropped.
@@ -48,7 +49,11 @@ stop_one() {
 stop() {
     for name in $names; do stop_one "$name"; done
     wait
-    rm -rf "$dir"
+    # What the processes cannot clean up themselves (a cluster's cgroups), if anything.
+    if [ -f "$dir/cleanup.sh" ]; then sh "$dir/cleanup.sh" "$dir" >/dev/null 2>&1; fi
+    # A namespace's mounts go with its last process, which the kernel may still be
+    # reaping: try again after a moment.
+    rm -rf "$dir" 2>/dev/null || { sleep 1; rm -rf "$dir"; }
 }
 trap 'stop; exit 0' HUP INT TERM
 while IFS= read -r line; do

@@ -1,0 +1,275 @@
+//! What each node's processes are given: containerd's configuration, the kubelet's, the
+//! kube-proxy's and the CNI network's, as pure functions of the node and its folder, so
+//! that tests read them without starting anything.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use crate::Error;
+
+/// The pod network of the whole cluster (kube-controller-manager's `--cluster-cidr`, and
+/// the release manifests' `--cluster-cidr`).
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The Service network (kube-apiserver's `--service-cluster-ip-range`).
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The image containerd runs as every Pod's sandbox; built by the cluster tier, never pulled.
+pub(crate) const PAUSE_IMAGE: &str = "localhost/ccm-test/pause:1.0";
+/// The taint kubeadm gives control-plane nodes.
+pub(crate) const CONTROL_PLANE_TAINT: &str = "node-role.kubernetes.io/control-plane";
+
+/// One node's names, address and files.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeLayout {
+    /// The Node's name (`--hostname-override`).
+    pub(crate) name: String,
+    /// Its address on the cluster's bridge (`--node-ip`).
+    pub(crate) address: Ipv4Addr,
+    /// Whether it is the control-plane node (tainted `node-role.kubernetes.io/control-plane`).
+    pub(crate) control_plane: bool,
+    /// Its folder: containerd's root and state, the kubelet's root, configurations, CNI.
+    pub(crate) dir: PathBuf,
+    /// The cgroup (in every hierarchy) that its Pods' cgroups are made under.
+    pub(crate) cgroup_root: String,
+}
+
+impl NodeLayout {
+    /// containerd's socket.
+    pub(crate) fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    /// The folder containerd reads CNI network configurations from.
+    pub(crate) fn cni_conf_dir(&self) -> PathBuf {
+        self.dir.join("cni")
+    }
+
+    /// Where a file of the node's goes.
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// containerd's configuration: its own root, state and socket in the node's folder, the CRI
+/// plugin with our sandbox image, the CNI plugins of Debian's `containernetworking-plugins`,
+/// and `restrict_oom_score_adj` (the kubelet asks for a negative `oom_score_adj` for
+/// sandboxes, which needs `CAP_SYS_RESOURCE`; without it every sandbox fails with runc's
+/// "can't get final child's PID from pipe").
+pub(crate) fn containerd_config(node: &NodeLayout, cni_bin_dir: &Path) -> String {
+    let dir = node.dir.display();
+    format!(
+        r#"version = 2
+root = "{dir}/containerd/root"
+state = "{dir}/containerd/state"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = "{socket}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = "{cni_conf}"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+"#,
+        socket = node.containerd_socket().display(),
+        cni_bin = cni_bin_dir.display(),
+        cni_conf = node.cni_conf_dir().display(),
+    )
+}
+
+/// The kubelet's configuration: what works on a machine with a hybrid cgroup v1 hierarchy
+/// and without `CAP_SYS_RESOURCE` (cgroupfs, no node-allocatable enforcement), with the
+/// Pods' cgroups under the node's own cgroup root (`kubepods` below it: with
+/// `cgroupsPerQOS: false` the kubelet gives containerd no parent, and every container lands
+/// in the host's `/k8s.io`, where a run cannot tell its own from others'), plus
+/// certificate authentication and webhook authorization (as kubeadm sets them), a serving
+/// certificate signed by the cluster's CA, no DNS for Pods (nothing to resolve), image
+/// garbage collection off (the images cannot be pulled again) and eviction only in
+/// extremity (the machine's disk and memory are shared by every node).
+pub(crate) fn kubelet_config(node: &NodeLayout, ca_file: &Path) -> String {
+    let taints = if node.control_plane {
+        format!("registerWithTaints:\n- key: {CONTROL_PLANE_TAINT}\n  effect: NoSchedule\n")
+    } else {
+        String::new()
+    };
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {address}
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: {cert}
+tlsPrivateKeyFile: {key}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+resolvConf: ""
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: {cgroup_root}
+enforceNodeAllocatable: []
+failSwapOn: false
+containerRuntimeEndpoint: unix://{socket}
+localStorageCapacityIsolation: false
+volumePluginDir: {plugins}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  imagefs.available: 1%
+  nodefs.inodesFree: 1%
+{taints}"#,
+        address = node.address,
+        cert = node.file("kubelet.crt").display(),
+        key = node.file("kubelet.key").display(),
+        ca = ca_file.display(),
+        cgroup_root = node.cgroup_root,
+        socket = node.containerd_socket().display(),
+        plugins = node.file("volume-plugins").display(),
+    )
+}
+
+/// The kubelet's arguments (the rest is in its configuration file).
+pub(crate) fn kubelet_args(node: &NodeLayout) -> Vec<String> {
+    vec![
+        format!("--config={}", node.file("kubelet.yaml").display()),
+        format!("--kubeconfig={}", node.file("kubelet.kubeconfig").display()),
+        format!("--hostname-override={}", node.name),
+        format!("--node-ip={}", node.address),
+        format!("--root-dir={}", node.file("kubelet").display()),
+        format!("--cert-dir={}", node.file("kubelet-pki").display()),
+        "--cloud-provider=external".to_owned(),
+    ]
+}
+
+/// kube-proxy's configuration: iptables mode in the node's namespace; the conntrack
+/// settings it would write are host-wide, so it writes none; its health check listens on
+/// the node's addresses (10256), where load balancers check it.
+pub(crate) fn kube_proxy_config(node: &NodeLayout) -> String {
+    format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+hostnameOverride: {name}
+mode: iptables
+clusterCIDR: {CLUSTER_CIDR}
+healthzBindAddress: 0.0.0.0:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+"#,
+        kubeconfig = node.file("kube-proxy.kubeconfig").display(),
+        name = node.name,
+    )
+}
+
+/// The node's CNI network: a bridge (`cni0`) that is the Pods' gateway, host-local
+/// addresses from the node's pod CIDR, and port mappings (`hostPort`); containerd adds the
+/// loopback itself.
+pub(crate) fn cni_config(pod_cidr: &str) -> Result<String, Error> {
+    super::netns::validate_ipv4_cidr(pod_cidr)?;
+    Ok(format!(
+        r#"{{
+  "cniVersion": "0.4.0",
+  "name": "ccm-test",
+  "plugins": [
+    {{
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {{
+        "type": "host-local",
+        "ranges": [[{{"subnet": "{pod_cidr}"}}]],
+        "routes": [{{"dst": "0.0.0.0/0"}}]
+      }}
+    }},
+    {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
+  ]
+}}
+"#
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(control_plane: bool) -> NodeLayout {
+        NodeLayout {
+            name: "ccm-worker".to_owned(),
+            address: Ipv4Addr::new(10, 88, 0, 11),
+            control_plane,
+            dir: PathBuf::from("/tmp/c/ccm-worker"),
+            cgroup_root: "/ccm-test-1/ccm-worker".to_owned(),
+        }
+    }
+
+    #[test]
+    fn containerd_keeps_to_the_nodes_folder() {
+        let config = containerd_config(&layout(false), Path::new("/usr/lib/cni"));
+        assert!(config.contains(r#"root = "/tmp/c/ccm-worker/containerd/root""#));
+        assert!(config.contains(r#"address = "/tmp/c/ccm-worker/containerd.sock""#));
+        assert!(config.contains(r#"conf_dir = "/tmp/c/ccm-worker/cni""#));
+        assert!(config.contains("restrict_oom_score_adj = true"));
+        assert!(config.contains(PAUSE_IMAGE));
+    }
+
+    #[test]
+    fn only_the_control_plane_node_registers_with_its_taint() {
+        let ca = Path::new("/tmp/c/ca.crt");
+        let worker = kubelet_config(&layout(false), ca);
+        assert!(!worker.contains("registerWithTaints"));
+        assert!(worker.contains("address: 10.88.0.11"));
+        assert!(worker.contains("cgroupRoot: /ccm-test-1/ccm-worker"));
+        let control_plane = kubelet_config(&layout(true), ca);
+        assert!(control_plane.contains(
+            "registerWithTaints:\n- key: node-role.kubernetes.io/control-plane\n  effect: NoSchedule\n"
+        ));
+        assert!(kubelet_args(&layout(false)).contains(&"--cloud-provider=external".to_owned()));
+    }
+
+    #[test]
+    fn the_cni_network_is_the_nodes_pod_cidr() {
+        let config = cni_config("10.244.3.0/24").unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&config).unwrap();
+        assert_eq!(
+            parsed["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.244.3.0/24"
+        );
+        assert!(cni_config("10.244.3.0/24\"}").is_err());
+    }
+
+    #[test]
+    fn kube_proxy_writes_no_host_wide_conntrack_setting() {
+        let config = kube_proxy_config(&layout(false));
+        assert!(config.contains("maxPerCore: 0"));
+        assert!(config.contains("hostnameOverride: ccm-worker"));
+    }
+}

@@ -350,6 +350,8 @@ impl ControlPlaneBuilder {
                     format!("--advertise-address={address}"),
                     "--authorization-mode=Node,RBAC".to_owned(),
                     "--enable-admission-plugins=NodeRestriction".to_owned(),
+                    // Never the Node's name: that would be a DNS look-up of a made-up name.
+                    "--kubelet-preferred-address-types=InternalIP,ExternalIP".to_owned(),
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local"
                         .to_owned(),
                     format!("--tls-cert-file={}", dir.join("apiserver.crt").display()),

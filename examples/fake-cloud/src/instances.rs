@@ -4,6 +4,9 @@ use async_trait::async_trait;
 use ccm_core::provider::{
     CloudError, CloudResult, InstanceMetadata, Instances, LegacyInstances, ProviderId, Zone, Zones,
 };
+use std::net::IpAddr;
+
+use ccm_core::well_known::ANNOTATION_PROVIDED_NODE_IP;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::{FakeCloud, FakeInstance, InstanceState, Method, PROVIDER_NAME, lock};
@@ -21,13 +24,14 @@ impl FakeCloud {
     /// The instance behind `node`: by `spec.providerID` when set, else by name.
     fn instance_for_node(&self, node: &Node) -> CloudResult<Option<FakeInstance>> {
         let mut state = lock(&self.state);
+        let seen = addresses_seen_on(node);
         match spec_provider_id(node) {
             Some(pid) => {
                 let id = parse_id(pid)?;
-                Ok(self.instance_by_id(&mut state, &id))
+                Ok(self.instance_by_id_seen(&mut state, &id, seen))
             }
             None => Ok(self
-                .instance_mut(&mut state, node_name(node))
+                .instance_mut_seen(&mut state, node_name(node), seen)
                 .map(|i| i.clone())),
         }
     }
@@ -45,6 +49,36 @@ impl FakeCloud {
         self.instance_by_id(&mut state, &id)
             .ok_or(CloudError::InstanceNotFound)
     }
+}
+
+/// The addresses of the machine a Node's kubelet runs on, as far as the Node says: the
+/// kubelet's `--node-ip` (the `alpha.kubernetes.io/provided-node-ip` annotation, one address
+/// or two for dual-stack), as `InternalIP`s, and the Node's name as `Hostname`. `None` when
+/// the Node names no valid address.
+fn addresses_seen_on(node: &Node) -> Option<Vec<NodeAddress>> {
+    let provided = node
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_PROVIDED_NODE_IP)?;
+    // At most two addresses (dual-stack), as the kubelet allows; a longer value is ignored.
+    let ips: Vec<IpAddr> = provided
+        .split(',')
+        .take(3)
+        .map(|ip| ip.trim().parse::<IpAddr>())
+        .collect::<Result<_, _>>()
+        .ok()
+        .filter(|ips: &Vec<IpAddr>| !ips.is_empty() && ips.len() <= 2)?;
+    let address = |type_: &str, address: String| NodeAddress {
+        type_: type_.to_owned(),
+        address,
+    };
+    let mut addresses: Vec<NodeAddress> = ips
+        .iter()
+        .map(|ip| address("InternalIP", ip.to_string()))
+        .collect();
+    addresses.push(address("Hostname", node_name(node).to_owned()));
+    Some(addresses)
 }
 
 #[async_trait]
@@ -148,5 +182,61 @@ impl Zones for FakeCloud {
         self.call(Method::GetZoneByNodeName, node_name).await?;
         let inst = self.instance_named(node_name)?;
         Ok(Zone::new(inst.zone, inst.region))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn node(provided: Option<&str>) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some("worker-1".to_owned());
+        node.metadata.annotations = provided
+            .map(|ip| BTreeMap::from([(ANNOTATION_PROVIDED_NODE_IP.to_owned(), ip.to_owned())]));
+        node
+    }
+
+    fn pairs(addresses: &[NodeAddress]) -> Vec<(&str, &str)> {
+        addresses
+            .iter()
+            .map(|a| (a.type_.as_str(), a.address.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_node_instance_has_the_address_its_kubelet_was_given() {
+        let seen = addresses_seen_on(&node(Some("10.88.0.11"))).unwrap();
+        assert_eq!(
+            pairs(&seen),
+            [("InternalIP", "10.88.0.11"), ("Hostname", "worker-1")]
+        );
+        let dual = addresses_seen_on(&node(Some("10.88.0.11,fd00::b"))).unwrap();
+        assert_eq!(dual.len(), 3);
+        for bad in ["", "not-an-ip", "10.0.0.1,10.0.0.2,10.0.0.3", "10.0.0.1,,"] {
+            assert!(addresses_seen_on(&node(Some(bad))).is_none(), "{bad:?}");
+        }
+        assert!(addresses_seen_on(&node(None)).is_none());
+    }
+
+    #[tokio::test]
+    async fn nodes_are_instances_with_their_own_addresses() {
+        let cloud = FakeCloud::nodes_are_instances();
+        let meta = cloud
+            .instance_metadata(&node(Some("10.88.0.11")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            pairs(&meta.node_addresses),
+            [("InternalIP", "10.88.0.11"), ("Hostname", "worker-1")]
+        );
+        // Without a --node-ip, the next address of the fake cloud's own network.
+        let mut other = node(None);
+        other.metadata.name = Some("worker-2".to_owned());
+        let meta = cloud.instance_metadata(&other).await.unwrap().unwrap();
+        assert!(meta.node_addresses[0].address.starts_with("10.0.0."));
     }
 }

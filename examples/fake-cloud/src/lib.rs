@@ -394,12 +394,28 @@ impl FakeCloud {
 
     /// The instance named `name`, created first if every Node name is an instance.
     fn instance_mut<'a>(&self, state: &'a mut State, name: &str) -> Option<&'a mut FakeInstance> {
+        self.instance_mut_seen(state, name, None)
+    }
+
+    /// [`instance_mut`](Self::instance_mut), where an instance created for a Node takes the
+    /// addresses the Node was seen with (`seen`, from its kubelet's `--node-ip`), as a real
+    /// cloud reports the address of the machine a kubelet runs on; other instances get the
+    /// next free address of 10.0.0.0/8.
+    fn instance_mut_seen<'a>(
+        &self,
+        state: &'a mut State,
+        name: &str,
+        seen: Option<Vec<NodeAddress>>,
+    ) -> Option<&'a mut FakeInstance> {
         if self.nodes_are_instances
             && !name.is_empty()
             && !state.instances.contains_key(name)
             && !state.gone.contains(name)
         {
-            let addresses = state.assign_addresses(name);
+            let addresses = match seen {
+                Some(addresses) => addresses,
+                None => state.assign_addresses(name),
+            };
             let inst = FakeInstance {
                 instance_type: self.defaults.instance_type.clone(),
                 zone: self.defaults.zone.clone(),
@@ -415,9 +431,20 @@ impl FakeCloud {
 
     /// The instance with cloud ID `id`; in nodes-are-instances mode IDs are names.
     fn instance_by_id(&self, state: &mut State, id: &str) -> Option<FakeInstance> {
+        self.instance_by_id_seen(state, id, None)
+    }
+
+    /// [`instance_by_id`](Self::instance_by_id), creating it with the addresses a Node was
+    /// seen with (see [`instance_mut_seen`](Self::instance_mut_seen)).
+    fn instance_by_id_seen(
+        &self,
+        state: &mut State,
+        id: &str,
+        seen: Option<Vec<NodeAddress>>,
+    ) -> Option<FakeInstance> {
         match state.ids.get(id).cloned() {
             Some(name) => state.instances.get(&name).cloned(),
-            None if self.nodes_are_instances => self.instance_mut(state, id).cloned(),
+            None if self.nodes_are_instances => self.instance_mut_seen(state, id, seen).cloned(),
             None => None,
         }
     }

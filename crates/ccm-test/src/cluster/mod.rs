@@ -439,6 +439,90 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// `kubectl apply -f -` of `manifest` (YAML, several documents allowed) with the admin
+    /// kubeconfig, as a user applies a release manifest; returns kubectl's output.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] with kubectl's error output; [`Error::BinaryNotFound`] without
+    /// kubectl.
+    pub fn apply(&self, manifest: &str) -> Result<String, Error> {
+        use std::io::Write as _;
+        let mut kubectl = self.kubectl().ok_or(Error::BinaryNotFound {
+            name: "kubectl",
+            searched: "beside kube-apiserver".to_owned(),
+        })?;
+        let mut child = kubectl
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::io("running kubectl apply", e))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(manifest.as_bytes())
+                .map_err(|e| Error::io("writing the manifest to kubectl", e))?;
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|e| Error::io("running kubectl apply", e))?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(Error::Cluster(format!(
+                "kubectl apply failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )))
+        }
+    }
+
+    /// Waits until every node's Node is initialised by a cloud-controller-manager: it has a
+    /// `spec.providerID` and no `uninitialized` taint. Returns the Nodes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] on timeout, saying which Nodes were not initialised and how they
+    /// stood; API errors.
+    pub async fn wait_initialised(&self, timeout: Duration) -> Result<Vec<Node>, Error> {
+        let api: Api<Node> = Api::all(self.client()?);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut nodes = Vec::with_capacity(self.nodes.len());
+            let mut waiting = Vec::new();
+            for node in &self.nodes {
+                match api.get_opt(node.name()).await? {
+                    Some(object) if is_initialised(&object) => nodes.push(object),
+                    Some(object) => waiting.push(format!(
+                        "{}: providerID {:?}, taints {:?}",
+                        node.name(),
+                        object.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+                        object
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.taints.as_ref())
+                            .map(|taints| taints
+                                .iter()
+                                .map(|t| t.key.as_str())
+                                .collect::<Vec<_>>())
+                    )),
+                    None => waiting.push(format!("{}: no Node", node.name())),
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(nodes);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Cluster(format!(
+                    "Nodes not initialised after {timeout:?}: {}",
+                    waiting.join("; ")
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Waits until every node's kubelet has registered its Node.
     async fn wait_registered(&self, deadline: Instant) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(self.client()?);
@@ -483,6 +567,18 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// Whether a cloud-controller-manager has initialised `node`.
+fn is_initialised(node: &Node) -> bool {
+    node.spec.as_ref().is_some_and(|spec| {
+        spec.provider_id.as_deref().is_some_and(|id| !id.is_empty())
+            && !spec
+                .taints
+                .iter()
+                .flatten()
+                .any(|taint| taint.key == UNINITIALIZED_TAINT)
+    })
 }
 
 fn tail(log: &str) -> String {
@@ -658,7 +754,7 @@ async fn start_holder(
 ) -> Result<NetworkNamespace, Error> {
     let process = format!("ns-{name}");
     let ready = dir.join(format!("{process}.ready"));
-    let (program, args) = netns::holder_command(dir, &ready, node)?;
+    let (program, args) = netns::holder_command(dir, &ready, node.then_some(name))?;
     supervisor.start(&process, &program, &args)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

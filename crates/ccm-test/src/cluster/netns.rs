@@ -32,7 +32,9 @@ pub(crate) fn node_address(index: usize) -> Option<Ipv4Addr> {
 }
 
 /// What a namespace's holder runs: `unshare` makes the namespaces and `exec`s this script,
-/// which (for a node) makes the mount namespace's propagation shared, so that containerd's
+/// which (for a node) names the node's host (its own UTS namespace: `hostNetwork` Pods see
+/// the node's name, as on a machine of its own), makes the mount namespace's propagation
+/// shared, so that containerd's
 /// own mount namespace below it sees the kubelet's volume mounts, and mounts a tmpfs over
 /// each folder that containerd, the CNI plugins and the kubelet write to at fixed host
 /// paths, so that none of it reaches the host and all of it goes with the namespace. Then
@@ -40,6 +42,7 @@ pub(crate) fn node_address(index: usize) -> Option<Ipv4Addr> {
 const HOLDER_SCRIPT: &str = r#"
 set -e
 if [ "$2" = node ]; then
+    hostname "$3"
     mount --make-rshared /
     for d in /run/netns /run/containerd /var/lib/cni /var/log/pods /var/log/containers; do
         mkdir -p "$d"
@@ -61,23 +64,26 @@ pub(crate) fn write_holder_script(dir: &Path) -> Result<(), Error> {
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
-/// The command of a namespace holder: a new network namespace (and, for a node, a private
-/// mount namespace), held by a process that writes its PID to `ready` when set up. The
-/// script is the one [`write_holder_script`] put in `dir`.
+/// The command of a namespace holder: a new network namespace (and, for the node `node`,
+/// a UTS namespace and a private mount namespace), held by a process that writes its PID to
+/// `ready` when set up. The script is the one [`write_holder_script`] put in `dir`.
 pub(crate) fn holder_command(
     dir: &Path,
     ready: &Path,
-    node: bool,
+    node: Option<&str>,
 ) -> Result<(PathBuf, Vec<String>), Error> {
     let ready = path_arg(ready)?;
     let mut args = vec!["--net".to_owned()];
-    if node {
-        args.extend(["--mount", "--propagation", "private"].map(str::to_owned));
+    if node.is_some() {
+        args.extend(["--uts", "--mount", "--propagation", "private"].map(str::to_owned));
     }
     args.extend(["--".to_owned(), "sh".to_owned()]);
     args.push(path_arg(&dir.join(HOLDER_SCRIPT_FILE))?);
     args.push(ready);
-    args.push(if node { "node" } else { "cluster" }.to_owned());
+    match node {
+        Some(name) => args.extend(["node".to_owned(), name.to_owned()]),
+        None => args.push("cluster".to_owned()),
+    }
     Ok((PathBuf::from("unshare"), args))
 }
 
@@ -108,7 +114,7 @@ impl NetworkNamespace {
     }
 
     /// The program and arguments that run `program args` in this network namespace and,
-    /// with `mount`, in its holder's mount namespace too.
+    /// with `mount` (a node's), in its holder's mount and UTS namespaces too.
     pub(crate) fn command(
         &self,
         mount: bool,
@@ -121,7 +127,7 @@ impl NetworkNamespace {
             "--net".to_owned(),
         ];
         if mount {
-            all.push("--mount".to_owned());
+            all.extend(["--mount".to_owned(), "--uts".to_owned()]);
         }
         all.push("--".to_owned());
         all.push(program.display().to_string());
@@ -391,15 +397,23 @@ mod tests {
     #[test]
     fn commands_enter_the_holders_namespaces() {
         let dir = Path::new("/tmp/x");
-        let (program, args) = holder_command(dir, &dir.join("node.ready"), true).unwrap();
+        let (program, args) =
+            holder_command(dir, &dir.join("node.ready"), Some("ccm-worker")).unwrap();
         assert_eq!(program, Path::new("unshare"));
         assert_eq!(
-            &args[..5],
-            ["--net", "--mount", "--propagation", "private", "--"]
+            &args[..6],
+            [
+                "--net",
+                "--uts",
+                "--mount",
+                "--propagation",
+                "private",
+                "--"
+            ]
         );
-        assert_eq!(args.last().map(String::as_str), Some("node"));
-        assert_eq!(args[6], "/tmp/x/holder.sh");
-        let (_, args) = holder_command(dir, &dir.join("cluster.ready"), false).unwrap();
+        assert_eq!(&args[args.len() - 2..], ["node", "ccm-worker"]);
+        assert_eq!(args[7], "/tmp/x/holder.sh");
+        let (_, args) = holder_command(dir, &dir.join("cluster.ready"), None).unwrap();
         assert_eq!(&args[..4], ["--net", "--", "sh", "/tmp/x/holder.sh"]);
     }
 }

@@ -1,0 +1,167 @@
+//! The user's path in a real cluster: kubelets with `--cloud-provider=external` register
+//! their Nodes, `kubectl apply -f releases/v0.1.0/fake-cloud.yaml` (only the image pointed at
+//! the locally built one) starts the CCM's Pods on those uninitialised, not-ready Nodes, they
+//! initialise them, and an ordinary Pod then runs on the worker.
+//!
+//! `scripts/test.sh` builds the image archive first (`scripts/images.sh --debug`); run alone,
+//! this test fails with that command if the archive is missing. Needs root and the cluster
+//! tier's packages (see `ccm_test::cluster`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ccm_test::cluster::{CONTROL_PLANE_LABEL, UNINITIALIZED_TAINT};
+use ccm_test::{Cluster, eventually};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+
+const IMAGE: &str = "fake-cloud-controller-manager";
+const RELEASED_IMAGE: &str = "ghcr.io/ccm-rs/fake-cloud-controller-manager:0.1.0";
+const LOCAL_IMAGE: &str = "localhost/fake-cloud-controller-manager:0.1.0";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The release manifest, with only the image reference changed.
+fn release_manifest() -> String {
+    let text = std::fs::read_to_string(workspace().join("releases/v0.1.0/fake-cloud.yaml"))
+        .expect("the release manifest");
+    let field = format!("image: {RELEASED_IMAGE}");
+    assert_eq!(text.matches(&field).count(), 1, "one container image");
+    text.replace(&field, &format!("image: {LOCAL_IMAGE}"))
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_release_manifest_initialises_the_clusters_nodes() {
+    let archive = ccm_test::image::archive(&workspace(), IMAGE);
+    let cluster = Cluster::builder()
+        .image(&archive)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = cluster.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+
+    // As kubelets register them: tainted, not ready (no pod network before the cloud).
+    for node in cluster.nodes() {
+        let taints = nodes.get(node.name()).await.unwrap().spec.unwrap().taints;
+        let keys: Vec<String> = taints.into_iter().flatten().map(|t| t.key).collect();
+        assert!(keys.iter().any(|k| k == UNINITIALIZED_TAINT), "{keys:?}");
+    }
+
+    let applied = cluster
+        .apply(&release_manifest())
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{applied}");
+
+    let initialised = match cluster.wait_initialised(WAIT).await {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            let pods = cluster
+                .kubectl()
+                .unwrap()
+                .args(["get", "pods", "-A", "-o", "wide"])
+                .output()
+                .unwrap();
+            let logs = cluster
+                .kubectl()
+                .unwrap()
+                .args([
+                    "logs",
+                    "-n",
+                    "kube-system",
+                    "-l",
+                    "app=cloud-controller-manager",
+                ])
+                .args(["--tail=40", "--prefix"])
+                .output()
+                .unwrap();
+            panic!(
+                "{e}\n{}\n--- CCM logs ---\n{}{}",
+                String::from_utf8_lossy(&pods.stdout),
+                String::from_utf8_lossy(&logs.stdout),
+                String::from_utf8_lossy(&logs.stderr),
+            );
+        }
+    };
+    for node in &initialised {
+        let name = node.metadata.name.clone().unwrap();
+        let spec = node.spec.clone().unwrap();
+        assert_eq!(
+            spec.provider_id.as_deref(),
+            Some(&*format!("fake://{name}"))
+        );
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        for (label, value) in [
+            ("node.kubernetes.io/instance-type", "fake-small"),
+            ("topology.kubernetes.io/zone", "zone-a"),
+            ("topology.kubernetes.io/region", "region-1"),
+        ] {
+            assert_eq!(labels.get(label).map(String::as_str), Some(value), "{name}");
+        }
+        let addresses = node.status.clone().unwrap().addresses.unwrap_or_default();
+        assert!(!addresses.is_empty(), "{name} has addresses");
+    }
+    assert!(
+        initialised.iter().any(|n| n
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))),
+        "the control-plane node keeps its role"
+    );
+
+    // The CCM's Pods run, and their readiness probes pass through the kubelets.
+    let system: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    eventually("both CCM Pods running and ready", WAIT, || async {
+        let pods = system
+            .list(&ListParams::default().labels("app=cloud-controller-manager"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = pods.items.iter().filter(|p| is_ready(p)).count();
+        if ready == 2 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{ready} ready: {:?}",
+                pods.items
+                    .iter()
+                    .map(|p| (p.metadata.name.clone(), p.status.clone()))
+                    .collect::<Vec<_>>()
+            ))
+        }
+    })
+    .await;
+
+    // An ordinary Pod: scheduled onto the worker (the control-plane node is tainted) and
+    // running, with an address from the worker's pod CIDR.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "workload"},
+        "spec": {"containers": [{"name": "pause", "image": "localhost/ccm-test/pause:1.0"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let (node, ip) = eventually("the workload Pod running", WAIT, || async {
+        let pod = pods.get("workload").await.map_err(|e| e.to_string())?;
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let status = pod.status.clone().unwrap_or_default();
+        match (status.phase.as_deref(), node, status.pod_ip) {
+            (Some("Running"), Some(node), Some(ip)) => Ok((node, ip)),
+            _ => Err(format!("{:?}", pod.status)),
+        }
+    })
+    .await;
+    assert_eq!(node, "ccm-worker");
+    assert!(ip.starts_with("10.244."), "{ip}");
+}

@@ -1,38 +1,118 @@
 //! The cluster tier: kubelets register their Nodes tainted `uninitialized`, a Pod runs on
-//! a worker with an address from the node's pod CIDR, and nothing is left behind.
+//! the worker with an address from its pod CIDR, the API server reaches the kubelet (logs),
+//! and after the drop nothing is left: no process, folder, cgroup, mount or namespace.
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use ccm_test::cluster::{PodNetwork, UNINITIALIZED_TAINT};
+use ccm_test::cluster::{CONTROL_PLANE_LABEL, PodNetwork, UNINITIALIZED_TAINT};
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 
+const WAIT: Duration = Duration::from_secs(120);
+
+/// What a running cluster has on the machine.
+struct Footprint {
+    dir: PathBuf,
+    pids: Vec<u32>,
+    cgroups: Vec<PathBuf>,
+}
+
+impl Footprint {
+    fn of(cluster: &Cluster) -> Self {
+        let dir = cluster.control_plane().dir().to_owned();
+        let pids = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                (path.extension()? == "pid").then_some(())?;
+                std::fs::read_to_string(path).ok()?.trim().parse().ok()
+            })
+            .collect();
+        let cgroups = cluster
+            .nodes()
+            .iter()
+            .map(|node| {
+                let run = Path::new(node.cgroup_root()).parent().unwrap().to_owned();
+                Path::new("/sys/fs/cgroup/pids").join(run.strip_prefix("/").unwrap())
+            })
+            .collect();
+        Self { dir, pids, cgroups }
+    }
+
+    fn leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        if self.dir.exists() {
+            left.push(format!("folder {}", self.dir.display()));
+        }
+        for pid in &self.pids {
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                left.push(format!("process {pid}"));
+            }
+        }
+        for cgroup in &self.cgroups {
+            if cgroup.exists() {
+                left.push(format!("cgroup {}", cgroup.display()));
+            }
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let dir = self.dir.display().to_string();
+        left.extend(
+            mounts
+                .lines()
+                .filter(|line| line.contains(&dir))
+                .map(|line| format!("mount {line}")),
+        );
+        left
+    }
+}
+
+fn netns_files() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubelets_register_and_a_pod_runs() {
-    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
+    let netns_before = netns_files();
     let cluster = Cluster::builder()
         .pod_network(PodNetwork::AtPodCidr)
         .start()
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e}"));
     let client = cluster.client().unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
+
     for node in cluster.nodes() {
-        let n = nodes.get(node.name()).await.unwrap();
-        let taints = n.spec.unwrap().taints.unwrap_or_default();
-        eprintln!(
-            "{}: {:?}",
-            node.name(),
-            taints.iter().map(|t| &t.key).collect::<Vec<_>>()
+        let object = nodes.get(node.name()).await.unwrap();
+        let keys: Vec<String> = object
+            .spec
+            .unwrap()
+            .taints
+            .into_iter()
+            .flatten()
+            .map(|t| t.key)
+            .collect();
+        assert!(keys.iter().any(|k| k == UNINITIALIZED_TAINT), "{keys:?}");
+        let labels = object.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.contains_key(CONTROL_PLANE_LABEL),
+            node.is_control_plane(),
+            "{}",
+            node.name()
         );
-        assert!(taints.iter().any(|t| t.key == UNINITIALIZED_TAINT));
     }
+
     // Stand in for a cloud-controller-manager: remove the taint.
     for node in cluster.nodes() {
-        let n = nodes.get(node.name()).await.unwrap();
-        let taints: Vec<_> = n
+        let object = nodes.get(node.name()).await.unwrap();
+        let taints: Vec<_> = object
             .spec
             .unwrap()
             .taints
@@ -40,38 +120,37 @@ async fn kubelets_register_and_a_pod_runs() {
             .into_iter()
             .filter(|t| t.key != UNINITIALIZED_TAINT)
             .collect();
+        let patch = serde_json::json!({"spec": {"taints": taints}});
         nodes
-            .patch(
-                node.name(),
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"spec": {"taints": taints}})),
-            )
+            .patch(node.name(), &PatchParams::default(), &Patch::Merge(patch))
             .await
             .unwrap();
     }
-    eventually("every Node Ready", Duration::from_secs(120), || async {
+    eventually("every Node Ready", WAIT, || async {
         let list = nodes
             .list(&Default::default())
             .await
             .map_err(|e| e.to_string())?;
-        let not_ready: Vec<String> = list
+        let ready = |n: &Node| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        let waiting: Vec<_> = list
             .items
             .iter()
-            .filter(|n| {
-                !n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .map(|n| n.metadata.name.clone().unwrap())
+            .filter(|n| !ready(n))
+            .map(|n| n.metadata.name.clone())
             .collect();
-        if not_ready.is_empty() {
+        if waiting.is_empty() {
             Ok(())
         } else {
-            Err(format!("not ready: {not_ready:?}"))
+            Err(format!("not ready: {waiting:?}"))
         }
     })
     .await;
+
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pause"},
@@ -79,18 +158,36 @@ async fn kubelets_register_and_a_pod_runs() {
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let ip = eventually("the Pod running", Duration::from_secs(120), || async {
+    let ip = eventually("the Pod running", WAIT, || async {
         let pod = pods.get("pause").await.map_err(|e| e.to_string())?;
         let status = pod.status.clone().unwrap_or_default();
-        match (status.phase.as_deref(), status.pod_ip.clone()) {
+        match (status.phase.as_deref(), status.pod_ip) {
             (Some("Running"), Some(ip)) => Ok(ip),
-            _ => Err(format!("{status:?}")),
+            _ => Err(format!("{:?}", pod.status)),
         }
     })
     .await;
-    eprintln!("pod ip {ip}");
-        eprintln!("HOLDING {}", cluster.control_plane().dir().display());
-        tokio::time::sleep(Duration::from_secs(secs.parse().unwrap())).await;
-    }
+    let worker = nodes.get("ccm-worker").await.unwrap();
+    let cidr = worker.spec.unwrap().pod_cidr.unwrap();
+    let prefix = cidr.trim_end_matches("0/24");
+    assert!(ip.starts_with(prefix), "{ip} in {cidr}");
+
+    // The API server reaches the kubelet (by its InternalIP, with its client certificate,
+    // checking the kubelet's serving certificate): logs of a container that writes none.
+    let logs = pods.logs("pause", &Default::default()).await.unwrap();
+    assert_eq!(logs, "");
+
+    let footprint = Footprint::of(&cluster);
+    assert!(footprint.pids.len() >= 13, "{:?}", footprint.pids);
+    assert!(footprint.cgroups.iter().all(|c| c.exists()));
+    let dropped = Instant::now();
     drop(cluster);
+    let took = dropped.elapsed();
+    assert_eq!(footprint.leftovers(), Vec::<String>::new());
+    assert_eq!(
+        netns_files(),
+        netns_before,
+        "no namespace left in /run/netns"
+    );
+    eprintln!("the cluster stopped in {took:?}");
 }

@@ -290,6 +290,12 @@ impl ClusterNode {
         self.layout.control_plane
     }
 
+    /// The cgroup, in every hierarchy under `/sys/fs/cgroup`, that its Pods' cgroups are
+    /// made under (the kubelet's `cgroupRoot`); removed with the cluster.
+    pub fn cgroup_root(&self) -> &str {
+        &self.layout.cgroup_root
+    }
+
     /// Its folder: logs are in the cluster's folder, as `kubelet-<name>.log`,
     /// `containerd-<name>.log` and `kube-proxy-<name>.log`.
     pub fn dir(&self) -> &Path {

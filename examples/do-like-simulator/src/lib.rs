@@ -22,7 +22,9 @@
 //! an error rate, latency, bursts of 429, of 503 and of malformed JSON) and reports request
 //! counts (`GET /admin/stats`). It needs no token unless
 //! [`SimulatorConfig::admin_token`] is set; it is reachable from this machine only: the
-//! simulator binds loopback addresses only.
+//! simulator binds loopback addresses only, unless told to bind another
+//! ([`SimulatorConfig::allow_non_loopback`], for a test network namespace), which needs an
+//! admin token.
 //!
 //! A web page open in a browser on the same machine could still send it requests, so every
 //! request (`/v2` and `/admin`) is refused with 403 when its `Host` is not a loopback address
@@ -66,8 +68,14 @@ use tokio::task::JoinHandle;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct SimulatorConfig {
-    /// The address to bind; must be a loopback address. Port 0 picks a free port.
+    /// The address to bind; a loopback address unless
+    /// [`allow_non_loopback`](Self::allow_non_loopback). Port 0 picks a free port.
     pub listen: SocketAddr,
+    /// Whether [`listen`](Self::listen) may be another address than loopback: for a
+    /// simulator inside a test's own network namespace, reached by a cluster's nodes. Needs
+    /// [`admin_token`](Self::admin_token), so that `/admin` is not open on a network. A
+    /// request's `Host` may then also name that address.
+    pub allow_non_loopback: bool,
     /// The Bearer token clients must present.
     pub token: String,
     /// The Bearer token `/admin` requires; `None` (the default) requires none.
@@ -90,6 +98,7 @@ impl SimulatorConfig {
     pub fn new(token: impl Into<String>) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            allow_non_loopback: false,
             token: token.into(),
             admin_token: None,
             state_file: None,
@@ -184,9 +193,12 @@ pub struct RunningSimulator {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimulatorError {
-    /// Only loopback addresses may be bound.
+    /// Only loopback addresses may be bound (without `allow_non_loopback`).
     #[error("refusing to bind {0}: the simulator binds loopback addresses only")]
     NotLoopback(SocketAddr),
+    /// A non-loopback address without an admin token.
+    #[error("refusing to bind {0} without an admin token: /admin would be open to its network")]
+    NoAdminToken(SocketAddr),
     /// Binding or reading state failed. The message includes the cause (which is therefore
     /// not also a `source()`, so that printing the chain does not say it twice).
     #[error("{context}: {cause}")]
@@ -221,7 +233,12 @@ impl RunningSimulator {
     /// Loads state, binds and serves in a background task.
     pub async fn start(config: SimulatorConfig) -> Result<Self, SimulatorError> {
         if !config.listen.ip().is_loopback() {
-            return Err(SimulatorError::NotLoopback(config.listen));
+            if !config.allow_non_loopback {
+                return Err(SimulatorError::NotLoopback(config.listen));
+            }
+            if config.admin_token.as_deref().is_none_or(str::is_empty) {
+                return Err(SimulatorError::NoAdminToken(config.listen));
+            }
         }
         let mut data = Data::default();
         if let Some(path) = &config.state_file
@@ -327,6 +344,19 @@ impl SimulatorHandle {
     /// in the region's default VPC. A size or region the catalogue does not know is taken as
     /// given (the admin interface's leniency; `POST /v2/droplets` refuses them).
     pub fn create_droplet(&self, name: &str, size_slug: &str, region: &str) -> Droplet {
+        self.create_droplet_at(name, size_slug, region, None)
+    }
+
+    /// [`create_droplet`](Self::create_droplet) with this private IPv4 address instead of the
+    /// next of 10.130.0.0/16: a droplet standing for a machine that exists (a test cluster's
+    /// node, whose kubelet was given that address).
+    pub fn create_droplet_at(
+        &self,
+        name: &str,
+        size_slug: &str,
+        region: &str,
+        private_ip: Option<std::net::Ipv4Addr>,
+    ) -> Droplet {
         let mut inner = self.inner();
         inner.data.next_id += 1;
         let n = inner.data.next_id;
@@ -355,11 +385,20 @@ impl SimulatorHandle {
             }),
             networks: Networks {
                 v4: vec![
-                    NetworkV4 {
-                        ip_address: format!("10.130.{third}.{fourth}"),
-                        netmask: "255.255.0.0".into(),
-                        gateway: "10.130.0.1".into(),
-                        kind: "private".into(),
+                    match private_ip {
+                        Some(ip) => NetworkV4 {
+                            ip_address: ip.to_string(),
+                            netmask: "255.255.255.0".into(),
+                            gateway: std::net::Ipv4Addr::from(u32::from(ip) & 0xffff_ff00 | 1)
+                                .to_string(),
+                            kind: "private".into(),
+                        },
+                        None => NetworkV4 {
+                            ip_address: format!("10.130.{third}.{fourth}"),
+                            netmask: "255.255.0.0".into(),
+                            gateway: "10.130.0.1".into(),
+                            kind: "private".into(),
+                        },
                     },
                     NetworkV4 {
                         ip_address: format!("198.51.{third}.{fourth}"),
@@ -564,6 +603,8 @@ fn router(handle: SimulatorHandle) -> Router {
 /// rebinding), an `Origin` that is not its own, a `Sec-Fetch-Site` of another site.
 async fn same_origin_only(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Response {
     let port = h.shared.addr.port();
+    let bound = h.shared.addr.ip();
+    let is_own_host = |host: &str, port: u16| is_own_host(host, port, bound);
     let headers = req.headers();
     let text = |name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
     let host = text(header::HOST).or(req.uri().authority().map(|a| a.as_str()));
@@ -593,9 +634,9 @@ async fn same_origin_only(State(h): State<SimulatorHandle>, req: Request, next: 
     }
 }
 
-/// Whether `host` (a `Host` header, or an origin without its scheme) is a loopback address or
-/// `localhost`, with `port` (a missing port is 80).
-fn is_own_host(host: &str, port: u16) -> bool {
+/// Whether `host` (a `Host` header, or an origin without its scheme) is a loopback address,
+/// `localhost` or the address the simulator is bound to, with `port` (a missing port is 80).
+fn is_own_host(host: &str, port: u16, bound: IpAddr) -> bool {
     let (name, rest) = match host.strip_prefix('[') {
         Some(bracketed) => match bracketed.split_once(']') {
             Some((ip, rest)) => (ip, rest),
@@ -614,7 +655,9 @@ fn is_own_host(host: &str, port: u16) -> bool {
             .is_some_and(|p| p == port),
     };
     let name_ok = name.eq_ignore_ascii_case("localhost")
-        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        || name
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip == bound);
     port_ok && name_ok
 }
 
@@ -840,16 +883,21 @@ struct CreateDroplet {
     size: Option<String>,
     #[serde(default)]
     region: Option<String>,
+    /// Admin only: the private address of a machine that exists (see
+    /// [`SimulatorHandle::create_droplet_at`]); `POST /v2/droplets` refuses it.
+    #[serde(default)]
+    private_ip_address: Option<std::net::Ipv4Addr>,
 }
 
 fn make_droplet(h: &SimulatorHandle, body: CreateDroplet) -> Response {
     if body.name.is_empty() {
         return unprocessable("name is required");
     }
-    let d = h.create_droplet(
+    let d = h.create_droplet_at(
         &body.name,
         body.size.as_deref().unwrap_or("s-2vcpu-4gb"),
         body.region.as_deref().unwrap_or("nyc1"),
+        body.private_ip_address,
     );
     (StatusCode::ACCEPTED, Json(json!({"droplet": d}))).into_response()
 }
@@ -861,6 +909,9 @@ async fn create_droplet(State(h): State<SimulatorHandle>, bytes: axum::body::Byt
         Ok(b) => b,
         Err(m) => return bad_request(m),
     };
+    if b.private_ip_address.is_some() {
+        return unprocessable("private_ip_address is not an attribute of a droplet request");
+    }
     match b.region.as_deref() {
         None | Some("") => return unprocessable("region is required"),
         Some(r) if catalog::region(r).is_none() => {
@@ -1100,7 +1151,11 @@ async fn delete_route(State(h): State<SimulatorHandle>, Path(id): Path<String>) 
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::{is_own_host, route_key};
+
+    const LOOPBACK: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
     #[test]
     fn own_hosts() {
@@ -1111,7 +1166,7 @@ mod tests {
             "LocalHost:8080",
             "[::1]:8080",
         ] {
-            assert!(is_own_host(host, 8080), "{host}");
+            assert!(is_own_host(host, 8080, LOOPBACK), "{host}");
         }
         for host in [
             "127.0.0.1:8081",
@@ -1126,9 +1181,14 @@ mod tests {
             "127.0.0.1:",
             "",
         ] {
-            assert!(!is_own_host(host, 8080), "{host}");
+            assert!(!is_own_host(host, 8080, LOOPBACK), "{host}");
         }
-        assert!(is_own_host("localhost", 80));
+        assert!(is_own_host("localhost", 80, LOOPBACK));
+        // Bound to an address of a test network: that address is the simulator's too.
+        let bound = IpAddr::from([10, 88, 0, 1]);
+        assert!(is_own_host("10.88.0.1:8080", 8080, bound));
+        assert!(!is_own_host("10.88.0.2:8080", 8080, bound));
+        assert!(!is_own_host("10.88.0.1:8080", 8080, LOOPBACK));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! the `DO_LIKE_TOKEN` environment variable; `--admin-token-file` makes `/admin` require a
 //! token of its own. `--droplets N` creates `node-1` .. `node-N` when the state is empty.
 //! `--routes-extension off` answers `/v2/x-routes` with 404, as DigitalOcean's API does.
+//! `--non-loopback on` lets `--listen` name another address than loopback (a test network
+//! namespace's), and then needs `--admin-token-file`.
 //! Stops on Ctrl-C or SIGTERM.
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -23,7 +25,7 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: do-like-api-simulator [--listen 127.0.0.1:PORT] [--token-file FILE] \
          [--admin-token-file FILE] [--state-file FILE] [--lb-activation-ms MS] \
-         [--rate-limit N] [--droplets N] [--routes-extension on|off]\n\
+         [--rate-limit N] [--droplets N] [--routes-extension on|off] [--non-loopback on|off]\n\
          The token is read from --token-file or $DO_LIKE_TOKEN; /admin needs the token in \
          --admin-token-file when it is given."
     );
@@ -74,6 +76,17 @@ async fn main() -> ExitCode {
                 config.lb_activation_delay = Duration::from_millis(v);
             }),
             "--rate-limit" => number(&value).map(|v| config.rate_limit = v),
+            "--non-loopback" => match value.as_str() {
+                "on" => {
+                    config.allow_non_loopback = true;
+                    Ok(())
+                }
+                "off" => {
+                    config.allow_non_loopback = false;
+                    Ok(())
+                }
+                other => Err(format!("expected on or off, not {other:?}")),
+            },
             "--routes-extension" => match value.as_str() {
                 "on" => {
                     config.routes_extension = true;

@@ -90,6 +90,7 @@ pub struct ClusterBuilder {
     pod_network: PodNetwork,
     start_timeout: Duration,
     control_plane: ControlPlaneBuilder,
+    controller_manager_args: Vec<String>,
 }
 
 impl Default for ClusterBuilder {
@@ -100,6 +101,7 @@ impl Default for ClusterBuilder {
             pod_network: PodNetwork::default(),
             start_timeout: DEFAULT_START_TIMEOUT,
             control_plane: ControlPlaneBuilder::default(),
+            controller_manager_args: Vec::new(),
         }
     }
 }
@@ -145,6 +147,15 @@ impl ClusterBuilder {
     #[must_use]
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.control_plane = self.control_plane.apiserver_arg(arg);
+        self
+    }
+
+    /// Adds a kube-controller-manager flag, e.g. `--node-monitor-grace-period=20s` for a
+    /// test that waits for a stopped kubelet's Node to turn `NotReady`; the last of a flag
+    /// given twice wins.
+    #[must_use]
+    pub fn controller_manager_arg(mut self, arg: impl Into<String>) -> Self {
+        self.controller_manager_args.push(arg.into());
         self
     }
 
@@ -212,7 +223,13 @@ impl ClusterBuilder {
             )
             .await?;
         let server = format!("https://{}:{APISERVER_PORT}", netns::GATEWAY);
-        start_controllers(&control_plane, &cluster_ns, &cluster_binaries, &server)?;
+        start_controllers(
+            &control_plane,
+            &cluster_ns,
+            &cluster_binaries,
+            &server,
+            &self.controller_manager_args,
+        )?;
 
         let mut nodes = Vec::with_capacity(layouts.len());
         for (layout, namespace) in layouts.into_iter().zip(node_namespaces) {
@@ -793,6 +810,7 @@ fn start_controllers(
     cluster_ns: &NetworkNamespace,
     binaries: &ClusterBinaries,
     server: &str,
+    extra_controller_manager_args: &[String],
 ) -> Result<(), Error> {
     let dir = control_plane.dir();
     let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
@@ -838,7 +856,10 @@ fn start_controllers(
             format!("--cluster-cidr={CLUSTER_CIDR}"),
             "--node-cidr-mask-size=24".to_owned(),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-        ],
+        ]
+        .into_iter()
+        .chain(extra_controller_manager_args.iter().cloned())
+        .collect(),
     );
     control_plane.start_process("kube-controller-manager", &program, &args)
 }

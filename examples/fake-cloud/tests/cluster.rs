@@ -1,7 +1,9 @@
 //! The user's path in a real cluster: kubelets with `--cloud-provider=external` register
 //! their Nodes, `kubectl apply -f releases/v0.1.0/fake-cloud.yaml` (only the image pointed at
 //! the locally built one) starts the CCM's Pods on those uninitialised, not-ready Nodes, they
-//! initialise them, and an ordinary Pod then runs on the worker.
+//! initialise them, and an ordinary Pod then runs on the worker. Then the kubelets' status
+//! reports go on next to the CCM, and the CCM writes nothing to any Node (the API server's
+//! audit log says who wrote what).
 //!
 //! `scripts/test.sh` builds the image archive first (`scripts/images.sh --debug`); run alone,
 //! this test fails with that command if the archive is missing. Needs root and the cluster
@@ -19,7 +21,43 @@ use kube::api::{ListParams, PostParams};
 const IMAGE: &str = "fake-cloud-controller-manager";
 const RELEASED_IMAGE: &str = "ghcr.io/ccm-rs/fake-cloud-controller-manager:0.1.0";
 const LOCAL_IMAGE: &str = "localhost/fake-cloud-controller-manager:0.1.0";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(120);
+/// The CCM's user, as the audit log names it.
+const CCM_USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
+/// How often each kubelet reports its whole status here (the default is 5 minutes).
+const STATUS_REPORTS: Duration = Duration::from_secs(10);
+/// How long the CCM and the kubelets are watched side by side.
+const COEXISTENCE: Duration = Duration::from_secs(90);
+
+/// Every write to a Node (or its status) the API server saw, as the audit policy records.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    resources: [{group: "", resources: [nodes, nodes/status]}]
+    verbs: [create, update, patch, delete]
+  - level: None
+"#;
+
+/// (user, verb, subresource) of each Node write in the audit log after `offset` bytes.
+fn node_writes(log: &Path, offset: usize) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.get(offset..)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["stage"] == "ResponseComplete")
+        .map(|event| {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                text(&event["user"]["username"]),
+                text(&event["verb"]),
+                text(&event["objectRef"]["subresource"]),
+            )
+        })
+        .collect()
+}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -44,8 +82,15 @@ fn is_ready(pod: &Pod) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_release_manifest_initialises_the_clusters_nodes() {
     let archive = ccm_test::image::archive(&workspace(), IMAGE);
+    let audit = tempfile::tempdir().unwrap();
+    let policy = audit.path().join("policy.yaml");
+    let audit_log = audit.path().join("audit.log");
+    std::fs::write(&policy, AUDIT_POLICY).unwrap();
     let cluster = Cluster::builder()
         .image(&archive)
+        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+        .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        .node_status_report_frequency(STATUS_REPORTS)
         .start()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -164,4 +209,68 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
     .await;
     assert_eq!(node, "ccm-worker");
     assert!(ip.starts_with("10.244."), "{ip}");
+
+    // An upgrade, as an operator rolls one out: one more argument (the CCM's own periodic
+    // Node sync every 20 s instead of 5 minutes, so that the window below holds several).
+    // Host-network replicas cannot surge onto a node that runs one already.
+    let patch = r#"[{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                     "value": "--node-status-update-frequency=20s"}]"#;
+    let kubectl = |args: &[&str]| {
+        let out = cluster.kubectl().unwrap().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    kubectl(&[
+        "-n",
+        "kube-system",
+        "patch",
+        "deployment",
+        "cloud-controller-manager",
+        "--type=json",
+        "-p",
+        patch,
+    ]);
+    kubectl(&[
+        "-n",
+        "kube-system",
+        "rollout",
+        "status",
+        "deployment/cloud-controller-manager",
+        "--timeout=180s",
+    ]);
+
+    // Coexistence: initialised Nodes, kubelets reporting their status, and no Node write by
+    // the CCM. (Every status report of a kubelet is a patch of nodes/status.)
+    let since = std::fs::metadata(&audit_log).unwrap().len() as usize;
+    tokio::time::sleep(COEXISTENCE).await;
+    let writes = node_writes(&audit_log, since);
+    let by_kubelets = writes
+        .iter()
+        .filter(|(user, verb, sub)| {
+            user.starts_with("system:node:") && verb == "patch" && sub == "status"
+        })
+        .count();
+    let by_ccm: Vec<_> = writes
+        .iter()
+        .filter(|(user, ..)| user == CCM_USER)
+        .collect();
+    eprintln!(
+        "in {COEXISTENCE:?}: {} Node writes, {by_kubelets} kubelet status patches, {} by the CCM",
+        writes.len(),
+        by_ccm.len()
+    );
+    let reports_each = (COEXISTENCE.as_secs() / STATUS_REPORTS.as_secs()) as usize;
+    assert!(
+        by_kubelets >= cluster.nodes().len() * (reports_each - 2),
+        "the kubelets reported: {writes:?}"
+    );
+    assert_eq!(
+        by_ccm,
+        Vec::<&(String, String, String)>::new(),
+        "no Node write by the CCM"
+    );
 }

@@ -91,6 +91,7 @@ pub struct ClusterBuilder {
     start_timeout: Duration,
     control_plane: ControlPlaneBuilder,
     controller_manager_args: Vec<String>,
+    node_status_report_frequency: Option<Duration>,
 }
 
 impl Default for ClusterBuilder {
@@ -102,6 +103,7 @@ impl Default for ClusterBuilder {
             start_timeout: DEFAULT_START_TIMEOUT,
             control_plane: ControlPlaneBuilder::default(),
             controller_manager_args: Vec::new(),
+            node_status_report_frequency: None,
         }
     }
 }
@@ -156,6 +158,16 @@ impl ClusterBuilder {
     #[must_use]
     pub fn controller_manager_arg(mut self, arg: impl Into<String>) -> Self {
         self.controller_manager_args.push(arg.into());
+        self
+    }
+
+    /// How often each kubelet reports its Node's whole status even when nothing changed
+    /// (its `nodeStatusReportFrequency`; default 5 minutes): shorter packs many reports into
+    /// a short test, e.g. one that checks a controller does not answer each with a write.
+    /// Whole seconds, at least one.
+    #[must_use]
+    pub fn node_status_report_frequency(mut self, every: Duration) -> Self {
+        self.node_status_report_frequency = Some(every.max(Duration::from_secs(1)));
         self
     }
 
@@ -241,6 +253,7 @@ impl ClusterBuilder {
                 &server,
                 &pause,
                 &self.images,
+                self.node_status_report_frequency,
             )
             .await?;
             nodes.push(node);
@@ -892,6 +905,7 @@ async fn start_node(
     server: &str,
     pause: &Path,
     images: &[PathBuf],
+    status_report_frequency: Option<Duration>,
 ) -> Result<(), Error> {
     let layout = &node.layout;
     let name = &layout.name;
@@ -922,7 +936,14 @@ async fn start_node(
         "containerd.toml",
         &node::containerd_config(layout, Path::new(CNI_BIN_DIR)),
     )?;
-    write("kubelet.yaml", &node::kubelet_config(layout, &ca_file))?;
+    let mut kubelet_config = node::kubelet_config(layout, &ca_file);
+    if let Some(every) = status_report_frequency {
+        kubelet_config.push_str(&format!(
+            "nodeStatusReportFrequency: {}s\n",
+            every.as_secs()
+        ));
+    }
+    write("kubelet.yaml", &kubelet_config)?;
     write("kube-proxy.yaml", &node::kube_proxy_config(layout))?;
 
     let containerd = format!("containerd-{name}");

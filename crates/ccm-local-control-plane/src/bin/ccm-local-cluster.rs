@@ -1,0 +1,445 @@
+//! `ccm-local-cluster`: a real cluster on this machine (`ccm_test::Cluster`: kubelets,
+//! containerd, kube-proxy, a CNI, in network namespaces made for the run) with a bundled
+//! provider's CCM installed from its release manifest, as a user installs it. Prints the
+//! Nodes, the Pods and a LoadBalancer Service, then keeps the cluster until Ctrl-C.
+//! `scripts/cluster.sh` builds what it needs and runs it.
+//!
+//! ```text
+//! ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
+//! ```
+#![forbid(unsafe_code)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use ccm_test::Cluster;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const USAGE: &str = "\
+usage: ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
+
+Starts a cluster of N nodes (default 2; kubelets with --cloud-provider=external,
+containerd, kube-proxy) in network namespaces made for the run, applies the
+provider's release manifest (releases/v<version>/<provider>.yaml) with the image
+pointed at the one scripts/images.sh built, waits until the CCM has initialised
+the Nodes, runs a Pod and a LoadBalancer Service, and prints them. The DO-like
+provider's API simulator runs in the cluster's own namespace. Needs root.
+
+  --once             stop after printing (default: run until Ctrl-C)
+  --kubeconfig FILE  also write the admin kubeconfig to FILE (removed on exit)
+";
+
+/// A bundled provider: its release manifest and images.
+struct Provider {
+    manifest: &'static str,
+    image: &'static str,
+}
+
+const FAKE: Provider = Provider {
+    manifest: "fake-cloud.yaml",
+    image: "fake-cloud-controller-manager",
+};
+const DO_LIKE: Provider = Provider {
+    manifest: "do-like-cloud.yaml",
+    image: "do-like-cloud-controller-manager",
+};
+const SIMULATOR: &str = "do-like-api-simulator";
+const SIMULATOR_PORT: u16 = 8080;
+const TOKEN: &str = "local-cluster-token";
+const ADMIN_TOKEN: &str = "local-cluster-admin-token";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const WAIT: Duration = Duration::from_secs(180);
+
+struct Options {
+    provider: &'static Provider,
+    nodes: usize,
+    once: bool,
+    kubeconfig: Option<PathBuf>,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut provider = None;
+    let mut nodes = 2;
+    let mut once = false;
+    let mut kubeconfig = None;
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
+            None => (arg, None),
+        };
+        let mut value = |flag: &str| {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or(format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--provider" => {
+                provider = Some(match value("--provider")?.as_str() {
+                    "fake" => &FAKE,
+                    "do-like" => &DO_LIKE,
+                    other => return Err(format!("--provider: fake or do-like, not {other:?}")),
+                });
+            }
+            "--nodes" => {
+                nodes = value("--nodes")?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=20).contains(n))
+                    .ok_or("--nodes: a number from 1 to 20")?;
+            }
+            "--once" => once = true,
+            "--kubeconfig" => kubeconfig = Some(PathBuf::from(value("--kubeconfig")?)),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Options {
+        provider: provider.ok_or("--provider is required")?,
+        nodes,
+        once,
+        kubeconfig,
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let options = match parse(args.into_iter()) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("error: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "ccm_test=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the Tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The repository root: the manifests and image archives are found from it.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+async fn run(options: &Options) -> Result<(), String> {
+    let provider = options.provider;
+    let archive = ccm_test::image::archive(&workspace(), provider.image);
+    if !archive.is_file() {
+        return Err(format!(
+            "no image archive {}: run scripts/images.sh --debug {}",
+            archive.display(),
+            provider.image
+        ));
+    }
+    let started = std::time::Instant::now();
+    let cluster = Cluster::builder()
+        .nodes(options.nodes)
+        .image(&archive)
+        .start()
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "Cluster of {} nodes up in {:.1} s (Kubernetes {}).",
+        options.nodes,
+        started.elapsed().as_secs_f64(),
+        ccm_test::KUBERNETES_VERSION
+    );
+
+    let mut manifest = std::fs::read_to_string(
+        workspace().join(format!("releases/v{VERSION}/{}", provider.manifest)),
+    )
+    .map_err(|e| format!("reading the release manifest: {e}"))?;
+    manifest = manifest.replace(
+        &format!("image: ghcr.io/ccm-rs/{}:{VERSION}", provider.image),
+        &format!("image: localhost/{}:{VERSION}", provider.image),
+    );
+    if std::ptr::eq(provider, &DO_LIKE) {
+        let url = start_simulator(&cluster).await?;
+        manifest = manifest
+            .replace("token: REPLACE-ME", &format!("token: {TOKEN}"))
+            .replace(
+                "# apiUrl: http://do-like-api-simulator.example:8080",
+                &format!("apiUrl: {url}"),
+            );
+    }
+    println!("Applying releases/v{VERSION}/{}:", provider.manifest);
+    print!("{}", cluster.apply(&manifest).map_err(|e| e.to_string())?);
+    cluster
+        .wait_initialised(WAIT)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "Nodes initialised by the CCM {:.1} s after the start.",
+        started.elapsed().as_secs_f64()
+    );
+
+    cluster
+        .apply(WORKLOAD)
+        .map_err(|e| format!("the workload: {e}"))?;
+    wait_for(&cluster, "the workload Pod running", || {
+        kubectl_out(
+            &cluster,
+            &["get", "pod", "web", "-o", "jsonpath={.status.phase}"],
+        )
+        .is_ok_and(|phase| phase == "Running")
+    })
+    .await?;
+    wait_for(&cluster, "the load balancer's ingress", || {
+        kubectl_out(
+            &cluster,
+            &[
+                "get",
+                "service",
+                "web",
+                "-o",
+                "jsonpath={.status.loadBalancer.ingress[0].ip}",
+            ],
+        )
+        .is_ok_and(|ip| !ip.is_empty())
+    })
+    .await?;
+
+    for args in [
+        &["get", "nodes", "-o", "wide"][..],
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\\.kubernetes\\.io/instance-type,ZONE:.metadata.labels.topology\\.kubernetes\\.io/zone,TAINTS:.spec.taints[*].key",
+        ],
+        &["get", "pods", "-A", "-o", "wide"],
+        &["get", "service", "web"],
+    ] {
+        println!("\n$ kubectl {}", args.join(" "));
+        print!("{}", kubectl_out(&cluster, args)?);
+    }
+
+    let kubeconfig = match &options.kubeconfig {
+        Some(path) => {
+            std::fs::copy(cluster.kubeconfig_path(), path)
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            path.clone()
+        }
+        None => cluster.kubeconfig_path().to_owned(),
+    };
+    println!(
+        "\nexport KUBECONFIG={}\n(logs of every process: {})",
+        kubeconfig.display(),
+        cluster.control_plane().dir().display()
+    );
+    if !options.once {
+        println!("Press Ctrl-C to stop; everything above is then removed.");
+        wait_for_stop().await;
+    }
+    if let Some(path) = &options.kubeconfig {
+        let _ = std::fs::remove_file(path);
+    }
+    let stopping = std::time::Instant::now();
+    drop(cluster);
+    eprintln!("stopped in {:.1} s", stopping.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// A Pod and a LoadBalancer Service in front of it.
+const WORKLOAD: &str = "apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default, labels: {app: web}}
+spec:
+  containers: [{name: web, image: localhost/ccm-test/pause:1.0}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+";
+
+/// Starts the DO-like API simulator in the cluster's namespace, registers each node as a
+/// droplet with the node's address, and returns the API's URL as the nodes reach it.
+async fn start_simulator(cluster: &Cluster) -> Result<String, String> {
+    let binary = workspace().join(format!("target/images/context/{SIMULATOR}/{SIMULATOR}"));
+    if !binary.is_file() {
+        return Err(format!(
+            "no {}: run scripts/images.sh --debug {SIMULATOR}",
+            binary.display()
+        ));
+    }
+    let dir = cluster.control_plane().dir();
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok::<_, String>(path)
+    };
+    let token = write("do-like-token", TOKEN)?;
+    let admin_token = write("do-like-admin-token", ADMIN_TOKEN)?;
+    let address = SocketAddr::from((cluster.gateway_address(), SIMULATOR_PORT));
+    cluster
+        .start_process(
+            SIMULATOR,
+            &binary,
+            &[
+                format!("--listen={address}"),
+                "--non-loopback=on".to_owned(),
+                format!("--token-file={}", token.display()),
+                format!("--admin-token-file={}", admin_token.display()),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+    for node in cluster.nodes() {
+        let body = format!(
+            r#"{{"name":"{}","private_ip_address":"{}"}}"#,
+            node.name(),
+            node.address()
+        );
+        let mut tries = 0;
+        loop {
+            match post(cluster, address, "/admin/droplets", &body).await {
+                Ok(status) if status.starts_with("HTTP/1.1 2") => break,
+                other if tries >= 50 => {
+                    return Err(format!(
+                        "registering {} as a droplet: {other:?}\n{}",
+                        node.name(),
+                        cluster.log(SIMULATOR)
+                    ));
+                }
+                _ => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    println!(
+        "DO-like API simulator at http://{address} (in the cluster's namespace); droplets: {}.",
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| format!("{} ({})", n.name(), n.address()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(format!("http://{address}"))
+}
+
+/// A `POST` to the simulator's admin API from inside the cluster; its status line.
+async fn post(
+    cluster: &Cluster,
+    address: SocketAddr,
+    path: &str,
+    body: &str,
+) -> std::io::Result<String> {
+    let mut stream = cluster.connect(address).await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut response).await?;
+    Ok(String::from_utf8_lossy(&response)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+fn kubectl_out(cluster: &Cluster, args: &[&str]) -> Result<String, String> {
+    let mut kubectl = cluster.kubectl().ok_or("no kubectl")?;
+    let out = kubectl
+        .args(args)
+        .output()
+        .map_err(|e| format!("kubectl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+async fn wait_for(cluster: &Cluster, what: &str, check: impl Fn() -> bool) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "timed out waiting for {what}\n{}",
+                kubectl_out(cluster, &["get", "pods,services", "-A", "-o", "wide"])
+                    .unwrap_or_default()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+async fn wait_for_stop() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn args(list: &[&str]) -> impl Iterator<Item = String> {
+        list.iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn flags_parse_with_clear_errors() {
+        let options = parse(args(&["--provider", "do-like", "--nodes=3", "--once"])).unwrap();
+        assert_eq!(options.provider.manifest, "do-like-cloud.yaml");
+        assert_eq!(options.nodes, 3);
+        assert!(options.once);
+        for (bad, says) in [
+            (&["--nodes", "2"][..], "--provider is required"),
+            (&["--provider", "aws"][..], "fake or do-like"),
+            (&["--provider=fake", "--nodes=0"][..], "1 to 20"),
+            (&["--provider=fake", "--bogus"][..], "unknown argument"),
+        ] {
+            let error = parse(args(bad)).err().unwrap();
+            assert!(error.contains(says), "{bad:?}: {error}");
+        }
+    }
+}

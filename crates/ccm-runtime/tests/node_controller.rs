@@ -207,9 +207,13 @@ async fn nil_metadata_leaves_the_node_alone() {
 
 #[tokio::test]
 async fn invalid_provided_node_ip_keeps_the_taint_with_a_warning() {
-    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let h = Harness::new(FakeCloud::new()).await;
     let mut node = h.new_node("bad-ip");
     let name = node.metadata.name.clone().unwrap();
+    // The cloud knows the instance by other addresses than the kubelet was given.
+    h.cloud.add_instance(
+        FakeInstance::new(&name).with_addresses(vec![node_address("InternalIP", "10.0.0.1")]),
+    );
     node.metadata.annotations = Some(
         [(
             ANNOTATION_PROVIDED_NODE_IP.to_owned(),

@@ -158,15 +158,11 @@ async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let ip = eventually("the Pod running", WAIT, || async {
-        let pod = pods.get("pause").await.map_err(|e| e.to_string())?;
-        let status = pod.status.clone().unwrap_or_default();
-        match (status.phase.as_deref(), status.pod_ip) {
-            (Some("Running"), Some(ip)) => Ok(ip),
-            _ => Err(format!("{:?}", pod.status)),
-        }
-    })
-    .await;
+    let running = cluster
+        .wait_pod_running("default", "pause", WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ip = running.status.unwrap().pod_ip.unwrap();
     let worker = nodes.get("ccm-worker").await.unwrap();
     let cidr = worker.spec.unwrap().pod_cidr.unwrap();
     let prefix = cidr.trim_end_matches("0/24");

@@ -197,16 +197,12 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let (node, ip) = eventually("the workload Pod running", WAIT, || async {
-        let pod = pods.get("workload").await.map_err(|e| e.to_string())?;
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let status = pod.status.clone().unwrap_or_default();
-        match (status.phase.as_deref(), node, status.pod_ip) {
-            (Some("Running"), Some(node), Some(ip)) => Ok((node, ip)),
-            _ => Err(format!("{:?}", pod.status)),
-        }
-    })
-    .await;
+    let running = cluster
+        .wait_pod_running("default", "workload", WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let node = running.spec.unwrap().node_name.unwrap();
+    let ip = running.status.unwrap().pod_ip.unwrap();
     assert_eq!(node, "ccm-worker");
     assert!(ip.starts_with("10.244."), "{ip}");
 

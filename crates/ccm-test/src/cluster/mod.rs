@@ -17,7 +17,7 @@
 //! `docs/control-plane.md`.
 //!
 //! ```no_run
-//! use k8s_openapi::api::core::v1::Node;
+//! use k8s_openapi::api::core::v1::{Node, Pod};
 //! use kube::Api;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 
 use self::netns::{Forwarder, NetworkNamespace};
@@ -553,6 +553,40 @@ impl Cluster {
                 return Err(Error::Cluster(format!(
                     "Nodes not initialised after {timeout:?}: {}",
                     waiting.join("; ")
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits until the Pod `namespace/name` is `Running` with an address, and returns it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cluster`] on timeout, with the Pod's last status; API errors other than
+    /// "not found" (the Pod may not exist yet).
+    pub async fn wait_pod_running(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Pod, Error> {
+        let api: Api<Pod> = Api::namespaced(self.client()?, namespace);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pod = api.get_opt(name).await?;
+            if let Some(pod) = &pod {
+                let status = pod.status.as_ref();
+                let running = status.and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && status.and_then(|s| s.pod_ip.as_deref()).is_some();
+                if running {
+                    return Ok(pod.clone());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Cluster(format!(
+                    "the Pod {namespace}/{name} is not running after {timeout:?}: {:?}",
+                    pod.map(|p| p.status)
                 )));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;

@@ -304,12 +304,39 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
     );
     eprintln!("failover: {first_leader} -> {new_leader}");
 
-    // Lifecycle: a node with no CCM Pod, its kubelet stopped.
-    let pods_now = ccm_pods().await.unwrap();
-    let busy: Vec<String> = pods_now
-        .iter()
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-        .collect();
+    // Lifecycle: a node with no CCM Pod, its kubelet stopped. First the Deployment settles:
+    // the deleted Pod gone, its replacement placed and ready.
+    let busy: Vec<String> = eventually("two CCM Pods ready, none terminating", WAIT, || async {
+        let pods = ccm_pods().await?;
+        let ready = |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        let settled = pods.len() == 2
+            && pods
+                .iter()
+                .all(|p| p.metadata.deletion_timestamp.is_none() && ready(p));
+        if settled {
+            Ok(pods
+                .iter()
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect())
+        } else {
+            Err(format!(
+                "{:?}",
+                pods.iter()
+                    .map(|p| (
+                        &p.metadata.name,
+                        p.metadata.deletion_timestamp.is_some(),
+                        ready(p)
+                    ))
+                    .collect::<Vec<_>>()
+            ))
+        }
+    })
+    .await;
     let victim = cluster
         .nodes()
         .iter()

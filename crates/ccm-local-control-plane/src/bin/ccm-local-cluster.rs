@@ -202,6 +202,26 @@ async fn run(options: &Options) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
 
+    wait_for(&cluster, "the CCM's Pods ready", || {
+        kubectl_out(
+            &cluster,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "kube-system",
+                "-l",
+                "app=cloud-controller-manager",
+                "-o",
+                "jsonpath={.items[*].status.containerStatuses[*].ready}",
+            ],
+        )
+        .is_ok_and(|ready| {
+            let ready: Vec<&str> = ready.split_whitespace().collect();
+            !ready.is_empty() && ready.iter().all(|r| *r == "true")
+        })
+    })
+    .await?;
     cluster
         .apply(WORKLOAD)
         .map_err(|e| format!("the workload: {e}"))?;

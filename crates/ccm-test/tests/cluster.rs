@@ -1,8 +1,11 @@
 //! The cluster tier: kubelets register their Nodes tainted `uninitialized`, a Pod runs on
 //! the worker with an address from its pod CIDR, the API server reaches the kubelet (logs),
-//! and after the drop nothing is left: no process, folder, cgroup, mount or namespace.
+//! and after the drop nothing is left: no process, folder, cgroup, mount or namespace; nor
+//! after the test process is killed.
 
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccm_test::cluster::{CONTROL_PLANE_LABEL, PodNetwork, UNINITIALIZED_TAINT};
@@ -42,13 +45,42 @@ impl Footprint {
         Self { dir, pids, cgroups }
     }
 
+    /// One line: the folder, the cgroups and the process ids.
+    fn line(&self) -> String {
+        let cgroups: Vec<String> = self
+            .cgroups
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect();
+        let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
+        format!(
+            "{REPORT} {} {} {}",
+            self.dir.display(),
+            cgroups.join(","),
+            pids.join(",")
+        )
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let start = line.find(REPORT)? + REPORT.len();
+        let mut words = line[start..].split_whitespace();
+        let dir = PathBuf::from(words.next()?);
+        let cgroups = words.next()?.split(',').map(PathBuf::from).collect();
+        let pids = words
+            .next()?
+            .split(',')
+            .map(|p| p.parse().ok())
+            .collect::<Option<_>>()?;
+        Some(Self { dir, pids, cgroups })
+    }
+
     fn leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();
         if self.dir.exists() {
             left.push(format!("folder {}", self.dir.display()));
         }
         for pid in &self.pids {
-            if Path::new(&format!("/proc/{pid}")).exists() {
+            if process_alive(*pid) {
                 left.push(format!("process {pid}"));
             }
         }
@@ -67,6 +99,19 @@ impl Footprint {
         );
         left
     }
+}
+
+/// Set in the child process that starts a cluster and is killed.
+const CHILD: &str = "CCM_TEST_CLUSTER_CHILD";
+/// The line the child prints once its cluster is up.
+const REPORT: &str = "CCM-CLUSTER-CHILD";
+
+/// Whether `pid` is a live (not zombie) process.
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    })
 }
 
 fn netns_files() -> Vec<String> {
@@ -186,4 +231,64 @@ async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
         "no namespace left in /run/netns"
     );
     eprintln!("the cluster stopped in {took:?}");
+}
+
+/// Run by `a_killed_test_process_leaves_nothing_behind` in a process of its own: starts a
+/// one-node cluster, reports it, and dies by SIGKILL (no destructor, no handler runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of a_killed_test_process_leaves_nothing_behind"]
+async fn child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let cluster = Cluster::builder()
+        .nodes(1)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", Footprint::of(&cluster).line());
+    std::io::stdout().flush().unwrap();
+    let _ = Command::new("kill")
+        .args(["-KILL", &std::process::id().to_string()])
+        .status();
+    unreachable!("killed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_test_process_leaves_nothing_behind() {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let footprint = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| Footprint::parse(&line))
+        .expect("the child reports its cluster");
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the child was killed: {status}");
+    // Two namespace holders, etcd, kube-apiserver, the scheduler, the controller manager,
+    // and the node's containerd, kubelet and kube-proxy.
+    assert_eq!(footprint.pids.len(), 9, "{:?}", footprint.pids);
+    let started = Instant::now();
+    eventually("the killed process's cluster cleaned up", WAIT, || async {
+        let left = footprint.leftovers();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left:?}"))
+        }
+    })
+    .await;
+    eprintln!("cleaned up {:?} after the kill", started.elapsed());
 }

@@ -914,10 +914,12 @@ fn start_controllers(
 /// What makes containerd run as the first process of a PID namespace of its own, below the
 /// node's: when it is stopped (SIGKILL: the node is being torn down) the kernel ends every
 /// shim and container with it. `unshare` itself ignores SIGTERM while it waits, so this
-/// shell turns the supervisor's SIGTERM into SIGKILL of `unshare`, whose child dies with it.
+/// shell turns the supervisor's SIGTERM into SIGKILL of containerd (`unshare`'s child, which
+/// `unshare` then reaps before it exits; killing `unshare` first would leave containerd to
+/// the machine's init).
 const CONTAINERD_WRAPPER: &str = r#""$@" &
 child=$!
-trap 'kill -KILL "$child" 2>/dev/null' TERM INT
+trap 'kill -KILL $(cat "/proc/$child/task/$child/children" 2>/dev/null) 2>/dev/null || kill -KILL "$child" 2>/dev/null' TERM INT
 wait "$child"
 status=$?
 wait "$child" 2>/dev/null

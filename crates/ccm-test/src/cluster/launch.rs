@@ -1,0 +1,267 @@
+//! Starting a cluster's processes under the supervisor: the namespace holders,
+//! kube-scheduler and kube-controller-manager in the cluster's namespace, and each node's
+//! containerd (with the images imported), kubelet and kube-proxy in the node's.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::netns::{self, NetworkNamespace};
+use super::node;
+use super::{CLUSTER_CIDR, CNI_BIN_DIR, ClusterNode, SERVICE_CIDR, images, tail};
+use crate::supervisor::Supervisor;
+use crate::{ClusterBinaries, ControlPlane, Error};
+
+/// Starts a namespace holder and waits for it to be set up.
+pub(super) async fn start_holder(
+    supervisor: &mut Supervisor,
+    dir: &Path,
+    name: &str,
+    node: bool,
+) -> Result<NetworkNamespace, Error> {
+    let process = format!("ns-{name}");
+    let ready = dir.join(format!("{process}.ready"));
+    let (program, args) = netns::holder_command(dir, &ready, node.then_some(name))?;
+    supervisor.start(&process, &program, &args)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(&ready)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        {
+            return NetworkNamespace::of_process(name, pid);
+        }
+        if let crate::supervisor::ServerState::Exited(status) = supervisor.state(&process) {
+            let log =
+                std::fs::read_to_string(dir.join(format!("{process}.log"))).unwrap_or_default();
+            return Err(Error::Cluster(format!(
+                "the namespace holder of {name} exited ({status}): {}",
+                log.trim()
+            )));
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Cluster(format!(
+                "the namespace holder of {name} did not start in 20 s"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// kube-scheduler and kube-controller-manager in the cluster's namespace.
+pub(super) fn start_controllers(
+    control_plane: &ControlPlane,
+    cluster_ns: &NetworkNamespace,
+    binaries: &ClusterBinaries,
+    server: &str,
+    extra_controller_manager_args: &[String],
+) -> Result<(), Error> {
+    let dir = control_plane.dir();
+    let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
+        let path = dir.join(name);
+        std::fs::write(&path, contents)
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        Ok(path)
+    };
+    let scheduler_kubeconfig = write(
+        "kube-scheduler.kubeconfig",
+        &control_plane.kubeconfig_for_server(server, "system:kube-scheduler", &[])?,
+    )?;
+    let (program, args) = cluster_ns.command(
+        false,
+        &binaries.kube_scheduler,
+        vec![
+            format!("--kubeconfig={}", scheduler_kubeconfig.display()),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--leader-elect=false".to_owned(),
+        ],
+    );
+    control_plane.start_process("kube-scheduler", &program, &args)?;
+
+    let kcm_kubeconfig = write(
+        "kube-controller-manager.kubeconfig",
+        &control_plane.kubeconfig_for_server(server, "system:kube-controller-manager", &[])?,
+    )?;
+    let (program, args) = cluster_ns.command(
+        false,
+        &binaries.kube_controller_manager,
+        vec![
+            format!("--kubeconfig={}", kcm_kubeconfig.display()),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--leader-elect=false".to_owned(),
+            "--cloud-provider=external".to_owned(),
+            "--use-service-account-credentials=true".to_owned(),
+            format!(
+                "--service-account-private-key-file={}",
+                dir.join("sa.key").display()
+            ),
+            format!("--root-ca-file={}", dir.join("client-ca.crt").display()),
+            "--allocate-node-cidrs=true".to_owned(),
+            format!("--cluster-cidr={CLUSTER_CIDR}"),
+            "--node-cidr-mask-size=24".to_owned(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+        ]
+        .into_iter()
+        .chain(extra_controller_manager_args.iter().cloned())
+        .collect(),
+    );
+    control_plane.start_process("kube-controller-manager", &program, &args)
+}
+
+/// What makes containerd run as the first process of a PID namespace of its own, below the
+/// node's: when it is stopped (SIGKILL: the node is being torn down) the kernel ends every
+/// shim and container with it. `unshare` itself ignores SIGTERM while it waits, so this
+/// shell turns the supervisor's SIGTERM into SIGKILL of containerd (`unshare`'s child, which
+/// `unshare` then reaps before it exits; killing `unshare` first would leave containerd to
+/// the machine's init).
+pub(super) const CONTAINERD_WRAPPER: &str = r#""$@" &
+child=$!
+trap 'kill -KILL $(cat "/proc/$child/task/$child/children" 2>/dev/null) 2>/dev/null || kill -KILL "$child" 2>/dev/null' TERM INT
+wait "$child"
+status=$?
+wait "$child" 2>/dev/null
+exit "$status"
+"#;
+/// The file name of [`CONTAINERD_WRAPPER`] in the cluster's folder.
+pub(super) const CONTAINERD_WRAPPER_FILE: &str = "containerd-wrapper.sh";
+
+pub(super) fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+/// Writes a node's files and starts its containerd (importing the images), kubelet and
+/// kube-proxy.
+pub(super) async fn start_node(
+    control_plane: &ControlPlane,
+    binaries: &ClusterBinaries,
+    node: &ClusterNode,
+    server: &str,
+    pause: &Path,
+    images: &[PathBuf],
+    status_report_frequency: Option<Duration>,
+) -> Result<(), Error> {
+    let layout = &node.layout;
+    let name = &layout.name;
+    let write = |file: &str, contents: &str| -> Result<(), Error> {
+        let path = layout.file(file);
+        std::fs::write(&path, contents)
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    };
+    let ca_file = control_plane.dir().join("client-ca.crt");
+    let serving = control_plane
+        .ca()
+        .issue_server(&[name.as_str()], &[layout.address.into()])?;
+    write("kubelet.crt", &serving.cert_pem)?;
+    write("kubelet.key", &serving.key_pem)?;
+    write(
+        "kubelet.kubeconfig",
+        &control_plane.kubeconfig_for_server(
+            server,
+            &format!("system:node:{name}"),
+            &["system:nodes"],
+        )?,
+    )?;
+    write(
+        "kube-proxy.kubeconfig",
+        &control_plane.kubeconfig_for_server(server, "system:kube-proxy", &[])?,
+    )?;
+    write(
+        "containerd.toml",
+        &node::containerd_config(layout, Path::new(CNI_BIN_DIR)),
+    )?;
+    let mut kubelet_config = node::kubelet_config(layout, &ca_file);
+    if let Some(every) = status_report_frequency {
+        kubelet_config.push_str(&format!(
+            "nodeStatusReportFrequency: {}s\n",
+            every.as_secs()
+        ));
+    }
+    write("kubelet.yaml", &kubelet_config)?;
+    write("kube-proxy.yaml", &node::kube_proxy_config(layout))?;
+
+    let containerd = format!("containerd-{name}");
+    let mut wrapped = vec![
+        control_plane
+            .dir()
+            .join(CONTAINERD_WRAPPER_FILE)
+            .display()
+            .to_string(),
+        "unshare".to_owned(),
+        "--pid".to_owned(),
+        "--fork".to_owned(),
+        "--kill-child".to_owned(),
+        "--mount-proc".to_owned(),
+        "--propagation".to_owned(),
+        "slave".to_owned(),
+        "--".to_owned(),
+        "containerd".to_owned(),
+    ];
+    wrapped.push(format!(
+        "--config={}",
+        layout.file("containerd.toml").display()
+    ));
+    let (program, args) = node.namespace.command(true, Path::new("sh"), wrapped);
+    control_plane.start_process(&containerd, &program, &args)?;
+    wait_containerd(control_plane, &containerd, &layout.containerd_socket()).await?;
+    let socket = layout.containerd_socket();
+    let archives: Vec<PathBuf> = std::iter::once(pause.to_owned())
+        .chain(images.iter().cloned())
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        archives
+            .iter()
+            .try_for_each(|archive| images::import(&socket, archive))
+    })
+    .await
+    .map_err(|e| Error::Cluster(format!("the image import task failed: {e}")))??;
+
+    let (program, args) =
+        node.namespace
+            .command(true, &binaries.kubelet, node::kubelet_args(layout));
+    control_plane.start_process(&format!("kubelet-{name}"), &program, &args)?;
+    let (program, args) = node.namespace.command(
+        true,
+        &binaries.kube_proxy,
+        vec![format!(
+            "--config={}",
+            layout.file("kube-proxy.yaml").display()
+        )],
+    );
+    control_plane.start_process(&format!("kube-proxy-{name}"), &program, &args)
+}
+
+/// Waits until containerd answers on its socket.
+async fn wait_containerd(
+    control_plane: &ControlPlane,
+    process: &str,
+    socket: &Path,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = std::process::Command::new("ctr")
+            .arg("--address")
+            .arg(socket)
+            .arg("version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        if probe.is_ok_and(|status| status.success()) {
+            return Ok(());
+        }
+        let log = || std::fs::read_to_string(control_plane.dir().join(format!("{process}.log")));
+        if let Some(status) = control_plane.process_exit(process) {
+            return Err(Error::Start {
+                component: "containerd",
+                reason: format!("{process} exited ({status})"),
+                tail: tail(&log().unwrap_or_default()),
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Start {
+                component: "containerd",
+                reason: format!("{process} did not answer on {} in 30 s", socket.display()),
+                tail: tail(&log().unwrap_or_default()),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,190 @@
+//! Each node's Pod network, set up when its Node is ready for it ([`PodNetwork`]): the CNI
+//! configuration for the Node's pod CIDR in the node's folder, and a route to the node for
+//! that CIDR in the cluster's namespace.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+use super::netns::{self, NetworkNamespace};
+use super::node::{self, NodeLayout};
+use super::{CNI_CONF_FILE, PodNetwork, UNINITIALIZED_TAINT};
+use crate::Error;
+
+/// Sets up each node's Pod network when its Node is ready for it ([`PodNetwork`]): writes
+/// the CNI configuration for the Node's pod CIDR into the node's folder (containerd picks
+/// it up) and routes the CIDR to the node in the cluster's namespace. A thread of its own
+/// with its own runtime, so that it outlives the runtime of any one test.
+#[derive(Debug)]
+pub(super) struct PodNetworkWriter {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PodNetworkWriter {
+    pub(super) fn start(
+        config: kube::Config,
+        cluster_ns: Arc<NetworkNamespace>,
+        nodes: Vec<NodeLayout>,
+        when: PodNetwork,
+    ) -> Result<Self, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("starting the pod-network writer's runtime", e))?;
+        let thread = std::thread::Builder::new()
+            .name("ccm-test-pod-network".to_owned())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    runtime.block_on(write_pod_networks(config, &cluster_ns, &nodes, when, &stop))
+                }
+            })
+            .map_err(|e| Error::io("starting the pod-network writer", e))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for PodNetworkWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn write_pod_networks(
+    config: kube::Config,
+    cluster_ns: &NetworkNamespace,
+    nodes: &[NodeLayout],
+    when: PodNetwork,
+    stop: &AtomicBool,
+) {
+    let Ok(client) = kube::Client::try_from(config) else {
+        return;
+    };
+    let api: Api<Node> = Api::all(client);
+    let mut written: BTreeMap<String, String> = BTreeMap::new();
+    while !stop.load(Ordering::Relaxed) {
+        for layout in nodes {
+            let Ok(Some(node)) = api.get_opt(&layout.name).await else {
+                continue;
+            };
+            let Some(cidr) = pod_network_due(&node, when) else {
+                continue;
+            };
+            if written.get(&layout.name) == Some(&cidr) {
+                continue;
+            }
+            match set_up_pod_network(cluster_ns, layout, &cidr) {
+                Ok(()) => {
+                    tracing::info!(node = %layout.name, %cidr, "pod network set up");
+                    written.insert(layout.name.clone(), cidr);
+                }
+                Err(e) => tracing::warn!(node = %layout.name, error = %e, "pod network"),
+            }
+        }
+        for _ in 0..10 {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The pod CIDR to set a Node's network up for, when it is due.
+fn pod_network_due(node: &Node, when: PodNetwork) -> Option<String> {
+    let spec = node.spec.as_ref()?;
+    let cidr = spec
+        .pod_cidrs
+        .as_ref()
+        .and_then(|cidrs| cidrs.iter().find(|c| netns::validate_ipv4_cidr(c).is_ok()))
+        .or(spec.pod_cidr.as_ref())?
+        .clone();
+    let initialised = !spec
+        .taints
+        .iter()
+        .flatten()
+        .any(|taint| taint.key == UNINITIALIZED_TAINT);
+    match when {
+        PodNetwork::AtPodCidr => Some(cidr),
+        PodNetwork::AfterInitialisation => initialised.then_some(cidr),
+    }
+}
+
+fn set_up_pod_network(
+    cluster_ns: &NetworkNamespace,
+    layout: &NodeLayout,
+    cidr: &str,
+) -> Result<(), Error> {
+    let config = node::cni_config(cidr)?;
+    cluster_ns.run_script(&netns::pod_route_script(cidr, layout.address)?)?;
+    let dir = layout.cni_conf_dir();
+    let partial = dir.join(format!(".{CNI_CONF_FILE}.tmp"));
+    std::fs::write(&partial, config)
+        .map_err(|e| Error::io(format!("writing {}", partial.display()), e))?;
+    std::fs::rename(&partial, dir.join(CNI_CONF_FILE)).map_err(|e| {
+        Error::io(
+            format!("writing the CNI configuration of {}", layout.name),
+            e,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+
+    use super::*;
+
+    fn node(cidr: Option<&str>, uninitialised: bool) -> Node {
+        Node {
+            spec: Some(NodeSpec {
+                pod_cidr: cidr.map(str::to_owned),
+                pod_cidrs: cidr.map(|c| vec![c.to_owned()]),
+                taints: uninitialised.then(|| {
+                    vec![Taint {
+                        key: UNINITIALIZED_TAINT.to_owned(),
+                        value: Some("true".to_owned()),
+                        effect: "NoSchedule".to_owned(),
+                        ..Taint::default()
+                    }]
+                }),
+                ..NodeSpec::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn the_pod_network_waits_for_a_cidr_and_by_default_for_initialisation() {
+        let cidr = Some("10.244.1.0/24");
+        assert_eq!(
+            pod_network_due(&node(None, false), PodNetwork::AtPodCidr),
+            None
+        );
+        assert_eq!(
+            pod_network_due(&node(cidr, true), PodNetwork::AtPodCidr).as_deref(),
+            cidr
+        );
+        assert_eq!(
+            pod_network_due(&node(cidr, true), PodNetwork::AfterInitialisation),
+            None
+        );
+        assert_eq!(
+            pod_network_due(&node(cidr, false), PodNetwork::AfterInitialisation).as_deref(),
+            cidr
+        );
+    }
+}

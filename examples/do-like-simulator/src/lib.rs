@@ -686,12 +686,19 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// Auth, rate limit, faults, counters and the request log for `/v2`.
 async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Response {
     let arrived = h.shared.started.elapsed();
-    let key = format!("{} {}", req.method(), route_key(req.uri().path()));
+    let key = format!(
+        "{} {}",
+        method_key(req.method()),
+        route_key(req.uri().path())
+    );
     let cfg = &h.shared.config;
     let authorized = bearer(req.headers()) == Some(cfg.token.as_str());
     let (latency, verdict, remaining, reset) = {
         let mut inner = h.inner();
-        *inner.requests.entry(key.clone()).or_default() += 1;
+        // Per route only once authenticated; a request without the token counts as "401".
+        if authorized {
+            *inner.requests.entry(key.clone()).or_default() += 1;
+        }
         let now = now_ms();
         let window = cfg.rate_limit_window.as_millis().max(1) as u64;
         if now >= inner.window_start_ms + window {
@@ -808,13 +815,44 @@ enum Verdict {
 }
 
 /// `/v2/droplets/123` → `/v2/droplets/{id}`.
-fn route_key(path: &str) -> String {
-    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
-    if parts.len() > 3 {
-        format!("{}/{{id}}", parts[..3].join("/"))
-    } else {
-        parts.join("/")
-    }
+/// The route a `/v2` path matches, as the counters and the request log name it: one of the
+/// simulator's routes with `{id}` for the variable segment, or `/v2/{other}`. Never the path
+/// itself, so that the counters keep a bounded number of short keys however many paths
+/// clients make up.
+fn route_key(path: &str) -> &'static str {
+    const ROUTES: [&str; 6] = [
+        "/v2/droplets",
+        "/v2/droplets/{id}",
+        "/v2/load_balancers",
+        "/v2/load_balancers/{id}",
+        "/v2/x-routes",
+        "/v2/x-routes/{id}",
+    ];
+    let path = path.trim_end_matches('/');
+    ROUTES
+        .into_iter()
+        .find(|route| {
+            let mut want = route.split('/');
+            let mut have = path.split('/');
+            loop {
+                match (want.next(), have.next()) {
+                    (None, None) => return true,
+                    (Some("{id}"), Some(segment)) if !segment.is_empty() => {}
+                    (Some(a), Some(b)) if a == b => {}
+                    _ => return false,
+                }
+            }
+        })
+        .unwrap_or("/v2/{other}")
+}
+
+/// A request's method as the counters name it: the standard ones, or `OTHER` (an extension
+/// method is any token a client likes).
+fn method_key(method: &axum::http::Method) -> &'static str {
+    ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+        .into_iter()
+        .find(|m| *m == method.as_str())
+        .unwrap_or("OTHER")
 }
 
 #[derive(Debug, Deserialize)]
@@ -1194,6 +1232,20 @@ mod tests {
     #[test]
     fn route_keys() {
         assert_eq!(route_key("/v2/droplets"), "/v2/droplets");
+        assert_eq!(route_key("/v2/droplets/"), "/v2/droplets");
         assert_eq!(route_key("/v2/droplets/12"), "/v2/droplets/{id}");
+        assert_eq!(
+            route_key("/v2/load_balancers/ab-c"),
+            "/v2/load_balancers/{id}"
+        );
+        assert_eq!(route_key("/v2/x-routes/r1"), "/v2/x-routes/{id}");
+        // Made-up paths share one key, however long or many.
+        assert_eq!(
+            route_key(&format!("/v2/{}", "a".repeat(60_000))),
+            "/v2/{other}"
+        );
+        assert_eq!(route_key("/v2/droplets/12/extra"), "/v2/{other}");
+        assert_eq!(route_key("/v2/droplets//"), "/v2/droplets");
+        assert_eq!(route_key("/v2"), "/v2/{other}");
     }
 }

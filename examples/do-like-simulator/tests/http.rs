@@ -275,3 +275,48 @@ async fn injected_503s_carry_retry_after_and_requests_are_logged() {
     assert!(log[0].at <= log[1].at);
     sim.shutdown().await;
 }
+
+/// A flood of made-up paths (long, unique, most without the token) leaves the counters and the
+/// request log as small as a handful of routes: nothing a client writes becomes a key.
+#[tokio::test]
+async fn made_up_paths_do_not_grow_the_counters() {
+    let sim = sim(|c| c.rate_limit = 100_000).await;
+    let http = raw_client();
+    let long = "x".repeat(60_000);
+    for i in 0..300 {
+        let url = format!("{}/v2/{long}{i}", sim.url());
+        let request = http.get(url);
+        // One in ten with the token: a made-up path of an authenticated client.
+        let request = if i % 10 == 0 {
+            request.bearer_auth(TOKEN)
+        } else {
+            request
+        };
+        let status = request.send().await.unwrap().status();
+        assert!(status == 401 || status == 404, "{status}");
+    }
+    let handle = sim.handle();
+    let counts = handle.request_counts();
+    assert_eq!(counts.get("401").copied(), Some(270), "{counts:?}");
+    assert_eq!(
+        counts.get("GET /v2/{other}").copied(),
+        Some(30),
+        "{counts:?}"
+    );
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    let log = handle.request_log();
+    assert_eq!(log.len(), 300);
+    assert!(
+        log.iter().all(|r| r.route.len() < 32),
+        "short routes in the log"
+    );
+}
+
+#[tokio::test]
+async fn another_address_than_loopback_needs_an_admin_token() {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.listen = "0.0.0.0:0".parse().unwrap();
+    cfg.allow_non_loopback = true;
+    let err = RunningSimulator::start(cfg).await.unwrap_err();
+    assert!(err.to_string().contains("admin token"), "{err}");
+}

@@ -120,14 +120,23 @@ pub fn default_assets_dir() -> Option<PathBuf> {
 }
 
 fn default_assets_dir_with(env: &impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    let cache = env("CCM_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".cache/ccm-rs")))?;
     Some(
-        cache
+        cache_dir_with(env)?
             .join("control-plane")
             .join(format!("k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}")),
     )
+}
+
+/// This crate's cache folder, `${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}` (the build script's
+/// too); `None` when neither variable is set.
+pub(crate) fn cache_dir() -> Option<PathBuf> {
+    cache_dir_with(&|name| std::env::var_os(name).filter(|v| !v.is_empty()))
+}
+
+fn cache_dir_with(env: &impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    env("CCM_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".cache/ccm-rs")))
 }
 
 /// setup-envtest's folder for this crate's Kubernetes minor version:

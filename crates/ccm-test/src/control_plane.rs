@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::cluster::netns::{Forwarder, NetworkNamespace};
 use crate::pki::{self, Ca};
 use crate::supervisor::{ServerState, Supervisor};
-use crate::{Binaries, Error, unique_name};
+use crate::{Binaries, Error, unique_name, write_file};
 
 const ETCD: &str = "etcd";
 const KUBE_APISERVER: &str = "kube-apiserver";
@@ -74,8 +74,8 @@ pub struct ControlPlane {
     supervisor: Mutex<Supervisor>,
     /// Where etcd and kube-apiserver run.
     site: Site,
-    /// Loopback forwarders into the site's namespace; they stop when dropped.
-    _forwarders: Vec<Forwarder>,
+    /// In a namespace, the loopback forwarder to kube-apiserver; it stops when dropped.
+    _forwarder: Option<Forwarder>,
 }
 
 /// One of the two servers of a [`ControlPlane`], to stop and start again: see
@@ -246,9 +246,9 @@ impl ControlPlaneBuilder {
         let ca = Ca::generate()?;
         let admin = ca.issue_client(ADMIN_USER, &["system:masters"])?;
         let sa_key = pki::service_account_key()?;
-        write(&dir.join("client-ca.crt"), &ca.cert_pem())?;
-        write(&dir.join("sa.key"), &sa_key.private_key_pem())?;
-        write(&dir.join("sa.pub"), &sa_key.public_key_pem())?;
+        write_file(&dir.join("client-ca.crt"), &ca.cert_pem())?;
+        write_file(&dir.join("sa.key"), &sa_key.private_key_pem())?;
+        write_file(&dir.join("sa.pub"), &sa_key.public_key_pem())?;
         let cert_dir = dir.join("apiserver-certs");
         let etcd_dir = dir.join("etcd");
 
@@ -300,7 +300,7 @@ impl ControlPlaneBuilder {
             ),
             format!("--client-ca-file={}", dir.join("client-ca.crt").display()),
         ];
-        let mut forwarders = Vec::new();
+        let mut forwarder = None;
         let (server_url, serving_ca_pem) = match &site {
             Site::Loopback { .. } => {
                 let server_url = format!("https://127.0.0.1:{apiserver_port}");
@@ -335,16 +335,9 @@ impl ControlPlaneBuilder {
                     "ccm-test:kube-apiserver-kubelet-client",
                     &["system:masters"],
                 )?;
-                write(&dir.join("apiserver.crt"), &serving.cert_pem)?;
-                write(&dir.join("apiserver.key"), &serving.key_pem)?;
-                write(
-                    &dir.join("apiserver-kubelet-client.crt"),
-                    &kubelet_client.cert_pem,
-                )?;
-                write(
-                    &dir.join("apiserver-kubelet-client.key"),
-                    &kubelet_client.key_pem,
-                )?;
+                let (serving_cert, serving_key) = serving.write_pair(&dir, "apiserver")?;
+                let (client_cert, client_key) =
+                    kubelet_client.write_pair(&dir, "apiserver-kubelet-client")?;
                 apiserver_args.extend([
                     "--bind-address=0.0.0.0".to_owned(),
                     format!("--advertise-address={address}"),
@@ -354,31 +347,22 @@ impl ControlPlaneBuilder {
                     "--kubelet-preferred-address-types=InternalIP,ExternalIP".to_owned(),
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local"
                         .to_owned(),
-                    format!("--tls-cert-file={}", dir.join("apiserver.crt").display()),
-                    format!(
-                        "--tls-private-key-file={}",
-                        dir.join("apiserver.key").display()
-                    ),
-                    format!(
-                        "--kubelet-client-certificate={}",
-                        dir.join("apiserver-kubelet-client.crt").display()
-                    ),
-                    format!(
-                        "--kubelet-client-key={}",
-                        dir.join("apiserver-kubelet-client.key").display()
-                    ),
+                    format!("--tls-cert-file={}", serving_cert.display()),
+                    format!("--tls-private-key-file={}", serving_key.display()),
+                    format!("--kubelet-client-certificate={}", client_cert.display()),
+                    format!("--kubelet-client-key={}", client_key.display()),
                     format!(
                         "--kubelet-certificate-authority={}",
                         dir.join("client-ca.crt").display()
                     ),
                 ]);
-                let forwarder = Forwarder::start(
+                let to_apiserver = Forwarder::start(
                     namespace.clone(),
                     SocketAddr::from((*address, apiserver_port)),
                 )
                 .map_err(|e| Error::io("forwarding a loopback port to kube-apiserver", e))?;
-                let server_url = format!("https://{}", forwarder.local_addr());
-                forwarders.push(forwarder);
+                let server_url = format!("https://{}", to_apiserver.local_addr());
+                forwarder = Some(to_apiserver);
                 (server_url, Some(ca.cert_pem()))
             }
         };
@@ -423,10 +407,10 @@ impl ControlPlaneBuilder {
             startup: Duration::ZERO,
             supervisor,
             site,
-            _forwarders: forwarders,
+            _forwarder: forwarder,
         };
         cp.wait_apiserver_ready(deadline).await?;
-        write(
+        write_file(
             &cp.kubeconfig_path,
             &cp.kubeconfig_with(ADMIN_USER, &cp.admin),
         )?;
@@ -666,7 +650,7 @@ impl ControlPlane {
         }
         let cert = self.ca.issue_client(user, groups)?;
         let path = self.dir.join(format!("{user}.kubeconfig"));
-        write(&path, &self.kubeconfig_with(user, &cert))?;
+        write_file(&path, &self.kubeconfig_with(user, &cert))?;
         Ok(path)
     }
 
@@ -735,28 +719,7 @@ impl ControlPlane {
     /// server has not exited after the supervisor's SIGKILL (30 s).
     pub async fn stop_server(&self, server: Server) -> Result<(), Error> {
         self.refuse_shared()?;
-        let name = server.name();
-        lock(&self.supervisor).stop_server(name)?;
-        let started = Instant::now();
-        let deadline = started + Duration::from_secs(30);
-        loop {
-            if let ServerState::Exited(_) = lock(&self.supervisor).state(name) {
-                tracing::info!(
-                    server = name,
-                    stop_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    "stopped"
-                );
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Start {
-                    component: name,
-                    reason: "did not exit within 30 s of being told to stop".to_owned(),
-                    tail: log_tail(&self.dir.join(format!("{name}.log"))),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.stop_process(server.name(), server.name()).await
     }
 
     /// Starts `server` again after [`stop_server`](Self::stop_server), with the same
@@ -771,16 +734,7 @@ impl ControlPlane {
         self.refuse_shared()?;
         let name = server.name();
         let deadline = Instant::now() + self.start_timeout;
-        {
-            let mut supervisor = lock(&self.supervisor);
-            if let ServerState::Running = supervisor.state(name) {
-                return Err(Error::InvalidArgument(format!(
-                    "{name} is running: stop it first"
-                )));
-            }
-            supervisor.forget_exit(name)?;
-            supervisor.restart(name)?;
-        }
+        self.restart_process(name)?;
         let started = Instant::now();
         match server {
             Server::Etcd => {
@@ -910,18 +864,29 @@ impl ControlPlane {
         lock(&self.supervisor).start(name, program, args)
     }
 
-    /// Stops the process `name` started by [`start_process`](Self::start_process)
-    /// (SIGTERM, SIGKILL after 5 s) and waits until it has exited.
-    pub(crate) async fn stop_process(&self, name: &str) -> Result<(), Error> {
+    /// Stops the process `name` (a server, or one started by
+    /// [`start_process`](Self::start_process)): SIGTERM, SIGKILL after 5 s; waits until it
+    /// has exited. A failure is reported as `component`'s.
+    pub(crate) async fn stop_process(
+        &self,
+        component: &'static str,
+        name: &str,
+    ) -> Result<(), Error> {
         lock(&self.supervisor).stop_server(name)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(30);
         loop {
             if let ServerState::Exited(_) = lock(&self.supervisor).state(name) {
+                tracing::info!(
+                    server = name,
+                    stop_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "stopped"
+                );
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(Error::Start {
-                    component: "process",
+                    component,
                     reason: format!("{name} did not exit within 30 s of being told to stop"),
                     tail: log_tail(&self.dir.join(format!("{name}.log"))),
                 });
@@ -931,8 +896,18 @@ impl ControlPlane {
     }
 
     /// Starts the process `name` again, with the arguments it was first started with.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] while it runs: two of one server would fight over its
+    /// ports and files.
     pub(crate) fn restart_process(&self, name: &str) -> Result<(), Error> {
         let mut supervisor = lock(&self.supervisor);
+        if let ServerState::Running = supervisor.state(name) {
+            return Err(Error::InvalidArgument(format!(
+                "{name} is running: stop it first"
+            )));
+        }
         supervisor.forget_exit(name)?;
         supervisor.restart(name)
     }
@@ -1009,10 +984,6 @@ where
     }
 }
 
-fn write(path: &Path, contents: &str) -> Result<(), Error> {
-    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
-}
-
 /// Three distinct free loopback ports (all bound at once, then released).
 fn free_ports() -> Result<[u16; 3], Error> {
     let bind = || {
@@ -1081,7 +1052,8 @@ fn lock(supervisor: &Mutex<Supervisor>) -> std::sync::MutexGuard<'_, Supervisor>
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn log_tail(path: &Path) -> String {
+/// The last lines of a log file, for an error message.
+pub(crate) fn log_tail(path: &Path) -> String {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();

@@ -103,6 +103,11 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
+/// Writes `contents` to `path`; the error names the file.
+pub(crate) fn write_file(path: &std::path::Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
 impl Error {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Self::Io {

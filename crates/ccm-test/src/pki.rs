@@ -113,6 +113,24 @@ pub(crate) struct Issued {
     pub(crate) key_pem: String,
 }
 
+impl Issued {
+    /// Writes the certificate and the key as `dir/<stem>.crt` and `dir/<stem>.key` and
+    /// returns the two paths.
+    pub(crate) fn write_pair(
+        &self,
+        dir: &std::path::Path,
+        stem: &str,
+    ) -> Result<(std::path::PathBuf, std::path::PathBuf), Error> {
+        let (cert, key) = (
+            dir.join(format!("{stem}.crt")),
+            dir.join(format!("{stem}.key")),
+        );
+        crate::write_file(&cert, &self.cert_pem)?;
+        crate::write_file(&key, &self.key_pem)?;
+        Ok((cert, key))
+    }
+}
+
 impl std::fmt::Debug for Issued {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Issued").finish_non_exhaustive()

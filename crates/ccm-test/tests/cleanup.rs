@@ -3,12 +3,15 @@
 //! control plane still running. Also: a server that fails to start gives an
 //! error quoting its log.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccm_test::{Binaries, ControlPlane, Error, eventually};
+use common::process_alive;
 
 /// Set in the child process to the way it should end.
 const CHILD_MODE: &str = "CCM_TEST_CLEANUP_CHILD";
@@ -88,17 +91,6 @@ impl Footprint {
             }
         })
         .await;
-    }
-}
-
-/// Whether `pid` is a live (not zombie) process. Linux `/proc`.
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
-        Err(_) => false,
     }
 }
 

@@ -3,13 +3,16 @@
 //! and after the drop nothing is left: no process, folder, cgroup, mount or namespace; nor
 //! after the test process is killed.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ccm_test::cluster::{CONTROL_PLANE_LABEL, PodNetwork, UNINITIALIZED_TAINT};
+use ccm_test::cluster::{CONTROL_PLANE_LABEL, PAUSE_IMAGE, PodNetwork, UNINITIALIZED_TAINT};
 use ccm_test::{Cluster, eventually};
+use common::process_alive;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -106,14 +109,6 @@ const CHILD: &str = "CCM_TEST_CLUSTER_CHILD";
 /// The line the child prints once its cluster is up.
 const REPORT: &str = "CCM-CLUSTER-CHILD";
 
-/// Whether `pid` is a live (not zombie) process.
-fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-    })
-}
-
 fn netns_files() -> Vec<String> {
     std::fs::read_dir("/run/netns")
         .map(|dir| {
@@ -199,7 +194,7 @@ async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pause"},
-        "spec": {"containers": [{"name": "pause", "image": "localhost/ccm-test/pause:1.0"}]}
+        "spec": {"containers": [{"name": "pause", "image": PAUSE_IMAGE}]}
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();

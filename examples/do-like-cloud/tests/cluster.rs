@@ -60,13 +60,13 @@ fn release_manifest(api_url: &str) -> String {
 
 /// The simulator's API through a loopback forward into the cluster, as the CCM sees it
 /// (`Host` names the simulator's address in the cluster).
-struct Api2 {
+struct CloudApi {
     http: reqwest::Client,
     base: String,
     host: String,
 }
 
-impl Api2 {
+impl CloudApi {
     async fn send(
         &self,
         method: reqwest::Method,
@@ -183,7 +183,7 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
             ],
         )
         .unwrap();
-    let api = Api2 {
+    let api = CloudApi {
         http: reqwest::Client::new(),
         base: format!("http://{}", cluster.forward(address).unwrap()),
         host: address.to_string(),

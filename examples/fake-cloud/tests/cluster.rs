@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ccm_test::cluster::{CONTROL_PLANE_LABEL, UNINITIALIZED_TAINT};
+use ccm_test::cluster::{CONTROL_PLANE_LABEL, PAUSE_IMAGE, UNINITIALIZED_TAINT};
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -193,7 +193,7 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "workload"},
-        "spec": {"containers": [{"name": "pause", "image": "localhost/ccm-test/pause:1.0"}]}
+        "spec": {"containers": [{"name": "pause", "image": PAUSE_IMAGE}]}
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ccm_test::Cluster;
+use ccm_test::cluster::PAUSE_IMAGE;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const USAGE: &str = "\
@@ -223,7 +224,7 @@ async fn run(options: &Options) -> Result<(), String> {
     })
     .await?;
     cluster
-        .apply(WORKLOAD)
+        .apply(&workload())
         .map_err(|e| format!("the workload: {e}"))?;
     wait_for(&cluster, "the workload Pod running", || {
         kubectl_out(
@@ -289,21 +290,26 @@ async fn run(options: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// A Pod and a LoadBalancer Service in front of it.
-const WORKLOAD: &str = "apiVersion: v1
+/// A Pod (of the cluster's pause image: it only has to run) and a LoadBalancer Service in
+/// front of it.
+fn workload() -> String {
+    format!(
+        "apiVersion: v1
 kind: Pod
-metadata: {name: web, namespace: default, labels: {app: web}}
+metadata: {{name: web, namespace: default, labels: {{app: web}}}}
 spec:
-  containers: [{name: web, image: localhost/ccm-test/pause:1.0}]
+  containers: [{{name: web, image: {PAUSE_IMAGE}}}]
 ---
 apiVersion: v1
 kind: Service
-metadata: {name: web, namespace: default}
+metadata: {{name: web, namespace: default}}
 spec:
   type: LoadBalancer
-  selector: {app: web}
-  ports: [{name: http, port: 80, targetPort: 8080}]
-";
+  selector: {{app: web}}
+  ports: [{{name: http, port: 80, targetPort: 8080}}]
+"
+    )
+}
 
 /// Starts the DO-like API simulator in the cluster's namespace, registers each node as a
 /// droplet with the node's address, and returns the API's URL as the nodes reach it.

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use super::netns::run;
 use super::node::PAUSE_IMAGE;
-use crate::Error;
+use crate::{Error, write_file};
 
 const PAUSE_SOURCE: &str = include_str!("../../cluster/pause.c");
 
@@ -26,7 +26,9 @@ pub(crate) fn pause_archive() -> Result<PathBuf, Error> {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let cache = cache_dir()?.join("cluster");
+    let cache = crate::binaries::cache_dir()
+        .ok_or_else(|| Error::InvalidArgument("neither CCM_CACHE_DIR nor HOME is set".into()))?
+        .join("cluster");
     let archive = cache.join(format!("pause-{short}.tar"));
     if archive.is_file() {
         return Ok(archive);
@@ -38,8 +40,8 @@ pub(crate) fn pause_archive() -> Result<PathBuf, Error> {
         .tempdir()
         .map_err(|e| Error::io("creating the pause image's build folder", e))?;
     let source = context.path().join("pause.c");
-    write(&source, PAUSE_SOURCE)?;
-    write(&context.path().join("Containerfile"), PAUSE_CONTAINERFILE)?;
+    write_file(&source, PAUSE_SOURCE)?;
+    write_file(&context.path().join("Containerfile"), PAUSE_CONTAINERFILE)?;
     run(
         Command::new("gcc")
             .args(["-static", "-Os", "-s", "-Wall", "-o"])
@@ -110,18 +112,4 @@ pub(crate) fn import(socket: &Path, archive: &Path) -> Result<(), Error> {
         &format!("importing {}", archive.display()),
     )
     .map(drop)
-}
-
-fn cache_dir() -> Result<PathBuf, Error> {
-    if let Some(dir) = std::env::var_os("CCM_CACHE_DIR").filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    std::env::var_os("HOME")
-        .filter(|v| !v.is_empty())
-        .map(|home| Path::new(&home).join(".cache/ccm-rs"))
-        .ok_or_else(|| Error::InvalidArgument("neither CCM_CACHE_DIR nor HOME is set".into()))
-}
-
-fn write(path: &Path, contents: &str) -> Result<(), Error> {
-    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use super::netns::{self, NetworkNamespace};
 use super::node;
-use super::{CLUSTER_CIDR, CNI_BIN_DIR, ClusterNode, SERVICE_CIDR, images, tail};
+use super::{CLUSTER_CIDR, CNI_BIN_DIR, ClusterNode, SERVICE_CIDR, images};
+use crate::control_plane::log_tail;
 use crate::supervisor::Supervisor;
-use crate::{ClusterBinaries, ControlPlane, Error};
+use crate::{ClusterBinaries, ControlPlane, Error, write_file};
 
 /// Starts a namespace holder and waits for it to be set up.
 pub(super) async fn start_holder(
@@ -31,11 +32,9 @@ pub(super) async fn start_holder(
             return NetworkNamespace::of_process(name, pid);
         }
         if let crate::supervisor::ServerState::Exited(status) = supervisor.state(&process) {
-            let log =
-                std::fs::read_to_string(dir.join(format!("{process}.log"))).unwrap_or_default();
             return Err(Error::Cluster(format!(
                 "the namespace holder of {name} exited ({status}): {}",
-                log.trim()
+                log_tail(&dir.join(format!("{process}.log"))).trim()
             )));
         }
         if Instant::now() >= deadline {
@@ -56,14 +55,9 @@ pub(super) fn start_controllers(
     extra_controller_manager_args: &[String],
 ) -> Result<(), Error> {
     let dir = control_plane.dir();
-    let write = |name: &str, contents: &str| -> Result<PathBuf, Error> {
-        let path = dir.join(name);
-        std::fs::write(&path, contents)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-        Ok(path)
-    };
-    let scheduler_kubeconfig = write(
-        "kube-scheduler.kubeconfig",
+    let scheduler_kubeconfig = dir.join("kube-scheduler.kubeconfig");
+    write_file(
+        &scheduler_kubeconfig,
         &control_plane.kubeconfig_for_server(server, "system:kube-scheduler", &[])?,
     )?;
     let (program, args) = cluster_ns.command(
@@ -77,8 +71,9 @@ pub(super) fn start_controllers(
     );
     control_plane.start_process("kube-scheduler", &program, &args)?;
 
-    let kcm_kubeconfig = write(
-        "kube-controller-manager.kubeconfig",
+    let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
+    write_file(
+        &kcm_kubeconfig,
         &control_plane.kubeconfig_for_server(server, "system:kube-controller-manager", &[])?,
     )?;
     let (program, args) = cluster_ns.command(
@@ -124,10 +119,6 @@ exit "$status"
 /// The file name of [`CONTAINERD_WRAPPER`] in the cluster's folder.
 pub(super) const CONTAINERD_WRAPPER_FILE: &str = "containerd-wrapper.sh";
 
-pub(super) fn write_file(path: &Path, contents: &str) -> Result<(), Error> {
-    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
-}
-
 /// Writes a node's files and starts its containerd (importing the images), kubelet and
 /// kube-proxy.
 pub(super) async fn start_node(
@@ -141,17 +132,12 @@ pub(super) async fn start_node(
 ) -> Result<(), Error> {
     let layout = &node.layout;
     let name = &layout.name;
-    let write = |file: &str, contents: &str| -> Result<(), Error> {
-        let path = layout.file(file);
-        std::fs::write(&path, contents)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
-    };
+    let write = |file: &str, contents: &str| write_file(&layout.file(file), contents);
     let ca_file = control_plane.dir().join("client-ca.crt");
-    let serving = control_plane
+    control_plane
         .ca()
-        .issue_server(&[name.as_str()], &[layout.address.into()])?;
-    write("kubelet.crt", &serving.cert_pem)?;
-    write("kubelet.key", &serving.key_pem)?;
+        .issue_server(&[name.as_str()], &[layout.address.into()])?
+        .write_pair(&layout.dir, "kubelet")?;
     write(
         "kubelet.kubeconfig",
         &control_plane.kubeconfig_for_server(
@@ -168,14 +154,10 @@ pub(super) async fn start_node(
         "containerd.toml",
         &node::containerd_config(layout, Path::new(CNI_BIN_DIR)),
     )?;
-    let mut kubelet_config = node::kubelet_config(layout, &ca_file);
-    if let Some(every) = status_report_frequency {
-        kubelet_config.push_str(&format!(
-            "nodeStatusReportFrequency: {}s\n",
-            every.as_secs()
-        ));
-    }
-    write("kubelet.yaml", &kubelet_config)?;
+    write(
+        "kubelet.yaml",
+        &node::kubelet_config(layout, &ca_file, status_report_frequency),
+    )?;
     write("kube-proxy.yaml", &node::kube_proxy_config(layout))?;
 
     let containerd = format!("containerd-{name}");
@@ -247,19 +229,19 @@ async fn wait_containerd(
         if probe.is_ok_and(|status| status.success()) {
             return Ok(());
         }
-        let log = || std::fs::read_to_string(control_plane.dir().join(format!("{process}.log")));
+        let log = || log_tail(&control_plane.dir().join(format!("{process}.log")));
         if let Some(status) = control_plane.process_exit(process) {
             return Err(Error::Start {
                 component: "containerd",
                 reason: format!("{process} exited ({status})"),
-                tail: tail(&log().unwrap_or_default()),
+                tail: log(),
             });
         }
         if Instant::now() >= deadline {
             return Err(Error::Start {
                 component: "containerd",
                 reason: format!("{process} did not answer on {} in 30 s", socket.display()),
-                tail: tail(&log().unwrap_or_default()),
+                tail: log(),
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

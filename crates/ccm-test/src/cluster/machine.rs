@@ -152,8 +152,7 @@ pub(super) fn write_cleanup_script(dir: &Path, run_id: &str) -> Result<(), Error
 done
 "#
     );
-    std::fs::write(dir.join("cleanup.sh"), script)
-        .map_err(|e| Error::io("writing the cluster's cleanup script", e))
+    crate::write_file(&dir.join("cleanup.sh"), &script)
 }
 
 #[cfg(test)]

@@ -48,16 +48,18 @@ use kube::api::{Api, Patch, PatchParams};
 
 use self::launch::{
     CONTAINERD_WRAPPER, CONTAINERD_WRAPPER_FILE, start_controllers, start_holder, start_node,
-    write_file,
 };
 use self::machine::{check_prerequisites, make_cgroups, node_layouts, write_cleanup_script};
 use self::netns::{Forwarder, NetworkNamespace};
 use self::node::NodeLayout;
 use self::pod_network::PodNetworkWriter;
+use crate::control_plane::log_tail;
 use crate::supervisor::Supervisor;
-use crate::{Binaries, ClusterBinaries, ControlPlane, ControlPlaneBuilder, Error, unique_name};
+use crate::{
+    Binaries, ClusterBinaries, ControlPlane, ControlPlaneBuilder, Error, unique_name, write_file,
+};
 
-pub use self::node::{CLUSTER_CIDR, SERVICE_CIDR};
+pub use self::node::{CLUSTER_CIDR, PAUSE_IMAGE, SERVICE_CIDR};
 
 /// The label kubeadm gives the control-plane node, which the cluster gives it too.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -226,7 +228,7 @@ impl ClusterBuilder {
             let ns = start_holder(&mut supervisor, &dir, &layout.name, true).await?;
             cluster_ns.run_script(&netns::attach_script(index, ns.pid()))?;
             ns.run_script(&netns::node_setup_script(layout.address))?;
-            node_namespaces.push(Arc::new(ns));
+            node_namespaces.push(ns);
         }
 
         let control_plane = self
@@ -240,7 +242,7 @@ impl ClusterBuilder {
                 netns::GATEWAY,
             )
             .await?;
-        let server = format!("https://{}:{APISERVER_PORT}", netns::GATEWAY);
+        let server = apiserver_url_in_cluster();
         start_controllers(
             &control_plane,
             &cluster_ns,
@@ -306,7 +308,7 @@ pub struct Cluster {
 #[derive(Debug)]
 pub struct ClusterNode {
     layout: NodeLayout,
-    namespace: Arc<NetworkNamespace>,
+    namespace: NetworkNamespace,
 }
 
 impl ClusterNode {
@@ -405,7 +407,7 @@ impl Cluster {
 
     /// The API server's URL inside the cluster, `https://10.88.0.1:6443`.
     pub fn apiserver_url_in_cluster(&self) -> String {
-        format!("https://{}:{APISERVER_PORT}", netns::GATEWAY)
+        apiserver_url_in_cluster()
     }
 
     /// Forwards a free loopback port of this machine to `target` inside the cluster (a node,
@@ -458,7 +460,7 @@ impl Cluster {
     pub async fn stop_kubelet(&self, name: &str) -> Result<(), Error> {
         let node = self.node(name)?;
         self.control_plane
-            .stop_process(&format!("kubelet-{}", node.name()))
+            .stop_process("kubelet", &format!("kubelet-{}", node.name()))
             .await
     }
 
@@ -466,7 +468,7 @@ impl Cluster {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an unknown node; I/O errors.
+    /// [`Error::InvalidArgument`] for an unknown node or a kubelet that runs; I/O errors.
     pub fn start_kubelet(&self, name: &str) -> Result<(), Error> {
         let node = self.node(name)?;
         self.control_plane
@@ -599,6 +601,11 @@ impl Cluster {
         }
     }
 
+    /// The last lines of a process's log, for an error message.
+    fn log_tail(&self, name: &str) -> String {
+        log_tail(&self.control_plane.dir().join(format!("{name}.log")))
+    }
+
     /// Waits until every node's kubelet has registered its Node.
     async fn wait_registered(&self, deadline: Instant) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(self.client()?);
@@ -615,7 +622,7 @@ impl Cluster {
                     return Err(Error::Start {
                         component: "kubelet",
                         reason: format!("the kubelet of {} exited ({status})", node.name()),
-                        tail: tail(&self.log(&format!("kubelet-{}", node.name()))),
+                        tail: self.log_tail(&format!("kubelet-{}", node.name())),
                     });
                 }
             }
@@ -627,7 +634,7 @@ impl Cluster {
                 return Err(Error::Start {
                     component: "kubelet",
                     reason: format!("the Nodes {missing:?} did not register in time"),
-                    tail: tail(&self.log(&format!("kubelet-{first}"))),
+                    tail: self.log_tail(&format!("kubelet-{first}")),
                 });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -647,19 +654,24 @@ impl Cluster {
 
 /// Whether a cloud-controller-manager has initialised `node`.
 fn is_initialised(node: &Node) -> bool {
-    node.spec.as_ref().is_some_and(|spec| {
-        spec.provider_id.as_deref().is_some_and(|id| !id.is_empty())
-            && !spec
-                .taints
-                .iter()
-                .flatten()
-                .any(|taint| taint.key == UNINITIALIZED_TAINT)
-    })
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.provider_id.as_deref())
+        .is_some_and(|id| !id.is_empty())
+        && !has_uninitialized_taint(node)
 }
 
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+/// Whether `node` still has the taint its kubelet registered it with.
+fn has_uninitialized_taint(node: &Node) -> bool {
+    node.spec
+        .iter()
+        .flat_map(|spec| spec.taints.iter().flatten())
+        .any(|taint| taint.key == UNINITIALIZED_TAINT)
+}
+
+/// kube-apiserver's URL inside the cluster.
+fn apiserver_url_in_cluster() -> String {
+    format!("https://{}:{APISERVER_PORT}", netns::GATEWAY)
 }
 
 fn check_process_name(name: &str) -> Result<(), Error> {

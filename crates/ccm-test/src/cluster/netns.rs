@@ -59,9 +59,7 @@ pub(crate) const HOLDER_SCRIPT_FILE: &str = "holder.sh";
 
 /// Writes the holder's script into the cluster's folder `dir`.
 pub(crate) fn write_holder_script(dir: &Path) -> Result<(), Error> {
-    let path = dir.join(HOLDER_SCRIPT_FILE);
-    std::fs::write(&path, HOLDER_SCRIPT)
-        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    crate::write_file(&dir.join(HOLDER_SCRIPT_FILE), HOLDER_SCRIPT)
 }
 
 /// The command of a namespace holder: a new network namespace (and, for the node `node`,

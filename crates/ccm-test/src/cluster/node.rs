@@ -4,6 +4,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::Error;
 
@@ -12,8 +13,10 @@ use crate::Error;
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The Service network (kube-apiserver's `--service-cluster-ip-range`).
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
-/// The image containerd runs as every Pod's sandbox; built by the cluster tier, never pulled.
-pub(crate) const PAUSE_IMAGE: &str = "localhost/ccm-test/pause:1.0";
+/// The image containerd runs as every Pod's sandbox; built by the cluster tier and imported
+/// into every node, never pulled. A Pod that only has to run (a workload to schedule) can
+/// run it too.
+pub const PAUSE_IMAGE: &str = "localhost/ccm-test/pause:1.0";
 /// The taint kubeadm gives control-plane nodes.
 pub(crate) const CONTROL_PLANE_TAINT: &str = "node-role.kubernetes.io/control-plane";
 
@@ -96,13 +99,25 @@ disabled_plugins = [
 /// certificate authentication and webhook authorization (as kubeadm sets them), a serving
 /// certificate signed by the cluster's CA, no DNS for Pods (nothing to resolve), image
 /// garbage collection off (the images cannot be pulled again) and eviction only in
-/// extremity (the machine's disk and memory are shared by every node).
-pub(crate) fn kubelet_config(node: &NodeLayout, ca_file: &Path) -> String {
-    let taints = if node.control_plane {
-        format!("registerWithTaints:\n- key: {CONTROL_PLANE_TAINT}\n  effect: NoSchedule\n")
-    } else {
-        String::new()
-    };
+/// extremity (the machine's disk and memory are shared by every node). With
+/// `status_report_frequency` (whole seconds), its `nodeStatusReportFrequency`.
+pub(crate) fn kubelet_config(
+    node: &NodeLayout,
+    ca_file: &Path,
+    status_report_frequency: Option<Duration>,
+) -> String {
+    let mut extra = String::new();
+    if node.control_plane {
+        extra.push_str(&format!(
+            "registerWithTaints:\n- key: {CONTROL_PLANE_TAINT}\n  effect: NoSchedule\n"
+        ));
+    }
+    if let Some(every) = status_report_frequency {
+        extra.push_str(&format!(
+            "nodeStatusReportFrequency: {}s\n",
+            every.as_secs()
+        ));
+    }
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -139,7 +154,7 @@ evictionHard:
   nodefs.available: 1%
   imagefs.available: 1%
   nodefs.inodesFree: 1%
-{taints}"#,
+{extra}"#,
         address = node.address,
         cert = node.file("kubelet.crt").display(),
         key = node.file("kubelet.key").display(),
@@ -244,11 +259,13 @@ mod tests {
     #[test]
     fn only_the_control_plane_node_registers_with_its_taint() {
         let ca = Path::new("/tmp/c/ca.crt");
-        let worker = kubelet_config(&layout(false), ca);
+        let worker = kubelet_config(&layout(false), ca, None);
         assert!(!worker.contains("registerWithTaints"));
+        assert!(!worker.contains("nodeStatusReportFrequency"));
         assert!(worker.contains("address: 10.88.0.11"));
         assert!(worker.contains("cgroupRoot: /ccm-test-1/ccm-worker"));
-        let control_plane = kubelet_config(&layout(true), ca);
+        let control_plane = kubelet_config(&layout(true), ca, Some(Duration::from_secs(10)));
+        assert!(control_plane.ends_with("nodeStatusReportFrequency: 10s\n"));
         assert!(control_plane.contains(
             "registerWithTaints:\n- key: node-role.kubernetes.io/control-plane\n  effect: NoSchedule\n"
         ));

@@ -9,12 +9,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 
 use super::netns::{self, NetworkNamespace};
 use super::node::{self, NodeLayout};
-use super::{CNI_CONF_FILE, PodNetwork, UNINITIALIZED_TAINT};
-use crate::Error;
+use super::{CNI_CONF_FILE, PodNetwork, has_uninitialized_taint};
+use crate::{Error, write_file};
 
 /// Sets up each node's Pod network when its Node is ready for it ([`PodNetwork`]): writes
 /// the CNI configuration for the Node's pod CIDR into the node's folder (containerd picks
@@ -76,8 +76,16 @@ async fn write_pod_networks(
     let api: Api<Node> = Api::all(client);
     let mut written: BTreeMap<String, String> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
-        for layout in nodes {
-            let Ok(Some(node)) = api.get_opt(&layout.name).await else {
+        // One listing a pass (not one request per node: this runs as long as the cluster).
+        let Ok(listed) = api.list(&ListParams::default()).await else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        for node in listed.items {
+            let Some(layout) = nodes
+                .iter()
+                .find(|layout| node.metadata.name.as_deref() == Some(layout.name.as_str()))
+            else {
                 continue;
             };
             let Some(cidr) = pod_network_due(&node, when) else {
@@ -112,14 +120,9 @@ fn pod_network_due(node: &Node, when: PodNetwork) -> Option<String> {
         .and_then(|cidrs| cidrs.iter().find(|c| netns::validate_ipv4_cidr(c).is_ok()))
         .or(spec.pod_cidr.as_ref())?
         .clone();
-    let initialised = !spec
-        .taints
-        .iter()
-        .flatten()
-        .any(|taint| taint.key == UNINITIALIZED_TAINT);
     match when {
         PodNetwork::AtPodCidr => Some(cidr),
-        PodNetwork::AfterInitialisation => initialised.then_some(cidr),
+        PodNetwork::AfterInitialisation => (!has_uninitialized_taint(node)).then_some(cidr),
     }
 }
 
@@ -132,8 +135,7 @@ fn set_up_pod_network(
     cluster_ns.run_script(&netns::pod_route_script(cidr, layout.address)?)?;
     let dir = layout.cni_conf_dir();
     let partial = dir.join(format!(".{CNI_CONF_FILE}.tmp"));
-    std::fs::write(&partial, config)
-        .map_err(|e| Error::io(format!("writing {}", partial.display()), e))?;
+    write_file(&partial, &config)?;
     std::fs::rename(&partial, dir.join(CNI_CONF_FILE)).map_err(|e| {
         Error::io(
             format!("writing the CNI configuration of {}", layout.name),
@@ -147,6 +149,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{NodeSpec, Taint};
 
     use super::*;
+    use crate::cluster::UNINITIALIZED_TAINT;
 
     fn node(cidr: Option<&str>, uninitialised: bool) -> Node {
         Node {

@@ -76,28 +76,8 @@ async fn main() -> ExitCode {
                 config.lb_activation_delay = Duration::from_millis(v);
             }),
             "--rate-limit" => number(&value).map(|v| config.rate_limit = v),
-            "--non-loopback" => match value.as_str() {
-                "on" => {
-                    config.allow_non_loopback = true;
-                    Ok(())
-                }
-                "off" => {
-                    config.allow_non_loopback = false;
-                    Ok(())
-                }
-                other => Err(format!("expected on or off, not {other:?}")),
-            },
-            "--routes-extension" => match value.as_str() {
-                "on" => {
-                    config.routes_extension = true;
-                    Ok(())
-                }
-                "off" => {
-                    config.routes_extension = false;
-                    Ok(())
-                }
-                _ => Err("must be on or off".to_owned()),
-            },
+            "--non-loopback" => on_off(&value).map(|v| config.allow_non_loopback = v),
+            "--routes-extension" => on_off(&value).map(|v| config.routes_extension = v),
             "--droplets" => number(&value).map(|v| droplets = v),
             _ => {
                 eprintln!("error: unknown flag {flag}");
@@ -154,6 +134,15 @@ async fn main() -> ExitCode {
     wait_for_signal(term).await;
     sim.shutdown().await;
     ExitCode::SUCCESS
+}
+
+/// `on` or `off`.
+fn on_off(value: &str) -> Result<bool, String> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("must be on or off".to_owned()),
+    }
 }
 
 fn number<T: std::str::FromStr<Err = std::num::ParseIntError>>(value: &str) -> Result<T, String> {

@@ -37,7 +37,10 @@
 #![forbid(unsafe_code)]
 
 pub mod catalog;
+mod data_plane;
 mod validate;
+
+pub use data_plane::AddressRange;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -91,6 +94,13 @@ pub struct SimulatorConfig {
     /// Whether `/v2/x-routes` (the simulator's extension) is served; without it, it answers
     /// 404 like DigitalOcean's API, and the provider offers no routes.
     pub routes_extension: bool,
+    /// The range load balancers' addresses come from, turning on the data plane: each
+    /// active load balancer listens on its address and forwards to its droplets (see the
+    /// crate docs). `None` (the default): load balancers are records, with addresses of
+    /// 198.18.0.0/15 that lead nowhere. A range that is not loopback needs
+    /// [`allow_non_loopback`](Self::allow_non_loopback), and the range must be local to the
+    /// simulator's network namespace (`ip route add local <range> dev lo`).
+    pub load_balancer_addresses: Option<AddressRange>,
 }
 
 impl SimulatorConfig {
@@ -106,6 +116,7 @@ impl SimulatorConfig {
             rate_limit: 5000,
             rate_limit_window: Duration::from_secs(1),
             routes_extension: true,
+            load_balancer_addresses: None,
         }
     }
 }
@@ -172,6 +183,10 @@ struct Shared {
     addr: SocketAddr,
     started: Instant,
     inner: Mutex<Inner>,
+    /// Told of every change to the state, for the data plane.
+    changed: Arc<tokio::sync::Notify>,
+    /// The data plane's targets and their health, by load balancer ID.
+    health: Mutex<BTreeMap<String, Vec<(std::net::Ipv4Addr, bool)>>>,
 }
 
 /// A handle on a simulator's state, for in-process tests (the admin interface's operations).
@@ -187,6 +202,7 @@ pub struct RunningSimulator {
     handle: SimulatorHandle,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    data_plane: Option<JoinHandle<()>>,
 }
 
 /// Why the simulator cannot start.
@@ -199,6 +215,11 @@ pub enum SimulatorError {
     /// A non-loopback address without an admin token.
     #[error("refusing to bind {0} without an admin token: /admin would be open to its network")]
     NoAdminToken(SocketAddr),
+    /// Load balancer addresses outside loopback (without `allow_non_loopback`).
+    #[error(
+        "refusing load balancer addresses in {0}: without --non-loopback on they must be loopback"
+    )]
+    NotLoopbackRange(AddressRange),
     /// Binding or reading state failed. The message includes the cause (which is therefore
     /// not also a `source()`, so that printing the chain does not say it twice).
     #[error("{context}: {cause}")]
@@ -240,6 +261,12 @@ impl RunningSimulator {
                 return Err(SimulatorError::NoAdminToken(config.listen));
             }
         }
+        if let Some(range) = config.load_balancer_addresses
+            && !range.is_loopback()
+            && !config.allow_non_loopback
+        {
+            return Err(SimulatorError::NotLoopbackRange(range));
+        }
         let mut data = Data::default();
         if let Some(path) = &config.state_file
             && path.exists()
@@ -277,8 +304,24 @@ impl RunningSimulator {
                 window_count: 0,
                 rng: 0x9E37_79B9_7F4A_7C15,
             }),
+            changed: Arc::new(tokio::sync::Notify::new()),
+            health: Mutex::new(BTreeMap::new()),
         });
         let handle = SimulatorHandle { shared };
+        let data_plane = handle.shared.config.load_balancer_addresses.map(|_| {
+            let (read, publish) = (handle.clone(), handle.clone());
+            tokio::spawn(data_plane::run(
+                Arc::clone(&handle.shared.changed),
+                move || read.data_plane_specs(),
+                move |health| {
+                    *publish
+                        .shared
+                        .health
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = health;
+                },
+            ))
+        });
         let app = router(handle.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -293,6 +336,7 @@ impl RunningSimulator {
             handle,
             stop: Some(stop),
             task: Some(task),
+            data_plane,
         })
     }
 
@@ -311,8 +355,12 @@ impl RunningSimulator {
         &self.handle
     }
 
-    /// Stops serving and waits for the server task.
+    /// Stops serving (the API and every load balancer) and waits for the server task.
     pub async fn shutdown(mut self) {
+        if let Some(plane) = self.data_plane.take() {
+            plane.abort();
+            let _ = plane.await;
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -327,7 +375,10 @@ impl SimulatorHandle {
         lock(&self.shared.inner)
     }
 
+    /// Called after every change to the state: tells the data plane, and writes the state
+    /// file if there is one.
     fn persist(&self, inner: &Inner) {
+        self.shared.changed.notify_one();
         let Some(path) = &self.shared.config.state_file else {
             return;
         };
@@ -452,8 +503,41 @@ impl SimulatorHandle {
     /// All load balancers (activating those due).
     pub fn load_balancers(&self) -> Vec<LoadBalancerObject> {
         let mut inner = self.inner();
-        activate_due(&mut inner.data);
+        activate_due(&mut inner.data, self.range());
         inner.data.load_balancers.values().cloned().collect()
+    }
+
+    fn range(&self) -> Option<&AddressRange> {
+        self.shared.config.load_balancer_addresses.as_ref()
+    }
+
+    /// What the data plane should run: each active load balancer's spec, by ID.
+    fn data_plane_specs(&self) -> BTreeMap<String, data_plane::LbSpec> {
+        let mut inner = self.inner();
+        let before = inner.data.lb_activate_at.len();
+        activate_due(&mut inner.data, self.range());
+        if inner.data.lb_activate_at.len() != before {
+            self.persist(&inner);
+        }
+        let droplets: Vec<Droplet> = inner.data.droplets.values().cloned().collect();
+        inner
+            .data
+            .load_balancers
+            .iter()
+            .filter_map(|(id, lb)| Some((id.clone(), data_plane::spec_of(lb, &droplets)?)))
+            .collect()
+    }
+
+    /// The data plane's view of a load balancer: each target's private address and whether
+    /// it passes the health check (empty without the data plane, or before it is active).
+    pub fn load_balancer_health(&self, id: &str) -> Vec<(std::net::Ipv4Addr, bool)> {
+        self.shared
+            .health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// All extension routes.
@@ -491,7 +575,10 @@ impl SimulatorHandle {
     }
 }
 
-fn activate_due(data: &mut Data) {
+/// Turns the load balancers whose activation is due `active` and gives them addresses:
+/// from `range` when the data plane is on (an exhausted range leaves one `errored`), else
+/// from 198.18.0.0/15 and 2001:db8:1b::/64.
+fn activate_due(data: &mut Data, range: Option<&AddressRange>) {
     let now = now_ms();
     let due: Vec<String> = data
         .lb_activate_at
@@ -503,7 +590,26 @@ fn activate_due(data: &mut Data) {
         data.lb_activate_at.remove(&id);
         data.next_id += 1;
         let n = data.next_id;
-        if let Some(lb) = data.load_balancers.get_mut(&id) {
+        if let Some(range) = range {
+            let used: Vec<std::net::Ipv4Addr> = data
+                .load_balancers
+                .values()
+                .filter_map(|lb| lb.ip.parse().ok())
+                .collect();
+            let free = range.first_free(&used);
+            if let Some(lb) = data.load_balancers.get_mut(&id) {
+                match free {
+                    Some(ip) => {
+                        lb.status = "active".into();
+                        lb.ip = ip.to_string();
+                    }
+                    None => {
+                        tracing::warn!(lb = %id, %range, "no load balancer address left");
+                        lb.status = "errored".into();
+                    }
+                }
+            }
+        } else if let Some(lb) = data.load_balancers.get_mut(&id) {
             lb.status = "active".into();
             // Unique while fewer than 64000 IDs were handed out.
             lb.ip = format!("198.18.{}.{}", (n / 250) % 256, n % 250 + 2);
@@ -1017,7 +1123,21 @@ async fn admin_faults(State(h): State<SimulatorHandle>, Json(f): Json<Faults>) -
 }
 
 async fn admin_stats(State(h): State<SimulatorHandle>) -> Response {
-    Json(json!({"requests": h.request_counts()})).into_response()
+    let health: BTreeMap<String, Vec<serde_json::Value>> = h
+        .shared
+        .health
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(id, targets)| {
+            let targets = targets
+                .iter()
+                .map(|(ip, healthy)| json!({"ip": ip.to_string(), "healthy": healthy}))
+                .collect();
+            (id.clone(), targets)
+        })
+        .collect();
+    Json(json!({"requests": h.request_counts(), "load_balancer_targets": health})).into_response()
 }
 
 /// The load balancer `req` describes, as the API shows it: the region as an object, and
@@ -1092,7 +1212,10 @@ async fn create_lb(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -
     inner.data.load_balancers.insert(id.clone(), lb.clone());
     let at = now_ms() + h.shared.config.lb_activation_delay.as_millis() as u64;
     inner.data.lb_activate_at.insert(id, at);
-    activate_due(&mut inner.data);
+    activate_due(
+        &mut inner.data,
+        h.shared.config.load_balancer_addresses.as_ref(),
+    );
     h.persist(&inner);
     let lb = inner.data.load_balancers.get(&lb.id).cloned().unwrap_or(lb);
     (StatusCode::ACCEPTED, Json(json!({"load_balancer": lb}))).into_response()
@@ -1100,7 +1223,10 @@ async fn create_lb(State(h): State<SimulatorHandle>, bytes: axum::body::Bytes) -
 
 async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
     let mut inner = h.inner();
-    activate_due(&mut inner.data);
+    activate_due(
+        &mut inner.data,
+        h.shared.config.load_balancer_addresses.as_ref(),
+    );
     match inner.data.load_balancers.get(&id) {
         Some(lb) => Json(json!({"load_balancer": lb})).into_response(),
         None => not_found(),
@@ -1120,7 +1246,10 @@ async fn update_lb(
         return unprocessable(message);
     }
     let mut inner = h.inner();
-    activate_due(&mut inner.data);
+    activate_due(
+        &mut inner.data,
+        h.shared.config.load_balancer_addresses.as_ref(),
+    );
     let Some(lb) = inner.data.load_balancers.get_mut(&id) else {
         return not_found();
     };

@@ -11,6 +11,9 @@
 //! `--routes-extension off` answers `/v2/x-routes` with 404, as DigitalOcean's API does.
 //! `--non-loopback on` lets `--listen` name another address than loopback (a test network
 //! namespace's), and then needs `--admin-token-file`.
+//! `--lb-addresses CIDR` turns on the data plane: load balancers get addresses of that range
+//! (loopback, e.g. `127.77.0.0/24`, unless `--non-loopback on`) and forward traffic to their
+//! droplets.
 //! Stops on Ctrl-C or SIGTERM.
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -25,7 +28,8 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: do-like-api-simulator [--listen 127.0.0.1:PORT] [--token-file FILE] \
          [--admin-token-file FILE] [--state-file FILE] [--lb-activation-ms MS] \
-         [--rate-limit N] [--droplets N] [--routes-extension on|off] [--non-loopback on|off]\n\
+         [--rate-limit N] [--droplets N] [--routes-extension on|off] [--non-loopback on|off] \
+         [--lb-addresses CIDR]\n\
          The token is read from --token-file or $DO_LIKE_TOKEN; /admin needs the token in \
          --admin-token-file when it is given."
     );
@@ -79,6 +83,9 @@ async fn main() -> ExitCode {
             "--non-loopback" => on_off(&value).map(|v| config.allow_non_loopback = v),
             "--routes-extension" => on_off(&value).map(|v| config.routes_extension = v),
             "--droplets" => number(&value).map(|v| droplets = v),
+            "--lb-addresses" => value
+                .parse()
+                .map(|v| config.load_balancer_addresses = Some(v)),
             _ => {
                 eprintln!("error: unknown flag {flag}");
                 return usage();

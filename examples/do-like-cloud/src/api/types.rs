@@ -110,7 +110,7 @@ pub struct Networks {
 }
 
 /// A droplet as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Droplet {
     /// The droplet's ID.
     pub id: u64,
@@ -274,7 +274,7 @@ pub struct LoadBalancerRequest {
 }
 
 /// A load balancer as the API shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoadBalancerObject {
     /// Its ID (a UUID).
     pub id: String,

@@ -1,0 +1,349 @@
+//! Forwarding: a load balancer's targets with their health ([`Pool`]), and one task per
+//! forwarding rule that carries a TCP connection or a UDP flow to a healthy target's port.
+//!
+//! TCP: each accepted connection goes to the next healthy target (round robin, or the one
+//! with the fewest open connections for `least_connections`) and its bytes are copied both
+//! ways until either side closes. UDP: each client address is a flow pinned to one target
+//! until it has been idle for [`UDP_IDLE`]; answers from the target go back to the client
+//! from the load balancer's address. With no healthy target a connection is closed at once
+//! and a datagram is dropped. Connections and flows are capped per rule, and all of them end
+//! when the rule's task is dropped (the load balancer was deleted or its rule changed).
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::health::Health;
+
+/// How long a connection to a target may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Open TCP connections per forwarding rule; more are refused (closed at once).
+pub(crate) const MAX_CONNECTIONS: usize = 4096;
+/// UDP flows per forwarding rule; datagrams of new clients beyond it are dropped.
+pub(crate) const MAX_UDP_FLOWS: usize = 1024;
+/// A UDP flow with no datagram either way for this long is forgotten.
+pub(crate) const UDP_IDLE: Duration = Duration::from_secs(30);
+/// The largest UDP datagram relayed.
+const MAX_DATAGRAM: usize = 65_535;
+
+/// How a load balancer picks a target for a new connection or flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Algorithm {
+    /// The next healthy target in turn.
+    RoundRobin,
+    /// The healthy target with the fewest open connections.
+    LeastConnections,
+}
+
+#[derive(Debug)]
+struct Target {
+    address: Ipv4Addr,
+    health: Health,
+    open: usize,
+}
+
+/// A load balancer's targets and their health, shared by its health checkers (which write)
+/// and its forwarders (which pick).
+#[derive(Debug)]
+pub(crate) struct Pool {
+    algorithm: Mutex<Algorithm>,
+    targets: Mutex<Vec<Target>>,
+    next: AtomicUsize,
+}
+
+/// An open connection or flow to a target; dropping it closes the count.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pool: Arc<Pool>,
+    address: Ipv4Addr,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(t) = self
+            .pool
+            .targets()
+            .iter_mut()
+            .find(|t| t.address == self.address)
+        {
+            t.open = t.open.saturating_sub(1);
+        }
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(algorithm: Algorithm) -> Arc<Self> {
+        Arc::new(Self {
+            algorithm: Mutex::new(algorithm),
+            targets: Mutex::new(Vec::new()),
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    fn targets(&self) -> MutexGuard<'_, Vec<Target>> {
+        self.targets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn set_algorithm(&self, algorithm: Algorithm) {
+        *self.algorithm.lock().unwrap_or_else(|e| e.into_inner()) = algorithm;
+    }
+
+    /// Makes the targets exactly `addresses`, keeping the health of those already known
+    /// (new ones start unchecked, so unhealthy).
+    pub(crate) fn set_targets(&self, addresses: &[Ipv4Addr]) {
+        let mut targets = self.targets();
+        targets.retain(|t| addresses.contains(&t.address));
+        for &address in addresses {
+            if !targets.iter().any(|t| t.address == address) {
+                targets.push(Target {
+                    address,
+                    health: Health::default(),
+                    open: 0,
+                });
+            }
+        }
+    }
+
+    /// Records a probe of `address` (ignored if it is no longer a target).
+    pub(crate) fn record(&self, address: Ipv4Addr, passed: bool, spec: &super::CheckSpec) {
+        if let Some(t) = self.targets().iter_mut().find(|t| t.address == address) {
+            let was = t.health.healthy;
+            let now = t.health.record(passed, spec);
+            if was != now {
+                tracing::info!(target = %address, healthy = now, "load balancer target health changed");
+            }
+        }
+    }
+
+    /// Each target and whether it is healthy, in the order they were added.
+    pub(crate) fn health(&self) -> Vec<(Ipv4Addr, bool)> {
+        self.targets()
+            .iter()
+            .map(|t| (t.address, t.health.healthy))
+            .collect()
+    }
+
+    /// A healthy target for a new connection, counted as open until the lease is dropped.
+    pub(crate) fn pick(self: &Arc<Self>) -> Option<Lease> {
+        let algorithm = *self.algorithm.lock().unwrap_or_else(|e| e.into_inner());
+        let mut targets = self.targets();
+        let healthy: Vec<usize> = (0..targets.len())
+            .filter(|&i| targets[i].health.healthy)
+            .collect();
+        let chosen = match algorithm {
+            _ if healthy.is_empty() => return None,
+            Algorithm::RoundRobin => {
+                healthy[self.next.fetch_add(1, Ordering::Relaxed) % healthy.len()]
+            }
+            Algorithm::LeastConnections => {
+                let start = self.next.fetch_add(1, Ordering::Relaxed);
+                // Ties go round robin, so an idle pool still spreads.
+                (0..healthy.len())
+                    .map(|k| healthy[(start + k) % healthy.len()])
+                    .min_by_key(|&i| targets[i].open)?
+            }
+        };
+        targets[chosen].open += 1;
+        Some(Lease {
+            pool: Arc::clone(self),
+            address: targets[chosen].address,
+        })
+    }
+}
+
+/// Accepts connections on `listener` and carries each to `target_port` of a healthy target.
+pub(crate) async fn serve_tcp(listener: TcpListener, target_port: u16, pool: Arc<Pool>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let (client, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            continue; // at the cap: closed at once
+        };
+        let Some(lease) = pool.pick() else {
+            continue; // no healthy target: closed at once
+        };
+        connections.spawn(async move {
+            let _slot = slot;
+            let target = SocketAddr::from((lease.address, target_port));
+            let mut client = client;
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
+                Ok(Ok(mut upstream)) => {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%target, error = %e, "cannot reach the target"),
+                Err(_) => tracing::debug!(%target, "connecting to the target timed out"),
+            }
+            drop(lease);
+        });
+    }
+}
+
+struct Flow {
+    upstream: Arc<UdpSocket>,
+    last_seen: Arc<AtomicU64>,
+    /// The task relaying the target's answers; aborted with the flow.
+    _answers: tokio::task::JoinHandle<()>,
+    _lease: Lease,
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self._answers.abort();
+    }
+}
+
+/// Relays datagrams arriving at `socket` to `target_port` of a healthy target, one flow per
+/// client address, and the target's answers back.
+pub(crate) async fn serve_udp(socket: UdpSocket, target_port: u16, pool: Arc<Pool>) {
+    let socket = Arc::new(socket);
+    let started = Instant::now();
+    let now = move || started.elapsed().as_millis() as u64;
+    let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut sweep = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            received = socket.recv_from(&mut buf) => {
+                let Ok((len, client)) = received else { continue };
+                if !flows.contains_key(&client) {
+                    if flows.len() >= MAX_UDP_FLOWS {
+                        continue;
+                    }
+                    let Some(flow) = open_flow(&socket, client, target_port, &pool, now()).await else {
+                        continue;
+                    };
+                    flows.insert(client, flow);
+                }
+                if let Some(flow) = flows.get(&client) {
+                    flow.last_seen.store(now(), Ordering::Relaxed);
+                    let _ = flow.upstream.send(&buf[..len]).await;
+                }
+            }
+            _ = sweep.tick() => {
+                let idle = UDP_IDLE.as_millis() as u64;
+                let at = now();
+                flows.retain(|_, f| at.saturating_sub(f.last_seen.load(Ordering::Relaxed)) < idle);
+            }
+        }
+    }
+}
+
+async fn open_flow(
+    socket: &Arc<UdpSocket>,
+    client: SocketAddr,
+    target_port: u16,
+    pool: &Arc<Pool>,
+    now: u64,
+) -> Option<Flow> {
+    let lease = pool.pick()?;
+    let upstream = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
+        .await
+        .ok()?;
+    upstream
+        .connect(SocketAddr::from((lease.address, target_port)))
+        .await
+        .ok()?;
+    let upstream = Arc::new(upstream);
+    let last_seen = Arc::new(AtomicU64::new(now));
+    let answers = {
+        let (upstream, socket, last_seen) = (
+            Arc::clone(&upstream),
+            Arc::clone(socket),
+            Arc::clone(&last_seen),
+        );
+        let started = Instant::now();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; MAX_DATAGRAM];
+            loop {
+                match upstream.recv(&mut buf).await {
+                    Ok(len) => {
+                        let elapsed = started.elapsed().as_millis() as u64;
+                        last_seen.fetch_max(now + elapsed, Ordering::Relaxed);
+                        let _ = socket.send_to(&buf[..len], client).await;
+                    }
+                    // An ICMP error (the target's port is closed) ends nothing: the next
+                    // datagram may find it open.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        })
+    };
+    Some(Flow {
+        upstream,
+        last_seen,
+        _answers: answers,
+        _lease: lease,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data_plane::CheckSpec;
+
+    fn spec() -> CheckSpec {
+        CheckSpec {
+            http_path: None,
+            port: 1,
+            interval: Duration::from_secs(3),
+            timeout: Duration::from_secs(3),
+            healthy_threshold: 2,
+            unhealthy_threshold: 2,
+        }
+    }
+
+    const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+    const C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
+
+    #[test]
+    fn only_healthy_targets_are_picked_in_turn() {
+        let pool = Pool::new(Algorithm::RoundRobin);
+        pool.set_targets(&[A, B, C]);
+        assert!(pool.pick().is_none(), "nothing checked yet");
+        pool.record(A, true, &spec());
+        pool.record(C, true, &spec());
+        let picks: Vec<Ipv4Addr> = (0..4).map(|_| pool.pick().unwrap().address).collect();
+        assert_eq!(picks, [A, C, A, C]);
+    }
+
+    #[test]
+    fn least_connections_prefers_the_idle_target() {
+        let pool = Pool::new(Algorithm::LeastConnections);
+        pool.set_targets(&[A, B]);
+        pool.record(A, true, &spec());
+        pool.record(B, true, &spec());
+        let first = pool.pick().unwrap();
+        let second = pool.pick().unwrap();
+        assert_ne!(first.address, second.address, "ties spread");
+        drop(first);
+        let third = pool.pick().unwrap();
+        assert_ne!(third.address, second.address, "the idle one is chosen");
+    }
+
+    #[test]
+    fn changing_the_targets_keeps_known_health() {
+        let pool = Pool::new(Algorithm::RoundRobin);
+        pool.set_targets(&[A, B]);
+        pool.record(A, true, &spec());
+        pool.set_targets(&[A, C]);
+        assert_eq!(pool.health(), [(A, true), (C, false)]);
+        pool.record(B, true, &spec());
+        assert_eq!(pool.health(), [(A, true), (C, false)], "B is gone");
+    }
+}

@@ -1,0 +1,235 @@
+//! The data plane on loopback: a load balancer made through the API listens on an address of
+//! `--lb-addresses`, carries TCP and UDP to the droplets that pass its health check, follows
+//! an update of its droplets, and stops listening the moment it is deleted. The droplets are
+//! servers this test runs on 127.0.0.x, each answering with its own name.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::JoinHandle;
+
+const TOKEN: &str = "data-plane-token";
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// A droplet's server: on TCP `port` of `ip` it answers each connection with `name` and
+/// closes; on UDP `port` it answers each datagram with `name` + the datagram.
+struct Backend {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Backend {
+    async fn start(ip: Ipv4Addr, port: u16, name: &'static str) -> Self {
+        let tcp = TcpListener::bind((ip, port)).await.unwrap();
+        let udp = UdpSocket::bind((ip, port)).await.unwrap();
+        let tcp_task = tokio::spawn(async move {
+            while let Ok((mut s, _)) = tcp.accept().await {
+                let _ = s.write_all(name.as_bytes()).await;
+            }
+        });
+        let udp_task = tokio::spawn(async move {
+            let mut buf = [0u8; 1500];
+            while let Ok((n, from)) = udp.recv_from(&mut buf).await {
+                let answer = [name.as_bytes(), b":", &buf[..n]].concat();
+                let _ = udp.send_to(&answer, from).await;
+            }
+        });
+        Self {
+            tasks: vec![tcp_task, udp_task],
+        }
+    }
+
+    fn stop(self) {
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A port free on both 127.0.0.1 and 127.0.0.2 (TCP and UDP).
+async fn free_port() -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let ok = TcpListener::bind(("127.0.0.2", port)).await.is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).await.is_ok()
+            && UdpSocket::bind(("127.0.0.2", port)).await.is_ok();
+        if ok {
+            return port;
+        }
+    }
+}
+
+async fn tcp_answer(at: SocketAddr) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(at).await?;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut answer))
+        .await
+        .map_err(std::io::Error::other)??;
+    Ok(answer)
+}
+
+async fn udp_answer(at: SocketAddr, payload: &str) -> Option<String> {
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    s.send_to(payload.as_bytes(), at).await.unwrap();
+    let mut buf = [0u8; 1500];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(2), s.recv_from(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// Polls `check` every 200 ms for up to `within`.
+async fn eventually(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < within, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn lb_body(droplets: &[u64], port: u16) -> serde_json::Value {
+    serde_json::json!({
+        "name": "web", "region": "nyc1", "size_unit": 1,
+        "forwarding_rules": [
+            {"entry_protocol": "tcp", "entry_port": 8080, "target_protocol": "tcp", "target_port": port},
+            {"entry_protocol": "udp", "entry_port": 8053, "target_protocol": "udp", "target_port": port},
+        ],
+        "health_check": {"protocol": "tcp", "port": port, "check_interval_seconds": 3,
+            "response_timeout_seconds": 3, "healthy_threshold": 2, "unhealthy_threshold": 2},
+        "droplet_ids": droplets,
+    })
+}
+
+#[tokio::test]
+async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.lb_activation_delay = Duration::from_millis(100);
+    cfg.load_balancer_addresses = Some("127.77.1.0/24".parse().unwrap());
+    let sim = RunningSimulator::start(cfg).await.unwrap();
+    let port = free_port().await;
+    let a = Backend::start(Ipv4Addr::new(127, 0, 0, 1), port, "a").await;
+    let b = Backend::start(Ipv4Addr::new(127, 0, 0, 2), port, "b").await;
+    let h = sim.handle();
+    let da = h.create_droplet_at(
+        "a",
+        "s-1vcpu-1gb",
+        "nyc1",
+        Some(Ipv4Addr::new(127, 0, 0, 1)),
+    );
+    let db = h.create_droplet_at(
+        "b",
+        "s-1vcpu-1gb",
+        "nyc1",
+        Some(Ipv4Addr::new(127, 0, 0, 2)),
+    );
+    let http = http();
+    let lb: serde_json::Value = http
+        .post(format!("{}/v2/load_balancers", sim.url()))
+        .bearer_auth(TOKEN)
+        .json(&lb_body(&[da.id, db.id], port))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = lb["load_balancer"]["id"].as_str().unwrap().to_owned();
+
+    // Active with an address of the range; both droplets healthy after their first check.
+    let mut ip = String::new();
+    eventually(
+        "the load balancer's address",
+        Duration::from_secs(5),
+        async || {
+            ip = h
+                .load_balancers()
+                .iter()
+                .find(|l| l.id == id)
+                .map(|l| l.ip.clone())
+                .unwrap_or_default();
+            !ip.is_empty()
+        },
+    )
+    .await;
+    let ip: Ipv4Addr = ip.parse().unwrap();
+    assert_eq!(ip, Ipv4Addr::new(127, 77, 1, 1));
+    eventually(
+        "both targets healthy",
+        Duration::from_secs(10),
+        async || {
+            h.load_balancer_health(&id)
+                .iter()
+                .filter(|(_, up)| *up)
+                .count()
+                == 2
+        },
+    )
+    .await;
+    let tcp = SocketAddr::from((ip, 8080));
+    let udp = SocketAddr::from((ip, 8053));
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(tcp_answer(tcp).await.unwrap());
+    }
+    seen.sort();
+    assert_eq!(seen, ["a", "a", "b", "b"], "round robin over both droplets");
+    let answer = udp_answer(udp, "ping").await.expect("a UDP answer");
+    assert!(answer == "a:ping" || answer == "b:ping", "{answer}");
+
+    // A droplet that stops answering fails its checks and gets no more connections.
+    b.stop();
+    eventually("b unhealthy", Duration::from_secs(15), async || {
+        h.load_balancer_health(&id)
+            .contains(&(Ipv4Addr::new(127, 0, 0, 2), false))
+    })
+    .await;
+    for _ in 0..4 {
+        assert_eq!(tcp_answer(tcp).await.unwrap(), "a");
+    }
+
+    // An update that takes `a` away leaves no healthy droplet: connections are closed at once.
+    let updated = http
+        .put(format!("{}/v2/load_balancers/{id}", sim.url()))
+        .bearer_auth(TOKEN)
+        .json(&lb_body(&[db.id], port))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(updated.status(), 200);
+    eventually("only b is a target", Duration::from_secs(5), async || {
+        h.load_balancer_health(&id) == [(Ipv4Addr::new(127, 0, 0, 2), false)]
+    })
+    .await;
+    assert_eq!(tcp_answer(tcp).await.unwrap_or_default(), "");
+
+    // Deleted: nothing listens on the address any more.
+    let deleted = http
+        .delete(format!("{}/v2/load_balancers/{id}", sim.url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    eventually("the listener closed", Duration::from_secs(2), async || {
+        TcpStream::connect(tcp).await.is_err()
+    })
+    .await;
+    a.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn addresses_outside_loopback_need_the_non_loopback_switch() {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.load_balancer_addresses = Some("10.88.64.0/24".parse().unwrap());
+    let err = RunningSimulator::start(cfg).await.unwrap_err();
+    assert!(err.to_string().contains("10.88.64.0/24"), "{err}");
+}

@@ -1,11 +1,14 @@
 //! `ccm-local-cluster`: a real cluster on this machine (`ccm_test::Cluster`: kubelets,
 //! containerd, kube-proxy, a CNI, in network namespaces made for the run) with a bundled
 //! provider's CCM installed from its release manifest, as a user installs it. Prints the
-//! Nodes, the Pods and a LoadBalancer Service, then keeps the cluster until Ctrl-C.
-//! `scripts/cluster.sh` builds what it needs and runs it.
+//! Nodes, the Pods and a LoadBalancer Service (with the DO-like cloud, a request answered
+//! through its load balancer), then keeps the cluster until Ctrl-C; or runs a program in
+//! the cluster's network (`--exec`, for Kubernetes' e2e tests) and exits with its status.
+//! `scripts/cluster.sh` and `scripts/e2e-upstream.sh` build what it needs and run it.
 //!
 //! ```text
 //! ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
+//!                   [--image ARCHIVE]... [--exec PROGRAM ARGS...]
 //! ```
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -16,21 +19,29 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ccm_test::Cluster;
-use ccm_test::cluster::PAUSE_IMAGE;
+use ccm_test::cluster::{LOAD_BALANCER_CIDR, WEB_IMAGE};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const USAGE: &str = "\
 usage: ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
+                         [--image ARCHIVE]... [--exec PROGRAM ARGS...]
 
 Starts a cluster of N nodes (default 2; kubelets with --cloud-provider=external,
 containerd, kube-proxy) in network namespaces made for the run, applies the
 provider's release manifest (releases/v<version>/<provider>.yaml) with the image
 pointed at the one scripts/images.sh built, waits until the CCM has initialised
-the Nodes, runs a Pod and a LoadBalancer Service, and prints them. The DO-like
-provider's API simulator runs in the cluster's own namespace. Needs root.
+the Nodes, runs a web Deployment behind a LoadBalancer Service, and prints them.
+The DO-like provider's API simulator runs in the cluster's own namespace with its
+data plane on: its load balancers get addresses of 10.88.64.0/24 there and
+forward to the Nodes, and a request is sent through one. Needs root.
 
   --once             stop after printing (default: run until Ctrl-C)
   --kubeconfig FILE  also write the admin kubeconfig to FILE (removed on exit)
+  --image ARCHIVE    also import this OCI archive into every node (repeatable)
+  --exec PROGRAM...  instead of the workload, run PROGRAM with the rest of the
+                     arguments in the cluster's network namespace, with KUBECONFIG
+                     naming an admin kubeconfig that works there; stop the cluster
+                     when it ends and exit with its status
 ";
 
 /// A bundled provider: its release manifest and images.
@@ -59,6 +70,8 @@ struct Options {
     nodes: usize,
     once: bool,
     kubeconfig: Option<PathBuf>,
+    images: Vec<PathBuf>,
+    exec: Vec<String>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -66,7 +79,16 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut nodes = 2;
     let mut once = false;
     let mut kubeconfig = None;
+    let mut images = Vec::new();
+    let mut exec = Vec::new();
     while let Some(arg) = args.next() {
+        if arg == "--exec" {
+            exec.extend(args.by_ref());
+            if exec.is_empty() {
+                return Err("--exec needs a program".to_owned());
+            }
+            break;
+        }
         let (flag, inline) = match arg.split_once('=') {
             Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
             None => (arg, None),
@@ -94,6 +116,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             }
             "--once" => once = true,
             "--kubeconfig" => kubeconfig = Some(PathBuf::from(value("--kubeconfig")?)),
+            "--image" => images.push(PathBuf::from(value("--image")?)),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -102,6 +125,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         nodes,
         once,
         kubeconfig,
+        images,
+        exec,
     })
 }
 
@@ -138,7 +163,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(&options)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(status) => ExitCode::from(status),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -151,7 +176,8 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-async fn run(options: &Options) -> Result<(), String> {
+/// Runs the cluster; the exit status (`--exec`'s program's, else 0).
+async fn run(options: &Options) -> Result<u8, String> {
     let provider = options.provider;
     let archive = ccm_test::image::archive(&workspace(), provider.image);
     if !archive.is_file() {
@@ -162,12 +188,14 @@ async fn run(options: &Options) -> Result<(), String> {
         ));
     }
     let started = std::time::Instant::now();
-    let cluster = Cluster::builder()
-        .nodes(options.nodes)
-        .image(&archive)
-        .start()
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut builder = Cluster::builder().nodes(options.nodes).image(&archive);
+    for image in &options.images {
+        if !image.is_file() {
+            return Err(format!("--image {}: no such file", image.display()));
+        }
+        builder = builder.image(image);
+    }
+    let cluster = builder.start().await.map_err(|e| e.to_string())?;
     println!(
         "Cluster of {} nodes up in {:.1} s (Kubernetes {}).",
         options.nodes,
@@ -223,15 +251,24 @@ async fn run(options: &Options) -> Result<(), String> {
         })
     })
     .await?;
+    if !options.exec.is_empty() {
+        return exec(&cluster, &options.exec);
+    }
     cluster
         .apply(&workload())
         .map_err(|e| format!("the workload: {e}"))?;
-    wait_for(&cluster, "the workload Pod running", || {
+    wait_for(&cluster, "the web Deployment available", || {
         kubectl_out(
             &cluster,
-            &["get", "pod", "web", "-o", "jsonpath={.status.phase}"],
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.status.availableReplicas}",
+            ],
         )
-        .is_ok_and(|phase| phase == "Running")
+        .is_ok_and(|ready| ready == WEB_REPLICAS.to_string())
     })
     .await?;
     wait_for(&cluster, "the load balancer's ingress", || {
@@ -263,6 +300,9 @@ async fn run(options: &Options) -> Result<(), String> {
         println!("\n$ kubectl {}", args.join(" "));
         print!("{}", kubectl_out(&cluster, args)?);
     }
+    if std::ptr::eq(provider, &DO_LIKE) {
+        request_through_load_balancer(&cluster).await?;
+    }
 
     let kubeconfig = match &options.kubeconfig {
         Some(path) => {
@@ -284,21 +324,133 @@ async fn run(options: &Options) -> Result<(), String> {
     if let Some(path) = &options.kubeconfig {
         let _ = std::fs::remove_file(path);
     }
+    stop(cluster);
+    Ok(0)
+}
+
+fn stop(cluster: Cluster) {
     let stopping = std::time::Instant::now();
     drop(cluster);
     eprintln!("stopped in {:.1} s", stopping.elapsed().as_secs_f64());
+}
+
+/// Runs `program args` in the cluster's namespace with an in-cluster admin kubeconfig in
+/// `KUBECONFIG`; stops the cluster after it; its exit status (1 if killed by a signal).
+fn exec(cluster: &Cluster, command: &[String]) -> Result<u8, String> {
+    let kubeconfig = cluster.kubeconfig_in_cluster().map_err(|e| e.to_string())?;
+    println!(
+        "\n$ {}   (in the cluster's network namespace)",
+        command.join(" ")
+    );
+    let status = cluster
+        .command(&command[0])
+        .args(&command[1..])
+        .env("KUBECONFIG", &kubeconfig)
+        .status()
+        .map_err(|e| format!("running {}: {e}", command[0]))?;
+    println!(
+        "{} exited: {status} (logs of every cluster process: {})",
+        command[0],
+        cluster.control_plane().dir().display()
+    );
+    Ok(status
+        .code()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(1))
+}
+
+/// Sends `GET /` to the `web` Service's load-balancer address from the cluster's namespace
+/// (as a client on the cloud's network would) until a Pod answers, and prints who did.
+async fn request_through_load_balancer(cluster: &Cluster) -> Result<(), String> {
+    let ip = kubectl_out(
+        cluster,
+        &[
+            "get",
+            "service",
+            "web",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[0].ip}",
+        ],
+    )?;
+    let ip: std::net::Ipv4Addr = ip
+        .trim()
+        .parse()
+        .map_err(|_| format!("the load balancer's address {ip:?} is not an IPv4 address"))?;
+    let target = SocketAddr::from((ip, 80));
+    println!("\n$ curl http://{ip}/   (from the cluster's network, through the load balancer)");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut answered = Vec::new();
+    let mut last_error = String::new();
+    while answered.len() < 4 {
+        match http_get(cluster, target).await {
+            Ok(body) => answered.push(body),
+            Err(e) => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!(
+                        "no answer through the load balancer at {target}: {last_error}\n{}",
+                        cluster.log(SIMULATOR)
+                    ));
+                }
+                last_error = e;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    for body in &answered {
+        println!("{body}");
+    }
+    println!("(each line is the name of the Pod that answered)");
     Ok(())
 }
 
-/// A Pod (of the cluster's pause image: it only has to run) and a LoadBalancer Service in
-/// front of it.
+/// The body of `GET /` at `target`, if the answer is a 200.
+async fn http_get(cluster: &Cluster, target: SocketAddr) -> Result<String, String> {
+    let mut stream = cluster
+        .connect(target)
+        .await
+        .map_err(|e| format!("connecting: {e}"))?;
+    let request = format!("GET / HTTP/1.0\r\nHost: {target}\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("sending: {e}"))?;
+    let mut response = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        (&mut stream).take(64 * 1024).read_to_end(&mut response),
+    )
+    .await
+    .map_err(|_| "no answer within 5 s".to_owned())?
+    .map_err(|e| format!("reading: {e}"))?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
+        Ok(body.trim().to_owned())
+    } else {
+        Err(format!(
+            "answered {:?}",
+            head.lines().next().unwrap_or_default()
+        ))
+    }
+}
+
+/// How many web Pods the workload runs.
+const WEB_REPLICAS: u32 = 2;
+
+/// A Deployment of the cluster's web image (it answers with its Pod's name) and a
+/// LoadBalancer Service in front of it.
 fn workload() -> String {
     format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: web, namespace: default, labels: {{app: web}}}}
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
 spec:
-  containers: [{{name: web, image: {PAUSE_IMAGE}}}]
+  replicas: {WEB_REPLICAS}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers: [{{name: web, image: {WEB_IMAGE}, ports: [{{containerPort: 8080}}]}}]
 ---
 apiVersion: v1
 kind: Service
@@ -337,6 +489,7 @@ async fn start_simulator(cluster: &Cluster) -> Result<String, String> {
             &[
                 format!("--listen={address}"),
                 "--non-loopback=on".to_owned(),
+                format!("--lb-addresses={LOAD_BALANCER_CIDR}"),
                 format!("--token-file={}", token.display()),
                 format!("--admin-token-file={}", admin_token.display()),
             ],
@@ -443,6 +596,8 @@ async fn wait_for_stop() {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::parse;
 
     fn args(list: &[&str]) -> impl Iterator<Item = String> {
@@ -458,7 +613,30 @@ mod tests {
         assert_eq!(options.provider.manifest, "do-like-cloud.yaml");
         assert_eq!(options.nodes, 3);
         assert!(options.once);
+        assert!(options.exec.is_empty() && options.images.is_empty());
+        let options = parse(args(&[
+            "--provider=do-like",
+            "--image",
+            "a.tar",
+            "--image=b.tar",
+            "--exec",
+            "e2e.test",
+            "--provider=aws",
+            "--nodes=9",
+        ]))
+        .unwrap();
+        assert_eq!(
+            options.images,
+            [PathBuf::from("a.tar"), PathBuf::from("b.tar")]
+        );
+        assert_eq!(
+            options.exec,
+            ["e2e.test", "--provider=aws", "--nodes=9"],
+            "everything after --exec is the program's"
+        );
+        assert_eq!(options.nodes, 2);
         for (bad, says) in [
+            (&["--provider=fake", "--exec"][..], "needs a program"),
             (&["--nodes", "2"][..], "--provider is required"),
             (&["--provider", "aws"][..], "fake or do-like"),
             (&["--provider=fake", "--nodes=0"][..], "1 to 20"),

@@ -1,27 +1,63 @@
-//! Images for a cluster where nothing can be pulled: the sandbox ("pause") image, built
-//! from the C source this crate carries (`cluster/pause.c`: static, `FROM scratch`) with gcc
-//! and buildah and cached by the digest of its source; and importing OCI archives into a
-//! node's containerd.
+//! Images for a cluster where nothing can be pulled, built from the C sources this crate
+//! carries (static, `FROM scratch`) with gcc and buildah, cached by the digest of their
+//! source: the sandbox ("pause") image (`cluster/pause.c`) and a web workload
+//! (`cluster/web.c`, answers each HTTP request with its Pod's name); and importing OCI
+//! archives into a node's containerd.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::netns::run;
-use super::node::PAUSE_IMAGE;
+use super::node::{PAUSE_IMAGE, WEB_IMAGE};
 use crate::{Error, write_file};
 
-const PAUSE_SOURCE: &str = include_str!("../../cluster/pause.c");
+/// An image of one static C program.
+struct CImage {
+    /// Its reference, e.g. [`PAUSE_IMAGE`].
+    reference: &'static str,
+    /// The program's (and the cached archive's) name.
+    name: &'static str,
+    source: &'static str,
+    containerfile: &'static str,
+}
 
-const PAUSE_CONTAINERFILE: &str = "FROM scratch
+const PAUSE: CImage = CImage {
+    reference: PAUSE_IMAGE,
+    name: "pause",
+    source: include_str!("../../cluster/pause.c"),
+    containerfile: "FROM scratch
 COPY pause /pause
 USER 65535:65535
 ENTRYPOINT [\"/pause\"]
-";
+",
+};
 
-/// The pause image's OCI archive: `${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/cluster/
-/// pause-<digest>.tar`, built first if missing. Blocking.
-pub(crate) fn pause_archive() -> Result<PathBuf, Error> {
-    let digest = ring::digest::digest(&ring::digest::SHA256, PAUSE_SOURCE.as_bytes());
+const WEB: CImage = CImage {
+    reference: WEB_IMAGE,
+    name: "web",
+    source: include_str!("../../cluster/web.c"),
+    containerfile: "FROM scratch
+COPY web /web
+USER 65535:65535
+EXPOSE 8080
+ENTRYPOINT [\"/web\"]
+CMD [\"8080\"]
+",
+};
+
+/// The archives of the images every node gets: the pause image and the web workload, built
+/// first where missing. Blocking.
+pub(crate) fn builtin_archives() -> Result<Vec<PathBuf>, Error> {
+    [PAUSE, WEB].iter().map(archive).collect()
+}
+
+/// `image`'s OCI archive: `${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/cluster/
+/// <name>-<digest>.tar`, built first if missing. Blocking.
+fn archive(image: &CImage) -> Result<PathBuf, Error> {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        [image.source, image.containerfile].concat().as_bytes(),
+    );
     let short: String = digest.as_ref()[..6]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -29,27 +65,28 @@ pub(crate) fn pause_archive() -> Result<PathBuf, Error> {
     let cache = crate::binaries::cache_dir()
         .ok_or_else(|| Error::InvalidArgument("neither CCM_CACHE_DIR nor HOME is set".into()))?
         .join("cluster");
-    let archive = cache.join(format!("pause-{short}.tar"));
+    let name = image.name;
+    let archive = cache.join(format!("{name}-{short}.tar"));
     if archive.is_file() {
         return Ok(archive);
     }
     std::fs::create_dir_all(&cache)
         .map_err(|e| Error::io(format!("creating {}", cache.display()), e))?;
     let context = tempfile::Builder::new()
-        .prefix("ccm-test-pause-")
+        .prefix(&format!("ccm-test-{name}-"))
         .tempdir()
-        .map_err(|e| Error::io("creating the pause image's build folder", e))?;
-    let source = context.path().join("pause.c");
-    write_file(&source, PAUSE_SOURCE)?;
-    write_file(&context.path().join("Containerfile"), PAUSE_CONTAINERFILE)?;
+        .map_err(|e| Error::io(format!("creating the {name} image's build folder"), e))?;
+    let source = context.path().join(format!("{name}.c"));
+    write_file(&source, image.source)?;
+    write_file(&context.path().join("Containerfile"), image.containerfile)?;
     run(
         Command::new("gcc")
             .args(["-static", "-Os", "-s", "-Wall", "-o"])
-            .arg(context.path().join("pause"))
+            .arg(context.path().join(name))
             .arg(&source),
-        "building the pause binary (gcc -static; install gcc and libc6-dev)",
+        &format!("building the {name} binary (gcc -static; install gcc and libc6-dev)"),
     )?;
-    let partial = cache.join(format!(".pause-{short}.{}.tar", std::process::id()));
+    let partial = cache.join(format!(".{name}-{short}.{}.tar", std::process::id()));
     let buildah = |args: &[&str], what: &str| {
         run(
             Command::new("buildah")
@@ -62,6 +99,7 @@ pub(crate) fn pause_archive() -> Result<PathBuf, Error> {
         .path()
         .to_str()
         .ok_or_else(|| Error::InvalidArgument("the temporary folder is not UTF-8".into()))?;
+    let reference = image.reference;
     buildah(
         &[
             "bud",
@@ -70,24 +108,24 @@ pub(crate) fn pause_archive() -> Result<PathBuf, Error> {
             "chroot",
             "--layers=false",
             "-t",
-            PAUSE_IMAGE,
+            reference,
             context_path,
         ],
-        "building the pause image (apt-get install buildah)",
+        &format!("building the {name} image (apt-get install buildah)"),
     )?;
-    let destination = format!("oci-archive:{}:{PAUSE_IMAGE}", partial.display());
+    let destination = format!("oci-archive:{}:{reference}", partial.display());
     let pushed = buildah(
-        &["push", "--quiet", PAUSE_IMAGE, &destination],
-        "saving the pause image",
+        &["push", "--quiet", reference, &destination],
+        &format!("saving the {name} image"),
     );
     let _ = buildah(
-        &["rmi", PAUSE_IMAGE],
-        "removing the pause image from buildah",
+        &["rmi", reference],
+        &format!("removing the {name} image from buildah"),
     );
     pushed?;
     std::fs::rename(&partial, &archive).map_err(|e| {
         Error::io(
-            format!("moving the pause image to {}", archive.display()),
+            format!("moving the {name} image to {}", archive.display()),
             e,
         )
     })?;

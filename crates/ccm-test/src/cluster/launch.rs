@@ -126,7 +126,7 @@ pub(super) async fn start_node(
     binaries: &ClusterBinaries,
     node: &ClusterNode,
     server: &str,
-    pause: &Path,
+    builtin: &[PathBuf],
     images: &[PathBuf],
     status_report_frequency: Option<Duration>,
 ) -> Result<(), Error> {
@@ -185,9 +185,7 @@ pub(super) async fn start_node(
     control_plane.start_process(&containerd, &program, &args)?;
     wait_containerd(control_plane, &containerd, &layout.containerd_socket()).await?;
     let socket = layout.containerd_socket();
-    let archives: Vec<PathBuf> = std::iter::once(pause.to_owned())
-        .chain(images.iter().cloned())
-        .collect();
+    let archives: Vec<PathBuf> = builtin.iter().chain(images).cloned().collect();
     tokio::task::spawn_blocking(move || {
         archives
             .iter()

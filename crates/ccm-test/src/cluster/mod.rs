@@ -59,7 +59,8 @@ use crate::{
     Binaries, ClusterBinaries, ControlPlane, ControlPlaneBuilder, Error, unique_name, write_file,
 };
 
-pub use self::node::{CLUSTER_CIDR, PAUSE_IMAGE, SERVICE_CIDR};
+pub use self::netns::LOAD_BALANCER_CIDR;
+pub use self::node::{CLUSTER_CIDR, PAUSE_IMAGE, SERVICE_CIDR, WEB_IMAGE};
 
 /// The label kubeadm gives the control-plane node, which the cluster gives it too.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -195,12 +196,12 @@ impl ClusterBuilder {
                 self.nodes
             )));
         }
-        let (binaries, cluster_binaries, pause) = tokio::task::spawn_blocking(|| {
+        let (binaries, cluster_binaries, builtin) = tokio::task::spawn_blocking(|| {
             check_prerequisites()?;
             let binaries = Binaries::find_or_build()?;
             let cluster_binaries = ClusterBinaries::find_or_build(&binaries)?;
-            let pause = images::pause_archive()?;
-            Ok::<_, Error>((binaries, cluster_binaries, pause))
+            let builtin = images::builtin_archives()?;
+            Ok::<_, Error>((binaries, cluster_binaries, builtin))
         })
         .await
         .map_err(|e| Error::Cluster(format!("the preparation task failed: {e}")))??;
@@ -259,7 +260,7 @@ impl ClusterBuilder {
                 &cluster_binaries,
                 &node,
                 &server,
-                &pause,
+                &builtin,
                 &self.images,
                 self.node_status_report_frequency,
             )
@@ -408,6 +409,39 @@ impl Cluster {
     /// The API server's URL inside the cluster, `https://10.88.0.1:6443`.
     pub fn apiserver_url_in_cluster(&self) -> String {
         apiserver_url_in_cluster()
+    }
+
+    /// Writes an admin kubeconfig whose server is [`apiserver_url_in_cluster`]
+    /// (for a program run with [`command`](Self::command)) to `kubeconfig-in-cluster` in the
+    /// cluster's folder, and returns its path.
+    ///
+    /// [`apiserver_url_in_cluster`]: Self::apiserver_url_in_cluster
+    ///
+    /// # Errors
+    ///
+    /// When the client certificate cannot be issued or the file written.
+    pub fn kubeconfig_in_cluster(&self) -> Result<PathBuf, Error> {
+        let config = self.control_plane.kubeconfig_for_server(
+            &apiserver_url_in_cluster(),
+            "ccm-test-admin-in-cluster",
+            &["system:masters"],
+        )?;
+        let path = self.control_plane.dir().join("kubeconfig-in-cluster");
+        write_file(&path, &config)?;
+        Ok(path)
+    }
+
+    /// A command that runs `program` inside the cluster's namespace, where the nodes, the
+    /// Pods, the API server (at [`apiserver_url_in_cluster`](Self::apiserver_url_in_cluster))
+    /// and the addresses of [`LOAD_BALANCER_CIDR`] are reached as from a machine on the
+    /// cluster's network: for a test suite run from outside the nodes (Kubernetes' e2e
+    /// tests). The caller waits for it; unlike [`start_process`](Self::start_process) the
+    /// cluster does not stop it.
+    pub fn command(&self, program: impl AsRef<Path>) -> std::process::Command {
+        let (nsenter, args) = self.cluster_ns.command(false, program.as_ref(), Vec::new());
+        let mut command = std::process::Command::new(nsenter);
+        command.args(args);
+        command
     }
 
     /// Forwards a free loopback port of this machine to `target` inside the cluster (a node,

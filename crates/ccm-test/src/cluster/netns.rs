@@ -22,6 +22,10 @@ pub(crate) const BRIDGE: &str = "ccm0";
 pub(crate) const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 /// The prefix length of the nodes' network, `10.88.0.0/24`.
 pub(crate) const PREFIX_LEN: u8 = 24;
+/// Addresses local to the cluster namespace without being on an interface: a process there
+/// may bind any of them (a cloud's load balancers), and the nodes reach them through their
+/// default route.
+pub const LOAD_BALANCER_CIDR: &str = "10.88.64.0/24";
 /// How long a connection into a namespace may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -299,7 +303,9 @@ pub(crate) fn run(command: &mut Command, what: &str) -> Result<String, Error> {
 }
 
 /// The script that sets up the cluster namespace: loopback, the bridge with the gateway
-/// address, and forwarding (the namespace routes between the nodes' pod networks).
+/// address, forwarding (the namespace routes between the nodes' pod networks), and the
+/// load-balancer range as local addresses (`ip route add local`, so that binding one needs
+/// no address added first).
 pub(crate) fn cluster_setup_script() -> String {
     format!(
         "ip link set lo up
@@ -307,6 +313,7 @@ ip link add {BRIDGE} type bridge
 ip addr add {GATEWAY}/{PREFIX_LEN} dev {BRIDGE}
 ip link set {BRIDGE} up
 echo 1 >/proc/sys/net/ipv4/ip_forward
+ip route add local {LOAD_BALANCER_CIDR} dev lo
 "
     )
 }

@@ -17,6 +17,9 @@ pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// into every node, never pulled. A Pod that only has to run (a workload to schedule) can
 /// run it too.
 pub const PAUSE_IMAGE: &str = "localhost/ccm-test/pause:1.0";
+/// A web workload every node has (built like [`PAUSE_IMAGE`]): an HTTP server on port 8080
+/// (or the port given as its argument) answering every request with its Pod's name.
+pub const WEB_IMAGE: &str = "localhost/ccm-test/web:1.0";
 /// The taint kubeadm gives control-plane nodes.
 pub(crate) const CONTROL_PLANE_TAINT: &str = "node-role.kubernetes.io/control-plane";
 

@@ -73,7 +73,6 @@ metadata:
   namespace: default
   annotations:
     service.beta.kubernetes.io/do-loadbalancer-algorithm: least_connections
-    service.beta.kubernetes.io/do-loadbalancer-healthcheck-path: /healthz
     service.beta.kubernetes.io/do-loadbalancer-protocol: http
 spec:
   type: LoadBalancer

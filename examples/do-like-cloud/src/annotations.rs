@@ -5,9 +5,32 @@
 //! deprecated aliases when DigitalOcean's is absent. [`LbSettings::from_service`] turns them
 //! into the load balancer's settings, a pure function; an invalid value is an error naming
 //! the annotation as written (the service controller makes it a Warning Event).
+//!
+//! **The health check** is DigitalOcean's CCM's (`buildHealthCheck` and
+//! `healthCheckPathAndPort` in `cloud-controller-manager/do/loadbalancers.go`, since its
+//! v0.1.50, "Fix Load Balancer Health Checks", PR #724; documented in its
+//! `docs/getting-started.md`, "Health check configuration"). It probes what Kubernetes
+//! itself says about a node, not the application:
+//! - `externalTrafficPolicy: Local` (a `LoadBalancer` Service with a `healthCheckNodePort`):
+//!   `http` on the Service's `healthCheckNodePort`, path `/healthz` — kube-proxy answers 200
+//!   there only on nodes with a ready endpoint of the Service (Kubernetes'
+//!   `GetServiceHealthCheckPathPort`);
+//! - otherwise (`Cluster`, the default): `http` on kube-proxy's health port
+//!   [`KUBE_PROXY_HEALTH_PORT`] (10256), path `/healthz` — is the node's kube-proxy healthy.
+//!
+//! Either way the check does not depend on the Service's protocols, so a UDP-only Service
+//! is checked the same way. Interval 3 s, timeout 5 s, healthy after 5 passes, unhealthy
+//! after 3 failures; those four annotations always apply. The port, path and protocol
+//! annotations take effect only when [`ANNOTATION_OVERRIDE_HEALTH_CHECK`] is present (any
+//! value), as in DigitalOcean's CCM; without it they are ignored. With it: the port is the
+//! node port of the Service port in [`ANNOTATION_HEALTH_CHECK_PORT`] (which must be TCP), by
+//! default the first TCP port's; the protocol is [`ANNOTATION_HEALTH_CHECK_PROTOCOL`], by
+//! default `http` with a path and `tcp` without. DigitalOcean's CCM also sends
+//! `proxy_protocol: false` with its default check (kube-proxy does not speak PROXY); this
+//! API's health check has no such field, and the simulator's checks never speak PROXY.
 
 use ccm_core::provider::{CloudError, CloudResult};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServicePort};
 
 use crate::api::{HealthCheck, StickySessions};
 
@@ -27,13 +50,20 @@ pub const ANNOTATION_CERTIFICATE_ID: &str =
 /// `true`: TLS on `https`/`http2` ports is passed through to the droplets.
 pub const ANNOTATION_TLS_PASSTHROUGH: &str =
     "service.beta.kubernetes.io/do-loadbalancer-tls-passthrough";
-/// The health check's path (starts with `/`); makes the default health check `http`.
+/// Present (any value): [`ANNOTATION_HEALTH_CHECK_PATH`], [`ANNOTATION_HEALTH_CHECK_PROTOCOL`]
+/// and [`ANNOTATION_HEALTH_CHECK_PORT`] replace the default health check (module docs).
+pub const ANNOTATION_OVERRIDE_HEALTH_CHECK: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-override-health-check";
+/// The health check's path (starts with `/`), with [`ANNOTATION_OVERRIDE_HEALTH_CHECK`] only;
+/// makes the overridden check `http` by default.
 pub const ANNOTATION_HEALTH_CHECK_PATH: &str =
     "service.beta.kubernetes.io/do-loadbalancer-healthcheck-path";
-/// `tcp`, `http` or `https`; default `http` with a path, else `tcp`.
+/// `tcp`, `http` or `https`, with [`ANNOTATION_OVERRIDE_HEALTH_CHECK`] only; default `http`
+/// with a path, else `tcp`.
 pub const ANNOTATION_HEALTH_CHECK_PROTOCOL: &str =
     "service.beta.kubernetes.io/do-loadbalancer-healthcheck-protocol";
-/// The Service port whose node port is checked; default the first port.
+/// The (TCP) Service port whose node port is checked, with
+/// [`ANNOTATION_OVERRIDE_HEALTH_CHECK`] only; default the first TCP port.
 pub const ANNOTATION_HEALTH_CHECK_PORT: &str =
     "service.beta.kubernetes.io/do-loadbalancer-healthcheck-port";
 /// Seconds between checks, 3..=300; default 3.
@@ -70,6 +100,14 @@ pub const ANNOTATION_REDIRECT_HTTP_TO_HTTPS: &str =
 pub const ANNOTATION_ENABLE_PROXY_PROTOCOL: &str =
     "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol";
 
+/// kube-proxy's health port (`--healthz-bind-address`'s default): `/healthz` there answers
+/// 200 while the node's kube-proxy is healthy. The default health check of a Service whose
+/// `externalTrafficPolicy` is `Cluster`, as in DigitalOcean's CCM (`kubeProxyHealthPort`).
+pub const KUBE_PROXY_HEALTH_PORT: u16 = 10256;
+
+/// The path of the default health checks, kube-proxy's on both of its health ports.
+const HEALTHZ: &str = "/healthz";
+
 /// The provider's first names, read as aliases of DigitalOcean's when those are absent.
 pub const LEGACY_ALIASES: [(&str, &str); 4] = [
     (
@@ -105,7 +143,7 @@ pub(crate) struct LbSettings {
     pub certificate_id: String,
     /// TLS passthrough on `https`/`http2` rules.
     pub tls_passthrough: bool,
-    /// The health check, with `port` still a Service port (0: the first rule's target).
+    /// The health check, complete: its port is a node port (module docs).
     pub health_check: HealthCheck,
     pub algorithm: String,
     pub size: Option<String>,
@@ -252,6 +290,143 @@ fn service_ports(service: &Service) -> Vec<u16> {
         .collect()
 }
 
+/// Whether Service port `p` is TCP (the API's default when unset).
+fn is_tcp(p: &ServicePort) -> bool {
+    p.protocol.as_deref().is_none_or(|proto| proto == "TCP")
+}
+
+/// The port of the default health check (module docs): the Service's `healthCheckNodePort`
+/// when it is a `LoadBalancer` with `externalTrafficPolicy: Local` and has one, else
+/// kube-proxy's [`KUBE_PROXY_HEALTH_PORT`]; as DigitalOcean's CCM's `healthCheckPathAndPort`
+/// over Kubernetes' `GetServiceHealthCheckPathPort`. The path is [`HEALTHZ`] either way.
+fn default_health_check_port(service: &Service) -> u16 {
+    let Some(spec) = service.spec.as_ref() else {
+        return KUBE_PROXY_HEALTH_PORT;
+    };
+    let local = spec.type_.as_deref() == Some("LoadBalancer")
+        && spec.external_traffic_policy.as_deref() == Some("Local");
+    match spec
+        .health_check_node_port
+        .and_then(|p| u16::try_from(p).ok())
+    {
+        Some(port) if local && port != 0 => port,
+        _ => KUBE_PROXY_HEALTH_PORT,
+    }
+}
+
+/// The node port checked when the health check is overridden: that of the Service port in
+/// [`ANNOTATION_HEALTH_CHECK_PORT`], which must be TCP, else of the first TCP port
+/// (DigitalOcean's CCM's `healthCheckPort`). Where a port number is both TCP and UDP, the TCP
+/// one is meant (DigitalOcean's takes the first listed, and refuses it if that is UDP).
+fn overridden_health_check_port(service: &Service) -> CloudResult<u16> {
+    let ports: Vec<&ServicePort> = service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .collect();
+    let wanted = number(service, ANNOTATION_HEALTH_CHECK_PORT, 1..=65535, None)?;
+    let chosen = match wanted {
+        Some(n) => {
+            let same: Vec<&ServicePort> = ports
+                .iter()
+                .copied()
+                .filter(|p| u32::try_from(p.port) == Ok(n))
+                .collect();
+            let shown = n.to_string();
+            match (same.iter().find(|p| is_tcp(p)), same.first()) {
+                (Some(p), _) => *p,
+                (None, Some(p)) => {
+                    return Err(invalid(
+                        ANNOTATION_HEALTH_CHECK_PORT,
+                        &shown,
+                        &format!(
+                            "port {n} is {}; a health check cannot be UDP, only a TCP port is checked",
+                            p.protocol.as_deref().unwrap_or_default()
+                        ),
+                    ));
+                }
+                (None, None) => {
+                    return Err(invalid(
+                        ANNOTATION_HEALTH_CHECK_PORT,
+                        &shown,
+                        &format!("port {n} is not a port of the Service"),
+                    ));
+                }
+            }
+        }
+        None => match ports.iter().copied().find(|p| is_tcp(p)) {
+            Some(p) => p,
+            None => {
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_OVERRIDE_HEALTH_CHECK}: the Service has no TCP port \
+                     to health check (a health check cannot be UDP); add one and name it in \
+                     {ANNOTATION_HEALTH_CHECK_PORT}, or remove the annotation"
+                )));
+            }
+        },
+    };
+    match chosen.node_port.and_then(|p| u16::try_from(p).ok()) {
+        Some(node_port) if node_port != 0 => Ok(node_port),
+        _ => Err(CloudError::msg(format!(
+            "port {} has no node port yet to health check",
+            chosen.port
+        ))),
+    }
+}
+
+/// The protocol, port and path of an overridden health check (module docs); the path is
+/// empty for `tcp`.
+fn overridden_health_check(service: &Service) -> CloudResult<(String, u16, String)> {
+    let path = match text(service, ANNOTATION_HEALTH_CHECK_PATH)? {
+        None => None,
+        Some((_, p)) if p.starts_with('/') && !p.contains(char::is_whitespace) => {
+            Some(p.to_owned())
+        }
+        Some((name, p)) => {
+            return Err(invalid(name, p, "a path starts with / and has no spaces"));
+        }
+    };
+    let protocol = one_of(
+        service,
+        ANNOTATION_HEALTH_CHECK_PROTOCOL,
+        &["tcp", "http", "https"],
+        if path.is_some() { "http" } else { "tcp" },
+    )?;
+    let port = overridden_health_check_port(service)?;
+    let path = if protocol == "tcp" {
+        String::new()
+    } else {
+        path.unwrap_or_else(|| "/".to_owned())
+    };
+    Ok((protocol, port, path))
+}
+
+/// The Service's health check (module docs): the default, or the overridden one; the
+/// interval, timeout and thresholds from their annotations either way.
+fn health_check(service: &Service) -> CloudResult<HealthCheck> {
+    let (protocol, port, path) = if read(service, ANNOTATION_OVERRIDE_HEALTH_CHECK).is_some() {
+        overridden_health_check(service)?
+    } else {
+        (
+            "http".to_owned(),
+            default_health_check_port(service),
+            HEALTHZ.to_owned(),
+        )
+    };
+    let timing = |key, range, default| -> CloudResult<u32> {
+        Ok(number(service, key, range, Some(default))?.unwrap_or(default))
+    };
+    Ok(HealthCheck {
+        protocol,
+        port,
+        path,
+        check_interval_seconds: timing(ANNOTATION_HEALTH_CHECK_INTERVAL, 3..=300, 3)?,
+        response_timeout_seconds: timing(ANNOTATION_HEALTH_CHECK_TIMEOUT, 3..=300, 5)?,
+        healthy_threshold: timing(ANNOTATION_HEALTH_CHECK_HEALTHY, 2..=10, 5)?,
+        unhealthy_threshold: timing(ANNOTATION_HEALTH_CHECK_UNHEALTHY, 2..=10, 3)?,
+    })
+}
+
 impl LbSettings {
     /// Reads every annotation of `service`; the first invalid one is the error.
     pub(crate) fn from_service(service: &Service) -> CloudResult<Self> {
@@ -290,68 +465,7 @@ impl LbSettings {
             )));
         }
 
-        let path = match text(service, ANNOTATION_HEALTH_CHECK_PATH)? {
-            None => None,
-            Some((_, p)) if p.starts_with('/') && !p.contains(char::is_whitespace) => {
-                Some(p.to_owned())
-            }
-            Some((name, p)) => {
-                return Err(invalid(name, p, "a path starts with / and has no spaces"));
-            }
-        };
-        let default_hc = if path.is_some() { "http" } else { "tcp" };
-        let hc_protocol = one_of(
-            service,
-            ANNOTATION_HEALTH_CHECK_PROTOCOL,
-            &["tcp", "http", "https"],
-            default_hc,
-        )?;
-        let hc_port = match number(service, ANNOTATION_HEALTH_CHECK_PORT, 1..=65535, None)? {
-            None => 0,
-            Some(p) => {
-                let p = p as u16;
-                if !service_ports(service).contains(&p) {
-                    return Err(invalid(
-                        ANNOTATION_HEALTH_CHECK_PORT,
-                        &p.to_string(),
-                        &format!("port {p} is not a port of the Service"),
-                    ));
-                }
-                p
-            }
-        };
-        let health_check = HealthCheck {
-            path: if hc_protocol == "tcp" {
-                String::new()
-            } else {
-                path.unwrap_or_else(|| "/".to_owned())
-            },
-            protocol: hc_protocol,
-            port: hc_port,
-            check_interval_seconds: number(
-                service,
-                ANNOTATION_HEALTH_CHECK_INTERVAL,
-                3..=300,
-                Some(3),
-            )?
-            .unwrap_or(3),
-            response_timeout_seconds: number(
-                service,
-                ANNOTATION_HEALTH_CHECK_TIMEOUT,
-                3..=300,
-                Some(5),
-            )?
-            .unwrap_or(5),
-            healthy_threshold: number(service, ANNOTATION_HEALTH_CHECK_HEALTHY, 2..=10, Some(5))?
-                .unwrap_or(5),
-            unhealthy_threshold: number(
-                service,
-                ANNOTATION_HEALTH_CHECK_UNHEALTHY,
-                2..=10,
-                Some(3),
-            )?
-            .unwrap_or(3),
-        };
+        let health_check = health_check(service)?;
 
         let algorithm = one_of(
             service,
@@ -457,23 +571,50 @@ mod tests {
         s
     }
 
+    /// A Service with `ports` (`(port, protocol, node port)`) and the rest of its spec from
+    /// `spec` (JSON).
+    fn svc_with(ports: &[(i32, &str, i32)], spec: serde_json::Value) -> Service {
+        let mut s = svc(&[]);
+        let mut v = serde_json::to_value(s.spec.take().unwrap()).unwrap();
+        v["ports"] = ports
+            .iter()
+            .map(|(port, protocol, node_port)| {
+                serde_json::json!({"port": port, "protocol": protocol, "nodePort": node_port})
+            })
+            .collect();
+        for (k, val) in spec.as_object().unwrap() {
+            v[k] = val.clone();
+        }
+        s.spec = Some(serde_json::from_value(v).unwrap());
+        s
+    }
+
+    fn annotate(mut s: Service, annotations: &[(&str, &str)]) -> Service {
+        let map = s.metadata.annotations.get_or_insert_default();
+        for (k, v) in annotations {
+            map.insert((*k).to_owned(), (*v).to_owned());
+        }
+        s
+    }
+
+    fn healthz(port: u16) -> HealthCheck {
+        HealthCheck {
+            protocol: "http".into(),
+            port,
+            path: "/healthz".into(),
+            check_interval_seconds: 3,
+            response_timeout_seconds: 5,
+            healthy_threshold: 5,
+            unhealthy_threshold: 3,
+        }
+    }
+
     #[test]
     fn defaults_are_digitaloceans() {
         let s = LbSettings::from_service(&svc(&[])).unwrap();
         assert_eq!(s.protocol, "tcp");
         assert!(s.tls_ports.is_empty());
-        assert_eq!(
-            s.health_check,
-            HealthCheck {
-                protocol: "tcp".into(),
-                port: 0,
-                path: String::new(),
-                check_interval_seconds: 3,
-                response_timeout_seconds: 5,
-                healthy_threshold: 5,
-                unhealthy_threshold: 3,
-            }
-        );
+        assert_eq!(s.health_check, healthz(KUBE_PROXY_HEALTH_PORT));
         assert_eq!(s.algorithm, "round_robin");
         assert_eq!((s.size.as_deref(), s.size_unit), (None, None));
         assert_eq!(s.sticky_sessions, StickySessions::default());
@@ -481,10 +622,154 @@ mod tests {
     }
 
     #[test]
+    fn the_default_health_check_asks_kube_proxy_about_the_node_or_its_endpoints() {
+        let ports = [(80, "TCP", 30080)];
+        let local =
+            serde_json::json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 32000});
+        for (spec, port) in [
+            // Local: the health check node port, which answers for the node's endpoints.
+            (local.clone(), 32000),
+            // Cluster (explicit or not), or Local before a health check node port: kube-proxy.
+            (
+                serde_json::json!({"externalTrafficPolicy": "Cluster"}),
+                10256,
+            ),
+            (serde_json::json!({}), 10256),
+            (serde_json::json!({"externalTrafficPolicy": "Local"}), 10256),
+            (
+                serde_json::json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 0}),
+                10256,
+            ),
+            // Only a LoadBalancer Service's counts, as in Kubernetes' NeedsHealthCheck.
+            (
+                serde_json::json!({"type": "NodePort", "externalTrafficPolicy": "Local",
+                                   "healthCheckNodePort": 32000}),
+                10256,
+            ),
+        ] {
+            let s = svc_with(&ports, spec.clone());
+            assert_eq!(health_check(&s).unwrap(), healthz(port), "{spec}");
+        }
+        // The Service's protocols do not matter: a UDP-only Service is checked the same way.
+        assert_eq!(
+            health_check(&svc_with(&[(53, "UDP", 30053)], local)).unwrap(),
+            healthz(32000)
+        );
+        assert_eq!(
+            health_check(&svc_with(&[(53, "UDP", 30053)], serde_json::json!({}))).unwrap(),
+            healthz(10256)
+        );
+    }
+
+    #[test]
+    fn port_path_and_protocol_apply_only_with_the_override_annotation() {
+        let chosen = [
+            (ANNOTATION_HEALTH_CHECK_PATH, "/ready"),
+            (ANNOTATION_HEALTH_CHECK_PORT, "443"),
+            (ANNOTATION_HEALTH_CHECK_PROTOCOL, "https"),
+            (ANNOTATION_HEALTH_CHECK_INTERVAL, "10"),
+        ];
+        // Without it, ignored (not even checked), as by DigitalOcean's CCM; timings apply.
+        let s = svc(&chosen);
+        assert_eq!(
+            health_check(&s).unwrap(),
+            HealthCheck {
+                check_interval_seconds: 10,
+                ..healthz(10256)
+            }
+        );
+        let ignored = svc(&[(ANNOTATION_HEALTH_CHECK_PORT, "9999")]);
+        assert_eq!(health_check(&ignored).unwrap(), healthz(10256));
+        // With it (any value, even empty): the Service port's node port, path, protocol.
+        for value in ["", "true"] {
+            let s = annotate(svc(&chosen), &[(ANNOTATION_OVERRIDE_HEALTH_CHECK, value)]);
+            assert_eq!(
+                health_check(&s).unwrap(),
+                HealthCheck {
+                    protocol: "https".into(),
+                    port: 30443,
+                    path: "/ready".into(),
+                    check_interval_seconds: 10,
+                    ..healthz(0)
+                }
+            );
+        }
+        // Overridden with nothing else: TCP on the first TCP port's node port.
+        let s = svc_with(
+            &[(53, "UDP", 30053), (80, "TCP", 30080)],
+            serde_json::json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 32000}),
+        );
+        let s = annotate(s, &[(ANNOTATION_OVERRIDE_HEALTH_CHECK, "")]);
+        assert_eq!(
+            health_check(&s).unwrap(),
+            HealthCheck {
+                protocol: "tcp".into(),
+                port: 30080,
+                path: String::new(),
+                ..healthz(0)
+            }
+        );
+        // A path alone makes it HTTP.
+        let s = annotate(s, &[(ANNOTATION_HEALTH_CHECK_PATH, "/up")]);
+        assert_eq!(
+            health_check(&s).unwrap(),
+            HealthCheck {
+                port: 30080,
+                path: "/up".into(),
+                ..healthz(0)
+            }
+        );
+    }
+
+    #[test]
+    fn an_overridden_health_check_cannot_be_udp() {
+        let over = [(ANNOTATION_OVERRIDE_HEALTH_CHECK, "")];
+        // A UDP-only Service has nothing to check once overridden.
+        let e = health_check(&annotate(
+            svc_with(&[(53, "UDP", 30053)], serde_json::json!({})),
+            &over,
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(ANNOTATION_OVERRIDE_HEALTH_CHECK) && e.contains("no TCP port"),
+            "{e}"
+        );
+        // Naming a UDP port is refused...
+        let mixed = svc_with(
+            &[(53, "UDP", 30053), (8080, "TCP", 30880)],
+            serde_json::json!({}),
+        );
+        let e = health_check(&annotate(
+            mixed.clone(),
+            &[over[0], (ANNOTATION_HEALTH_CHECK_PORT, "53")],
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(&format!("annotation {ANNOTATION_HEALTH_CHECK_PORT}"))
+                && e.contains("cannot be UDP"),
+            "{e}"
+        );
+        // ...unless the number is also a TCP port: that one is checked.
+        let dns = svc_with(
+            &[(53, "UDP", 30053), (53, "TCP", 30054)],
+            serde_json::json!({}),
+        );
+        let s = annotate(dns, &[over[0], (ANNOTATION_HEALTH_CHECK_PORT, "53")]);
+        assert_eq!(health_check(&s).unwrap().port, 30054);
+        // A TCP port without a node port yet cannot be checked.
+        let s = annotate(svc_with(&[(80, "TCP", 0)], serde_json::json!({})), &over);
+        let e = health_check(&s).unwrap_err().to_string();
+        assert!(e.contains("no node port yet"), "{e}");
+    }
+
+    #[test]
     fn every_annotation_is_read() {
         let s = LbSettings::from_service(&svc(&[
             (ANNOTATION_PROTOCOL, "http"),
             (ANNOTATION_CERTIFICATE_ID, "cert-1"),
+            (ANNOTATION_OVERRIDE_HEALTH_CHECK, "true"),
             (ANNOTATION_HEALTH_CHECK_PATH, "/healthz"),
             (ANNOTATION_HEALTH_CHECK_PORT, "443"),
             (ANNOTATION_HEALTH_CHECK_INTERVAL, "10"),
@@ -510,7 +795,7 @@ mod tests {
             s.health_check,
             HealthCheck {
                 protocol: "http".into(),
-                port: 443,
+                port: 30443,
                 path: "/healthz".into(),
                 check_interval_seconds: 10,
                 response_timeout_seconds: 4,
@@ -574,9 +859,13 @@ mod tests {
             (ANNOTATION_REDIRECT_HTTP_TO_HTTPS, "yes"),
             (ANNOTATION_ENABLE_PROXY_PROTOCOL, "on"),
         ] {
-            let e = LbSettings::from_service(&svc(&[(key, value)]))
-                .unwrap_err()
-                .to_string();
+            // Overridden, so that the health check's port, path and protocol are read.
+            let e = LbSettings::from_service(&svc(&[
+                (key, value),
+                (ANNOTATION_OVERRIDE_HEALTH_CHECK, ""),
+            ]))
+            .unwrap_err()
+            .to_string();
             assert!(
                 e.contains(&format!("annotation {key}")),
                 "{key}={value}: {e}"

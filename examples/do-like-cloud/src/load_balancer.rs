@@ -26,6 +26,18 @@
 //! (found by name) and answers `NotOwned`, so the service controller lets the Service go
 //! with a Warning. To hand an existing LB to a Service, tag it with the Service's
 //! [`owner_tag`] in the cloud: ownership is granted where cluster users cannot write.
+//!
+//! **What is asked for** is what DigitalOcean's CCM asks for (`buildForwardingRules`,
+//! `buildForwardingRule` and `buildHealthCheck` in `cloud-controller-manager/do/loadbalancers.go`):
+//! one forwarding rule per Service port, to its node port. A TCP port's rule speaks the
+//! [`ANNOTATION_PROTOCOL`](crate::ANNOTATION_PROTOCOL) protocol (`tcp` by default; TLS ports
+//! `https`). A UDP port's rule is `udp` → `udp` whatever the annotations say, as DigitalOcean's
+//! (supported since its v0.1.37; TCP and UDP may share a port number since v0.1.41). Any
+//! other protocol (SCTP) is refused with an error naming the port, which the service
+//! controller reports as a Warning Event: DigitalOcean's refuses it the same way ("only TCP
+//! or UDP protocol is supported"). The health check is never UDP: by default it is HTTP
+//! `/healthz` on the `healthCheckNodePort` (`externalTrafficPolicy: Local`) or on
+//! kube-proxy's port 10256 (`Cluster`); see [`crate::annotations`] for it and its overrides.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -41,7 +53,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, 
 use crate::annotations::{
     ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID, LbSettings, read,
 };
-use crate::api::{ForwardingRule, HealthCheck, LoadBalancerObject, LoadBalancerRequest};
+use crate::api::{ForwardingRule, LoadBalancerObject, LoadBalancerRequest};
 use crate::{DoLikeCloud, cloud_error};
 
 /// The prefix of the owner tag ([`owner_tag`]).
@@ -107,9 +119,9 @@ fn not_ours(lb: &LoadBalancerObject, tag: &str, service: &Service) -> Option<&'s
     }
 }
 
-/// The forwarding rule of Service port `entry_port` (DigitalOcean's CCM's rules): TLS ports
-/// are `https` (unless the protocol is `http2`); a TLS rule ends at the certificate (target
-/// `http`) or passes TLS through (target as entry).
+/// The forwarding rule of TCP Service port `entry_port` (DigitalOcean's CCM's rules): TLS
+/// ports are `https` (unless the protocol is `http2`); a TLS rule ends at the certificate
+/// (target `http`) or passes TLS through (target as entry).
 fn forwarding_rule(settings: &LbSettings, entry_port: u16, target_port: u16) -> ForwardingRule {
     let mut protocol = settings.protocol.clone();
     if settings.tls_ports.contains(&entry_port) && protocol != "http2" {
@@ -132,6 +144,30 @@ fn forwarding_rule(settings: &LbSettings, entry_port: u16, target_port: u16) -> 
         }
     }
     rule
+}
+
+/// The forwarding rule of a Service port with Kubernetes protocol `protocol` (`None` is
+/// TCP): [`forwarding_rule`] for TCP, `udp` → `udp` for UDP (no annotation applies, as in
+/// DigitalOcean's CCM); any other protocol is not forwarded, and the error says why.
+fn port_rule(
+    settings: &LbSettings,
+    protocol: Option<&str>,
+    entry_port: u16,
+    target_port: u16,
+) -> Result<ForwardingRule, String> {
+    match protocol.unwrap_or("TCP") {
+        "TCP" => Ok(forwarding_rule(settings, entry_port, target_port)),
+        "UDP" => Ok(ForwardingRule {
+            entry_protocol: "udp".into(),
+            entry_port,
+            target_protocol: "udp".into(),
+            target_port,
+            ..ForwardingRule::default()
+        }),
+        other => Err(format!(
+            "protocol {other} is not supported: load balancers forward TCP and UDP only"
+        )),
+    }
 }
 
 /// Whether `lb` is already as `desired` asks: compared on what the provider sets, as sets
@@ -315,16 +351,19 @@ impl DoLikeCloud {
     ) -> CloudResult<LoadBalancerRequest> {
         let settings = LbSettings::from_service(service)?;
         let mut rules = Vec::new();
-        let mut health_check_port = 0;
         for port in service.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
-            if port.protocol.as_deref().is_some_and(|p| p != "TCP") {
-                return Err(CloudError::msg(format!(
-                    "service {}: port {}: only TCP ports are supported",
-                    service_key(service),
-                    port.port
-                )));
-            }
+            let protocol = port.protocol.as_deref();
+            let entry_port = u16::try_from(port.port).unwrap_or(0);
             let node_port = u16::try_from(port.node_port.unwrap_or_default()).unwrap_or(0);
+            // The protocol first: an SCTP port is refused whether or not it has a node port.
+            let rule = port_rule(&settings, protocol, entry_port, node_port).map_err(|why| {
+                CloudError::msg(format!(
+                    "service {}: port {}/{}: {why}",
+                    service_key(service),
+                    port.port,
+                    protocol.unwrap_or_default()
+                ))
+            })?;
             if node_port == 0 {
                 return Err(CloudError::msg(format!(
                     "service {}: port {} has no node port yet",
@@ -332,11 +371,7 @@ impl DoLikeCloud {
                     port.port
                 )));
             }
-            let entry_port = u16::try_from(port.port).unwrap_or(0);
-            if entry_port == settings.health_check.port {
-                health_check_port = node_port;
-            }
-            rules.push(forwarding_rule(&settings, entry_port, node_port));
+            rules.push(rule);
         }
         if rules.is_empty() {
             return Err(CloudError::msg(format!(
@@ -344,14 +379,6 @@ impl DoLikeCloud {
                 service_key(service)
             )));
         }
-        let health_check = HealthCheck {
-            port: if health_check_port == 0 {
-                rules[0].target_port
-            } else {
-                health_check_port
-            },
-            ..settings.health_check.clone()
-        };
         let mut droplet_ids = BTreeSet::new();
         let mut by_name = Vec::new();
         for node in nodes {
@@ -397,7 +424,7 @@ impl DoLikeCloud {
             size_unit: settings.size_unit,
             algorithm: Some(settings.algorithm),
             forwarding_rules: rules,
-            health_check: Some(health_check),
+            health_check: Some(settings.health_check),
             sticky_sessions: Some(settings.sticky_sessions),
             droplet_ids: droplet_ids.into_iter().collect(),
             tag: None,
@@ -515,7 +542,7 @@ impl LoadBalancer for DoLikeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Region, StickySessions};
+    use crate::api::{HealthCheck, Region, StickySessions};
 
     #[test]
     fn cluster_tags() {
@@ -630,6 +657,37 @@ mod tests {
                 tls_passthrough: true,
                 ..rule("https", 443, "https")
             }
+        );
+    }
+
+    #[test]
+    fn udp_ports_forward_udp_whatever_the_annotations_and_sctp_is_refused() {
+        let mut s = LbSettings::from_service(&Service::default()).unwrap();
+        s.protocol = "http".into();
+        s.tls_ports = vec![443];
+        s.certificate_id = "cert".into();
+        // TCP and UDP on one Service, even on one port number (DNS).
+        assert_eq!(
+            port_rule(&s, Some("TCP"), 80, 30080),
+            Ok(rule("http", 80, "http"))
+        );
+        assert_eq!(
+            port_rule(&s, None, 80, 30080),
+            Ok(rule("http", 80, "http")),
+            "no protocol is TCP"
+        );
+        assert_eq!(
+            port_rule(&s, Some("UDP"), 53, 30053),
+            Ok(rule("udp", 53, "udp"))
+        );
+        assert_eq!(
+            port_rule(&s, Some("UDP"), 443, 30443),
+            Ok(rule("udp", 443, "udp")),
+            "a UDP port in tls-ports is still plain UDP"
+        );
+        assert_eq!(
+            port_rule(&s, Some("SCTP"), 9, 30009),
+            Err("protocol SCTP is not supported: load balancers forward TCP and UDP only".into())
         );
     }
 

@@ -173,6 +173,16 @@ async fn the_provider_reads_digitaloceans_load_balancers_and_errors() {
     ] {
         assert_eq!(got, want[field], "load_balancer.{field}");
     }
+    // The fixture has what the provider sends: a UDP rule (`udp` to `udp`), and the health
+    // check on kube-proxy's port, which no rule targets.
+    assert!(
+        lb.forwarding_rules
+            .iter()
+            .any(|r| r.entry_protocol == "udp" && r.target_protocol == "udp")
+    );
+    let hc = lb.health_check.as_ref().unwrap();
+    assert_eq!(hc.port, ccm_do_like_cloud::KUBE_PROXY_HEALTH_PORT);
+    assert!(lb.forwarding_rules.iter().all(|r| r.target_port != hc.port));
     // A request made from it names the region by its slug.
     assert_eq!(lb.to_request().region, "nyc1");
     assert_eq!(

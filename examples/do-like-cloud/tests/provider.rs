@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ccm_core::provider::{CloudProvider, LoadBalancer, Route, resolve_instances};
+use ccm_do_like_cloud::api::{ForwardingRule, HealthCheck};
 use ccm_do_like_cloud::{
     ANNOTATION_ALGORITHM, ANNOTATION_HEALTH_CHECK_PATH, ANNOTATION_LOAD_BALANCER_ID,
-    ANNOTATION_PROTOCOL, ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag, owner_tag,
+    ANNOTATION_OVERRIDE_HEALTH_CHECK, ANNOTATION_PROTOCOL, ApiToken, Client, ClientOptions,
+    DoLikeCloud, KUBE_PROXY_HEALTH_PORT, cluster_tag, owner_tag,
 };
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec};
@@ -316,7 +318,8 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
         "11111111-2222-3333-4444-555555555555",
         &[
             (ANNOTATION_PROTOCOL, "http"),
-            (ANNOTATION_HEALTH_CHECK_PATH, "/healthz"),
+            (ANNOTATION_OVERRIDE_HEALTH_CHECK, "true"),
+            (ANNOTATION_HEALTH_CHECK_PATH, "/ready"),
             (ANNOTATION_ALGORITHM, "least_connections"),
         ],
     );
@@ -339,7 +342,12 @@ async fn load_balancer_lifecycle_by_name_tag_and_annotation() {
     assert_eq!(created.droplet_ids, [d1.id, d2.id]);
     assert_eq!(created.algorithm, "least_connections");
     assert_eq!(created.forwarding_rules[0].entry_protocol, "http");
-    assert_eq!(created.health_check.as_ref().unwrap().path, "/healthz");
+    let hc = created.health_check.as_ref().unwrap();
+    assert_eq!(
+        (hc.protocol.as_str(), hc.port, hc.path.as_str()),
+        ("http", 30080, "/ready"),
+        "overridden: the path on the first port's node port"
+    );
     assert_eq!(created.region.name, "New York 1", "the region is an object");
 
     // Ensured again, renamed, or looked up by the ID annotation: the same LB, no PUT.
@@ -419,13 +427,134 @@ async fn bad_annotations_name_the_annotation() {
         (ccm_do_like_cloud::ANNOTATION_SIZE_SLUG, "huge"),
         (ANNOTATION_HEALTH_CHECK_PATH, "healthz"),
     ] {
+        let annotations = [(key, value), (ANNOTATION_OVERRIDE_HEALTH_CHECK, "")];
         let err = lb
-            .ensure_load_balancer(CLUSTER, &service("s", "u-2", &[(key, value)]), &[])
+            .ensure_load_balancer(CLUSTER, &service("s", "u-2", &annotations), &[])
             .await
             .unwrap_err();
         let text = err.to_string();
         assert!(text.contains(key) && text.contains(value), "{text}");
     }
+    assert!(sim.handle().load_balancers().is_empty());
+    sim.shutdown().await;
+}
+
+fn port(port: i32, protocol: &str, node_port: i32) -> ServicePort {
+    ServicePort {
+        port,
+        node_port: Some(node_port),
+        protocol: Some(protocol.into()),
+        ..ServicePort::default()
+    }
+}
+
+fn rule(protocol: &str, entry_port: u16, target_port: u16) -> ForwardingRule {
+    ForwardingRule {
+        entry_protocol: protocol.into(),
+        entry_port,
+        target_protocol: protocol.into(),
+        target_port,
+        ..ForwardingRule::default()
+    }
+}
+
+fn healthz(port: u16) -> HealthCheck {
+    HealthCheck {
+        protocol: "http".into(),
+        port,
+        path: "/healthz".into(),
+        check_interval_seconds: 3,
+        response_timeout_seconds: 5,
+        healthy_threshold: 5,
+        unhealthy_threshold: 3,
+    }
+}
+
+#[tokio::test]
+async fn tcp_and_udp_ports_are_forwarded_and_kube_proxy_is_health_checked() {
+    let sim = sim().await;
+    let d = sim.handle().create_droplet("n1", "s", "nyc1");
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let nodes = vec![Arc::new(node(
+        "n1",
+        Some(format!("digitalocean://{}", d.id)),
+    ))];
+    // DNS-like: TCP and UDP on one port number, and UDP alone.
+    let mut svc = service("dns", "22222222-0000-0000-0000-000000000053", &[]);
+    svc.spec.as_mut().unwrap().ports = Some(vec![
+        port(53, "UDP", 30053),
+        port(53, "TCP", 30054),
+        port(5353, "UDP", 31353),
+    ]);
+    lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    let created = sim.handle().load_balancers().remove(0);
+    assert_eq!(
+        created.forwarding_rules,
+        [
+            rule("udp", 53, 30053),
+            rule("tcp", 53, 30054),
+            rule("udp", 5353, 31353)
+        ]
+    );
+    // externalTrafficPolicy Cluster: kube-proxy's /healthz on 10256, not a rule's port.
+    assert_eq!(created.health_check, Some(healthz(KUBE_PROXY_HEALTH_PORT)));
+
+    // Local: the Service's health check node port, in one PUT; then nothing to do.
+    let spec = svc.spec.as_mut().unwrap();
+    spec.external_traffic_policy = Some("Local".into());
+    spec.health_check_node_port = Some(32123);
+    lb.update_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 1);
+    assert_eq!(
+        sim.handle().load_balancers()[0].health_check,
+        Some(healthz(32123))
+    );
+
+    // A UDP-only Service overridden has no TCP port to check: an error, the LB unchanged.
+    svc.spec.as_mut().unwrap().ports = Some(vec![port(5353, "UDP", 31353)]);
+    svc.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(ANNOTATION_OVERRIDE_HEALTH_CHECK.into(), String::new());
+    let err = lb
+        .update_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no TCP port"), "{err}");
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 1);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_sctp_port_is_an_error_naming_it_and_no_load_balancer() {
+    let sim = sim().await;
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let mut svc = service("sctp", "33333333-0000-0000-0000-000000000001", &[]);
+    svc.spec
+        .as_mut()
+        .unwrap()
+        .ports
+        .as_mut()
+        .unwrap()
+        .push(port(9, "SCTP", 30009));
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &svc, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "service default/sctp: port 9/SCTP: protocol SCTP is not supported: load balancers \
+         forward TCP and UDP only"
+    );
     assert!(sim.handle().load_balancers().is_empty());
     sim.shutdown().await;
 }

@@ -2,6 +2,14 @@
 //! each failure is the message of a 422 `unprocessable_entity`. The rules follow the API
 //! reference (required fields, enumerations, ranges, what excludes what); the wording is the
 //! simulator's own, since the live API's exact messages could not be compared.
+//!
+//! UDP: a `udp` rule forwards to `udp` and only `udp` forwards to it (the reference: "If you
+//! set the `entry_protocol` to `udp`, the `target_protocol` must be set to `udp`"); TCP and
+//! UDP rules may share an entry port (DigitalOcean's CCM sends both for a Service port that
+//! is TCP and UDP). A health check is `tcp`, `http` or `https`, never `udp` ("When using
+//! UDP, the load balancer requires that you set up a health check with a port that uses TCP,
+//! HTTP, or HTTPS"), and its port is any droplet port: it need not be a rule's target
+//! (DigitalOcean's CCM checks kube-proxy on 10256, or a Service's health check node port).
 
 use ccm_do_like_cloud::api::{ForwardingRule, HealthCheck, LoadBalancerRequest, StickySessions};
 
@@ -150,7 +158,15 @@ fn forwarding_rule(rule: &ForwardingRule) -> Result<(), String> {
     Ok(())
 }
 
+/// The health check's own fields; its port is not compared with the rules' (module docs).
 fn health_check(hc: &HealthCheck) -> Result<(), String> {
+    if hc.protocol == "udp" {
+        return Err(
+            "protocol \"udp\" is not valid: a health check cannot be UDP; use tcp, http or \
+             https on a TCP port"
+                .into(),
+        );
+    }
     if !["tcp", "http", "https"].contains(&hc.protocol.as_str()) {
         return Err(format!(
             "protocol {:?} is not valid: must be tcp, http or https",
@@ -221,6 +237,44 @@ mod tests {
     }
 
     #[test]
+    fn udp_rules_and_a_health_check_on_no_rules_port_are_accepted() {
+        // What the provider sends for a DNS-like Service: TCP and UDP on one port, the
+        // health check on kube-proxy's port, which no rule targets.
+        let mut r = good();
+        r.forwarding_rules = vec![
+            ForwardingRule {
+                entry_protocol: "udp".into(),
+                entry_port: 53,
+                target_protocol: "udp".into(),
+                target_port: 30053,
+                ..ForwardingRule::default()
+            },
+            ForwardingRule {
+                entry_protocol: "tcp".into(),
+                entry_port: 53,
+                target_protocol: "tcp".into(),
+                target_port: 30054,
+                ..ForwardingRule::default()
+            },
+        ];
+        r.health_check = Some(HealthCheck {
+            protocol: "http".into(),
+            port: 10256,
+            path: "/healthz".into(),
+            check_interval_seconds: 3,
+            response_timeout_seconds: 5,
+            healthy_threshold: 5,
+            unhealthy_threshold: 3,
+        });
+        assert_eq!(load_balancer(&r), Ok(()));
+        // UDP alone, checked over TCP on a port no rule targets.
+        r.forwarding_rules.truncate(1);
+        r.health_check.as_mut().unwrap().protocol = "tcp".into();
+        r.health_check.as_mut().unwrap().port = 32000;
+        assert_eq!(load_balancer(&r), Ok(()));
+    }
+
+    #[test]
     fn what_digitalocean_refuses_is_refused() {
         assert_eq!(load_balancer(&good()), Ok(()));
         // Both sizes, when they agree, as godo's `AsRequest` sends them.
@@ -229,7 +283,7 @@ mod tests {
         both.size_unit = Some(3);
         assert_eq!(load_balancer(&both), Ok(()));
         type Change = fn(&mut LoadBalancerRequest);
-        let cases: [(Change, &str); 12] = [
+        let cases: [(Change, &str); 14] = [
             (|r| r.region.clear(), "region is required"),
             (|r| r.region = "xyz9".into(), "region xyz9 is not available"),
             (|r| r.name.clear(), "name is required"),
@@ -265,6 +319,20 @@ mod tests {
                     r.forwarding_rules[0].target_protocol = "udp".into();
                 },
                 "forwarding_rules[0]: entry_protocol http cannot forward to target_protocol udp",
+            ),
+            (
+                |r| r.forwarding_rules[0].target_protocol = "udp".into(),
+                "forwarding_rules[0]: entry_protocol tcp cannot forward to target_protocol udp",
+            ),
+            (
+                |r| {
+                    r.health_check = Some(HealthCheck {
+                        protocol: "udp".into(),
+                        port: 30053,
+                        ..HealthCheck::default()
+                    });
+                },
+                "health_check: protocol \"udp\" is not valid: a health check cannot be UDP",
             ),
             (
                 |r| {

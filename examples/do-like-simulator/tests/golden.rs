@@ -203,7 +203,8 @@ async fn load_balancers_have_digitaloceans_shape() {
     let sim = start().await;
     let want = fixture(LB);
     let w = &want["load_balancer"];
-    // The fixture's load balancer, as a request would set it.
+    // The fixture's load balancer, as a request would set it (with a UDP rule, and the
+    // health check on kube-proxy's port 10256, which no rule targets: accepted).
     let lb: LoadBalancerObject = serde_json::from_value(w.clone()).unwrap();
     let request = serde_json::to_value(lb.to_request()).unwrap();
     let resp = call(

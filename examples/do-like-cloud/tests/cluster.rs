@@ -6,6 +6,9 @@
 //!
 //! - failover: the leading CCM Pod is deleted; the standby takes over and gives a
 //!   LoadBalancer Service created meanwhile its load balancer, exactly one;
+//! - traffic: that load balancer (the simulator's data plane) answers at its ingress
+//!   address with the Service's Pods, from the cluster's network, and stops listening once
+//!   the Service is deleted;
 //! - lifecycle: a node whose kubelet is stopped and whose droplet is powered off gets the
 //!   shutdown taint; once the droplet is deleted, the Node is deleted.
 //!
@@ -16,11 +19,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ccm_test::cluster::{LOAD_BALANCER_CIDR, WEB_IMAGE};
 use ccm_test::{Cluster, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const IMAGE: &str = "do-like-cloud-controller-manager";
 const RELEASED_IMAGE: &str = "ghcr.io/ccm-rs/do-like-cloud-controller-manager:0.1.0";
@@ -180,6 +186,7 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
                 format!("--token-file={}", token_file.display()),
                 format!("--admin-token-file={}", admin_token_file.display()),
                 "--lb-activation-ms=500".to_owned(),
+                format!("--lb-addresses={LOAD_BALANCER_CIDR}"),
             ],
         )
         .unwrap();
@@ -277,6 +284,17 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
         .create(&PostParams::default(), &service)
         .await
         .unwrap();
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": WEB_IMAGE}]}}}
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
     let new_leader = eventually("another leader", WAIT, || async {
         match leader(&leases).await {
             Some(holder) if holder != first_leader => Ok(holder),
@@ -284,15 +302,14 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
         }
     })
     .await;
-    eventually("the Service's ingress", WAIT, || async {
+    let ingress = eventually("the Service's ingress", WAIT, || async {
         let service = services.get("web").await.map_err(|e| e.to_string())?;
         service
             .status
             .as_ref()
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|lb| lb.ingress.as_ref())
-            .filter(|ingress| !ingress.is_empty())
-            .map(drop)
+            .and_then(|ingress| ingress.first()?.ip.clone())
             .ok_or(format!("{:?}", service.status))
     })
     .await;
@@ -303,6 +320,44 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
         "one load balancer: {load_balancers:#?}"
     );
     eprintln!("failover: {first_leader} -> {new_leader}");
+
+    // Traffic: the load balancer's address is in the range the cluster routes to the
+    // simulator, and requests sent there are answered by the web Pods.
+    let ip: std::net::Ipv4Addr = ingress.parse().unwrap();
+    let range = LOAD_BALANCER_CIDR.split('/').next().unwrap();
+    assert_eq!(
+        ip.octets()[..3],
+        range.parse::<std::net::Ipv4Addr>().unwrap().octets()[..3],
+        "{ip} is in {LOAD_BALANCER_CIDR}"
+    );
+    let lb = SocketAddr::from((ip, 80));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let answered = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    eventually(
+        "both web Pods answering through the load balancer",
+        WAIT,
+        || async {
+            let answer = http_get(&cluster, lb).await?;
+            let names: Vec<String> = pods
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect();
+            let mut answered = answered.borrow_mut();
+            answered.insert(answer);
+            assert!(
+                answered.iter().all(|a| names.contains(a)),
+                "answers {answered:?} come from the web Pods {names:?}"
+            );
+            (answered.len() == 2)
+                .then_some(())
+                .ok_or(format!("answered by {answered:?} so far"))
+        },
+    )
+    .await;
 
     // Lifecycle: a node with no CCM Pod, its kubelet stopped. First the Deployment settles:
     // the deleted Pod gone, its replacement placed and ready.
@@ -380,5 +435,38 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
     // The other Nodes stay.
     for node in cluster.nodes().iter().filter(|n| n.name() != victim) {
         assert!(nodes_api.get_opt(node.name()).await.unwrap().is_some());
+    }
+
+    // The Service deleted: its load balancer goes, and nothing listens at its address.
+    services
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the load balancer's address closed", WAIT, || async {
+        match cluster.connect(lb).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(api.load_balancers().await.is_empty());
+}
+
+/// The body of `GET /` at `target` inside the cluster, when the answer is a 200.
+async fn http_get(cluster: &Cluster, target: SocketAddr) -> Result<String, String> {
+    let mut stream = cluster.connect(target).await.map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET / HTTP/1.0\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response))
+        .await
+        .map_err(|_| "no answer in 5 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let response = String::from_utf8_lossy(&response);
+    match response.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.0 200") => Ok(body.trim().to_owned()),
+        _ => Err(format!("answered {response:?}")),
     }
 }

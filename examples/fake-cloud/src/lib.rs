@@ -7,6 +7,10 @@
 //! unlike it, it keeps per-instance answers, is safe to call from many tasks at once, and
 //! caps its call log, so it serves benchmarks as well as tests.
 //!
+//! Its load balancers and routes are records: the address a Service gets leads nowhere.
+//! The bundled cloud whose load balancers carry traffic is the DigitalOcean-like one (its
+//! simulator's data plane, `docs/do-like-cloud.md`).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use ccm_core::provider::{CloudProvider, resolve_instances};

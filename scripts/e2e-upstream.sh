@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Kubernetes' own `[sig-network] LoadBalancers` e2e specs (test/e2e/network/loadbalancer.go
+# of k8s.io/kubernetes at the cluster's version) against a real cluster on this machine with
+# the DigitalOcean-like cloud: its CCM installed from the release manifest, its simulator's
+# data plane carrying the traffic. e2e.test runs in the cluster's network namespace with
+# --provider=aws as the null provider, as cloud-provider-kind runs it. Needs root.
+#
+#   scripts/e2e-upstream.sh              # every LoadBalancers spec (about an hour)
+#   scripts/e2e-upstream.sh --subset     # the fixed list CI runs
+#   scripts/e2e-upstream.sh --focus RE   # the specs whose name matches RE
+#
+# Ends with one line: `e2e: N passed, M failed, K skipped`; exits non-zero if any failed.
+# The JUnit report and every cluster process's log stay in the folder it prints.
+# See docs/e2e.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The CI subset: specs that need nothing the DO-like cloud lacks, small enough for CI.
+subset=(
+  'should handle load balancer cleanup finalizer for service'
+  'should be able to create LoadBalancer Service without NodePort and change it'
+  'should be able to change the type and ports of a TCP service'
+)
+
+focus=('\[sig-network\] LoadBalancers')
+timeout=90m
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --subset)
+      focus=()
+      for name in "${subset[@]}"; do focus+=("\\[sig-network\\] LoadBalancers $name"); done
+      timeout=30m
+      shift ;;
+    --focus) focus=("${2:?--focus needs a regular expression}"); shift 2 ;;
+    --focus=*) focus=("${1#--focus=}"); shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "e2e-upstream.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "e2e-upstream.sh: needs root (network namespaces, containerd)" >&2; exit 1; }
+
+say() { printf '\n==> %s\n' "$*" >&2; }
+say "building: Kubernetes' binaries, e2e.test and its test images (cached after the first run), the provider's images, the launcher"
+KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
+export KUBEBUILDER_ASSETS
+e2e="$(crates/ccm-test/e2e-upstream/build.sh)"
+scripts/images.sh --debug do-like-cloud-controller-manager do-like-api-simulator
+cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+
+images=()
+while read -r file reference; do
+  [ -n "$file" ] || continue
+  echo "e2e-upstream.sh: image $reference ($file)" >&2
+  images+=(--image "$e2e/$file")
+done <"$e2e/images.txt"
+
+report="$(mktemp -d /tmp/ccm-e2e-upstream.XXXXXX)"
+ginkgo=(--ginkgo.timeout="$timeout" --ginkgo.v --ginkgo.no-color --ginkgo.fail-on-empty)
+for re in "${focus[@]}"; do ginkgo+=(--ginkgo.focus="$re"); done
+
+say "running e2e.test $("$e2e/e2e.test" --version 2>/dev/null | head -1) in a 3-node cluster with the do-like provider"
+start=$(date +%s)
+status=0
+"$target_dir/debug/ccm-local-cluster" --provider do-like --nodes 3 --once "${images[@]}" \
+  --exec "$e2e/e2e.test" \
+  --provider=aws \
+  --kubectl-path="$KUBEBUILDER_ASSETS/kubectl" \
+  --report-dir="$report" \
+  "${ginkgo[@]}" || status=$?
+echo "e2e-upstream.sh: suite took $(( $(date +%s) - start ))s; report in $report" >&2
+
+# One line from the JUnit report: the specs that ran or were skipped by the suite itself
+# (not the ones the focus left out).
+python3 - "$report" <<'EOF'
+import glob, sys, xml.etree.ElementTree as ET
+passed = failed = skipped = 0
+rows = []
+for path in sorted(glob.glob(sys.argv[1] + "/junit*.xml")):
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        if "LoadBalancers" not in name:
+            continue  # the suite's own setup and teardown nodes
+        skip = case.find("skipped")
+        if skip is not None and "filtered" in (skip.get("message", "") + (skip.text or "")):
+            continue
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1; verdict = "FAILED"
+        elif skip is not None:
+            skipped += 1; verdict = "skipped"
+        else:
+            passed += 1; verdict = "passed"
+        rows.append(f"  {verdict:8} {float(case.get('time', 0)):7.1f}s  {name}")
+print("\n".join(rows))
+print(f"e2e: {passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(0 if passed + failed + skipped > 0 else 1)
+EOF
+exit "$status"

@@ -134,6 +134,7 @@ fn forwarding_rule(settings: &LbSettings, entry_port: u16, target_port: u16) -> 
         target_port,
         certificate_id: String::new(),
         tls_passthrough: false,
+        x_passthrough: false,
     };
     if protocol == "https" || protocol == "http2" {
         if settings.tls_passthrough {
@@ -167,6 +168,24 @@ fn port_rule(
         other => Err(format!(
             "protocol {other} is not supported: load balancers forward TCP and UDP only"
         )),
+    }
+}
+
+/// The passthrough form of `rule` (see `desired`): plain TCP or UDP, from and to the
+/// Service's port, no TLS settings.
+fn passthrough_rule(rule: &ForwardingRule, port: u16) -> ForwardingRule {
+    let protocol = if rule.entry_protocol == "udp" {
+        "udp"
+    } else {
+        "tcp"
+    };
+    ForwardingRule {
+        entry_protocol: protocol.into(),
+        entry_port: port,
+        target_protocol: protocol.into(),
+        target_port: port,
+        x_passthrough: true,
+        ..ForwardingRule::default()
     }
 }
 
@@ -350,8 +369,13 @@ impl DoLikeCloud {
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerRequest> {
         let settings = LbSettings::from_service(service)?;
+        let ports = || service.spec.iter().flat_map(|s| s.ports.iter().flatten());
+        // Without node ports (`allocateLoadBalancerNodePorts: false`) there is nothing to
+        // proxy to: the load balancer forwards packets unchanged (the API's `x_passthrough`
+        // extension) and kube-proxy takes them by the load balancer's address.
+        let passthrough = ports().any(|p| p.node_port.unwrap_or_default() == 0);
         let mut rules = Vec::new();
-        for port in service.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
+        for port in ports() {
             let protocol = port.protocol.as_deref();
             let entry_port = u16::try_from(port.port).unwrap_or(0);
             let node_port = u16::try_from(port.node_port.unwrap_or_default()).unwrap_or(0);
@@ -364,14 +388,11 @@ impl DoLikeCloud {
                     protocol.unwrap_or_default()
                 ))
             })?;
-            if node_port == 0 {
-                return Err(CloudError::msg(format!(
-                    "service {}: port {} has no node port yet",
-                    service_key(service),
-                    port.port
-                )));
-            }
-            rules.push(rule);
+            rules.push(if passthrough {
+                passthrough_rule(&rule, entry_port)
+            } else {
+                rule
+            });
         }
         if rules.is_empty() {
             return Err(CloudError::msg(format!(

@@ -534,6 +534,61 @@ async fn tcp_and_udp_ports_are_forwarded_and_kube_proxy_is_health_checked() {
 }
 
 #[tokio::test]
+async fn a_service_without_node_ports_gets_passthrough_rules_until_it_has_them() {
+    let sim = sim().await;
+    let d = sim.handle().create_droplet("n1", "s", "nyc1");
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let nodes = vec![Arc::new(node(
+        "n1",
+        Some(format!("digitalocean://{}", d.id)),
+    ))];
+    // allocateLoadBalancerNodePorts: false — the API server allocates no node port.
+    let mut svc = service("direct", "22222222-0000-0000-0000-000000000080", &[]);
+    let spec = svc.spec.as_mut().unwrap();
+    spec.allocate_load_balancer_node_ports = Some(false);
+    spec.ports = Some(vec![
+        ServicePort {
+            node_port: None,
+            ..port(80, "TCP", 0)
+        },
+        ServicePort {
+            node_port: None,
+            ..port(53, "UDP", 0)
+        },
+    ]);
+    lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    let passthrough = |protocol: &str, port: u16| ForwardingRule {
+        x_passthrough: true,
+        ..rule(protocol, port, port)
+    };
+    assert_eq!(
+        sim.handle().load_balancers()[0].forwarding_rules,
+        [passthrough("tcp", 80), passthrough("udp", 53)],
+        "from and to the Service's ports, passed through"
+    );
+    assert_eq!(
+        sim.handle().load_balancers()[0].health_check,
+        Some(healthz(KUBE_PROXY_HEALTH_PORT))
+    );
+
+    // Node ports allocated later: proxied rules to them, in one update.
+    let spec = svc.spec.as_mut().unwrap();
+    spec.allocate_load_balancer_node_ports = Some(true);
+    spec.ports = Some(vec![port(80, "TCP", 30080), port(53, "UDP", 30053)]);
+    lb.update_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        sim.handle().load_balancers()[0].forwarding_rules,
+        [rule("tcp", 80, 30080), rule("udp", 53, 30053)]
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_sctp_port_is_an_error_naming_it_and_no_load_balancer() {
     let sim = sim().await;
     let cloud = provider(&sim);

@@ -72,6 +72,18 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
     for (i, rule) in req.forwarding_rules.iter().enumerate() {
         forwarding_rule(rule).map_err(|m| format!("forwarding_rules[{i}]: {m}"))?;
     }
+    let passthrough = req
+        .forwarding_rules
+        .iter()
+        .filter(|r| r.x_passthrough)
+        .count();
+    if passthrough != 0 && passthrough != req.forwarding_rules.len() {
+        return Err(
+            "x_passthrough must be set on every forwarding rule or on none (the extension \
+             forwards the load balancer's whole address)"
+                .into(),
+        );
+    }
     if let Some(hc) = &req.health_check {
         health_check(hc).map_err(|m| format!("health_check: {m}"))?;
     }
@@ -142,6 +154,16 @@ fn forwarding_rule(rule: &ForwardingRule) -> Result<(), String> {
              http3, not {}",
             rule.entry_protocol
         ));
+    }
+    if rule.x_passthrough {
+        if !matches!(rule.entry_protocol.as_str(), "tcp" | "udp")
+            || rule.target_protocol != rule.entry_protocol
+        {
+            return Err("with x_passthrough, both protocols must be tcp or both udp".into());
+        }
+        if rule.target_port != rule.entry_port {
+            return Err("with x_passthrough, target_port must equal entry_port".into());
+        }
     }
     if rule.tls_passthrough && rule.target_protocol != rule.entry_protocol {
         return Err("with tls_passthrough, target_protocol must equal entry_protocol".into());
@@ -283,7 +305,32 @@ mod tests {
         both.size_unit = Some(3);
         assert_eq!(load_balancer(&both), Ok(()));
         type Change = fn(&mut LoadBalancerRequest);
-        let cases: [(Change, &str); 14] = [
+        let cases: [(Change, &str); 17] = [
+            (
+                |r| {
+                    r.forwarding_rules[0].x_passthrough = true;
+                    r.forwarding_rules[0].target_port = r.forwarding_rules[0].entry_port + 1;
+                },
+                "forwarding_rules[0]: with x_passthrough, target_port must equal entry_port",
+            ),
+            (
+                |r| {
+                    r.forwarding_rules[0].x_passthrough = true;
+                    r.forwarding_rules[0].entry_protocol = "http".into();
+                    r.forwarding_rules[0].target_protocol = "http".into();
+                },
+                "forwarding_rules[0]: with x_passthrough, both protocols must be tcp or both udp",
+            ),
+            (
+                |r| {
+                    let mut second = r.forwarding_rules[0].clone();
+                    second.entry_port += 1;
+                    second.target_port = second.entry_port;
+                    second.x_passthrough = true;
+                    r.forwarding_rules.push(second);
+                },
+                "x_passthrough must be set on every forwarding rule or on none",
+            ),
             (|r| r.region.clear(), "region is required"),
             (|r| r.region = "xyz9".into(), "region xyz9 is not available"),
             (|r| r.name.clear(), "name is required"),

@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod dns;
 mod images;
 mod launch;
 mod machine;
@@ -243,6 +244,12 @@ impl ClusterBuilder {
                 netns::GATEWAY,
             )
             .await?;
+        let dns = dns::ClusterDns::start(
+            control_plane.admin_config()?,
+            cluster_ns
+                .bind_udp(SocketAddr::from((netns::GATEWAY, 53)))
+                .map_err(|e| Error::io("binding the cluster's DNS server", e))?,
+        )?;
         let server = apiserver_url_in_cluster();
         start_controllers(
             &control_plane,
@@ -276,6 +283,7 @@ impl ClusterBuilder {
                 self.pod_network,
             )?,
             forwarders: Mutex::new(Vec::new()),
+            _dns: dns,
             cluster_ns,
             nodes,
             control_plane,
@@ -297,9 +305,11 @@ impl ClusterBuilder {
 /// and removes its folder, namespaces and cgroups.
 #[derive(Debug)]
 pub struct Cluster {
-    // Dropped in this order: the pod-network writer, the forwarders, then the processes.
+    // Dropped in this order: the pod-network writer, the forwarders, the DNS server, then
+    // the processes.
     _pod_network: PodNetworkWriter,
     forwarders: Mutex<Vec<Forwarder>>,
+    _dns: dns::ClusterDns,
     cluster_ns: Arc<NetworkNamespace>,
     nodes: Vec<ClusterNode>,
     control_plane: ControlPlane,

@@ -166,6 +166,24 @@ impl NetworkNamespace {
     }
 }
 
+impl NetworkNamespace {
+    /// A UDP socket bound to `address` inside this network namespace.
+    pub(crate) fn bind_udp(&self, address: SocketAddr) -> io::Result<std::net::UdpSocket> {
+        let net = self.net.try_clone()?;
+        std::thread::Builder::new()
+            .name("ccm-test-netns".to_owned())
+            .spawn(move || {
+                rustix::thread::move_into_link_name_space(
+                    net.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )?;
+                std::net::UdpSocket::bind(address)
+            })?
+            .join()
+            .map_err(|_| io::Error::other("the namespace thread panicked"))?
+    }
+}
+
 /// Connects to `address` from a new thread that joins the network namespace `net`: the
 /// socket belongs to the namespace it was made in, whatever thread uses it later.
 fn connect_in(net: &File, address: SocketAddr) -> io::Result<TcpStream> {
@@ -305,7 +323,8 @@ pub(crate) fn run(command: &mut Command, what: &str) -> Result<String, Error> {
 /// The script that sets up the cluster namespace: loopback, the bridge with the gateway
 /// address, forwarding (the namespace routes between the nodes' pod networks), and the
 /// load-balancer range as local addresses (`ip route add local`, so that binding one needs
-/// no address added first).
+/// no address added first), and equal-cost routes spread by flow (source and destination
+/// ports too), for load balancers that route their address to several nodes.
 pub(crate) fn cluster_setup_script() -> String {
     format!(
         "ip link set lo up
@@ -314,6 +333,7 @@ ip addr add {GATEWAY}/{PREFIX_LEN} dev {BRIDGE}
 ip link set {BRIDGE} up
 echo 1 >/proc/sys/net/ipv4/ip_forward
 ip route add local {LOAD_BALANCER_CIDR} dev lo
+echo 1 >/proc/sys/net/ipv4/fib_multipath_hash_policy
 "
     )
 }

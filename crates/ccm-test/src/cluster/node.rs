@@ -141,6 +141,7 @@ authentication:
 authorization:
   mode: Webhook
 clusterDomain: cluster.local
+clusterDNS: [{dns}]
 resolvConf: ""
 failCgroupV1: false
 cgroupDriver: cgroupfs
@@ -159,6 +160,7 @@ evictionHard:
   nodefs.inodesFree: 1%
 {extra}"#,
         address = node.address,
+        dns = super::netns::GATEWAY,
         cert = node.file("kubelet.crt").display(),
         key = node.file("kubelet.key").display(),
         ca = ca_file.display(),

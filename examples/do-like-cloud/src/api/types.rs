@@ -171,6 +171,14 @@ pub struct ForwardingRule {
     /// Whether TLS is passed through to the droplets.
     #[serde(default)]
     pub tls_passthrough: bool,
+    /// **An extension of the DO-like API** (DigitalOcean has none): the load balancer
+    /// forwards packets unchanged — addressed to its own address and `entry_port` — to a
+    /// healthy droplet, instead of proxying connections to the droplet's `target_port`
+    /// (which must then equal `entry_port`). For a Service without node ports
+    /// (`allocateLoadBalancerNodePorts: false`), whose traffic kube-proxy on the node takes
+    /// by the load balancer's address; all rules of a load balancer are passthrough or none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub x_passthrough: bool,
 }
 
 /// A load balancer's health check.

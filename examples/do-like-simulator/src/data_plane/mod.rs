@@ -18,6 +18,7 @@
 
 mod forward;
 mod health;
+mod passthrough;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,7 +36,7 @@ use forward::Pool;
 pub(crate) use health::CheckSpec;
 
 /// How often a rule whose address could not be bound is tried again.
-const RETRY_BIND: Duration = Duration::from_secs(5);
+const RETRY_BIND: Duration = Duration::from_secs(1);
 /// How often the reconciler looks at the state without being told of a change (load
 /// balancers turn `active` on a clock).
 const RESYNC: Duration = Duration::from_millis(250);
@@ -126,6 +127,9 @@ pub(crate) struct Rule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LbSpec {
     address: Ipv4Addr,
+    /// Whether its rules are `x_passthrough`: packets are routed to a healthy target
+    /// unchanged ([`passthrough`]) instead of proxied.
+    passthrough: bool,
     rules: Vec<Rule>,
     check: CheckSpec,
     targets: Vec<Ipv4Addr>,
@@ -165,8 +169,11 @@ pub(crate) fn spec_of(lb: &LoadBalancerObject, droplets: &[Droplet]) -> Option<L
     targets.sort();
     targets.dedup();
     let check = lb.health_check.as_ref().map(CheckSpec::from_api)?;
+    let passthrough =
+        !lb.forwarding_rules.is_empty() && lb.forwarding_rules.iter().all(|r| r.x_passthrough);
     Some(LbSpec {
         address,
+        passthrough,
         rules,
         check,
         targets,
@@ -201,6 +208,8 @@ struct RunningLb {
     spec: LbSpec,
     pool: Arc<Pool>,
     listeners: BTreeMap<Rule, Listener>,
+    /// For a passthrough load balancer: the task keeping its route.
+    _route: Option<Owned>,
     checkers: BTreeMap<Ipv4Addr, Owned>,
 }
 
@@ -208,9 +217,16 @@ impl RunningLb {
     fn new(id: &str, spec: LbSpec) -> Self {
         let pool = Pool::new(spec.algorithm);
         let mut lb = Self {
+            pool: Arc::clone(&pool),
             spec: spec.clone(),
-            pool,
             listeners: BTreeMap::new(),
+            _route: spec.passthrough.then(|| {
+                Owned(tokio::spawn(passthrough::keep_route(
+                    id.to_owned(),
+                    spec.address,
+                    Arc::clone(&pool),
+                )))
+            }),
             checkers: BTreeMap::new(),
         };
         lb.apply(id, spec, true);
@@ -223,8 +239,10 @@ impl RunningLb {
         let check_changed = fresh || spec.check != self.spec.check;
         self.pool.set_algorithm(spec.algorithm);
         self.pool.set_targets(&spec.targets);
-        self.listeners.retain(|rule, _| spec.rules.contains(rule));
-        for rule in &spec.rules {
+        // A passthrough load balancer listens on nothing: its address is routed.
+        let listened: &[Rule] = if spec.passthrough { &[] } else { &spec.rules };
+        self.listeners.retain(|rule, _| listened.contains(rule));
+        for rule in listened {
             let retry = match self.listeners.get(rule) {
                 None => true,
                 Some(Listener::Unbound { since }) => since.elapsed() >= RETRY_BIND,
@@ -301,9 +319,10 @@ impl DataPlane {
     /// Brings the running load balancers to `desired` (ID → spec).
     pub(crate) fn reconcile(&mut self, desired: BTreeMap<String, LbSpec>) {
         self.running.retain(|id, lb| {
-            let keep = desired
-                .get(id)
-                .is_some_and(|d| d.address == lb.spec.address);
+            // A new address or mode starts afresh.
+            let keep = desired.get(id).is_some_and(|d| {
+                d.address == lb.spec.address && d.passthrough == lb.spec.passthrough
+            });
             if !keep {
                 tracing::info!(lb = %id, address = %lb.spec.address, "load balancer stopped");
             }

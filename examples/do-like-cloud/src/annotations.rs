@@ -32,7 +32,7 @@
 use ccm_core::provider::{CloudError, CloudResult};
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 
-use crate::api::{HealthCheck, StickySessions};
+use crate::api::{HealthCheck, LbFirewall, StickySessions};
 
 /// The LB's ID, used for lookup when present (only an LB this Service owns is used).
 pub const ANNOTATION_LOAD_BALANCER_ID: &str = "kubernetes.digitalocean.com/load-balancer-id";
@@ -99,6 +99,15 @@ pub const ANNOTATION_REDIRECT_HTTP_TO_HTTPS: &str =
 /// `true`: the PROXY protocol is spoken to the droplets.
 pub const ANNOTATION_ENABLE_PROXY_PROTOCOL: &str =
     "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol";
+/// The load balancer firewall's allow rules, `ip:<address>` or `cidr:<network>/<len>`,
+/// comma-separated; `spec.loadBalancerSourceRanges` takes precedence, as in DigitalOcean's
+/// CCM (`buildFirewall`).
+pub const ANNOTATION_ALLOW_RULES: &str = "service.beta.kubernetes.io/do-loadbalancer-allow-rules";
+/// The load balancer firewall's deny rules, in the same form.
+pub const ANNOTATION_DENY_RULES: &str = "service.beta.kubernetes.io/do-loadbalancer-deny-rules";
+/// The most firewall rules (allow and deny, each) a load balancer gets; a longer list is an
+/// error.
+const MAX_FIREWALL_RULES: usize = 100;
 
 /// kube-proxy's health port (`--healthz-bind-address`'s default): `/healthz` there answers
 /// 200 while the node's kube-proxy is healthy. The default health check of a Service whose
@@ -151,6 +160,8 @@ pub(crate) struct LbSettings {
     pub sticky_sessions: StickySessions,
     pub redirect_http_to_https: bool,
     pub enable_proxy_protocol: bool,
+    /// The firewall; `None` without rules.
+    pub firewall: Option<LbFirewall>,
 }
 
 /// The value of annotation `key` (trimmed), or of its legacy alias when it is absent: the
@@ -546,13 +557,138 @@ impl LbSettings {
             sticky_sessions,
             redirect_http_to_https: boolean(service, ANNOTATION_REDIRECT_HTTP_TO_HTTPS)?,
             enable_proxy_protocol: boolean(service, ANNOTATION_ENABLE_PROXY_PROTOCOL)?,
+            firewall: firewall(service)?,
         })
+    }
+}
+
+/// The firewall DigitalOcean's CCM builds (`buildFirewall`): allow the
+/// `loadBalancerSourceRanges` (as `cidr:` rules) or else the allow-rules annotation; deny
+/// the deny-rules annotation. `None` when both lists are empty.
+fn firewall(service: &Service) -> CloudResult<Option<LbFirewall>> {
+    let ranges: Vec<String> = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_source_ranges.clone())
+        .unwrap_or_default();
+    if ranges.len() > MAX_FIREWALL_RULES {
+        return Err(CloudError::msg(format!(
+            "spec.loadBalancerSourceRanges: {} ranges; at most {MAX_FIREWALL_RULES}",
+            ranges.len()
+        )));
+    }
+    let allow = if ranges.is_empty() {
+        firewall_rules(service, ANNOTATION_ALLOW_RULES)?
+    } else {
+        let mut allow = Vec::with_capacity(ranges.len());
+        for range in &ranges {
+            let rule = format!("cidr:{}", range.trim());
+            if firewall_rule(&rule).is_err() {
+                return Err(CloudError::msg(format!(
+                    "spec.loadBalancerSourceRanges: {} is not a network like 10.0.0.0/24",
+                    quoted(range)
+                )));
+            }
+            allow.push(rule);
+        }
+        allow
+    };
+    let deny = firewall_rules(service, ANNOTATION_DENY_RULES)?;
+    Ok((!allow.is_empty() || !deny.is_empty()).then_some(LbFirewall { allow, deny }))
+}
+
+/// The rules of the list annotation `key`, each checked.
+fn firewall_rules(service: &Service, key: &'static str) -> CloudResult<Vec<String>> {
+    const MAX_LIST: usize = 4096;
+    let Some((name, value)) = read(service, key) else {
+        return Ok(Vec::new());
+    };
+    if value.len() > MAX_LIST {
+        return Err(invalid(name, value, &format!("at most {MAX_LIST} bytes")));
+    }
+    let rules: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if rules.len() > MAX_FIREWALL_RULES {
+        return Err(invalid(
+            name,
+            value,
+            &format!("at most {MAX_FIREWALL_RULES} rules"),
+        ));
+    }
+    for rule in &rules {
+        firewall_rule(rule).map_err(|why| invalid(name, rule, &why))?;
+    }
+    Ok(rules)
+}
+
+/// Checks one firewall rule: `ip:<IP address>` or `cidr:<network>/<prefix length>`.
+pub(crate) fn firewall_rule(rule: &str) -> Result<(), String> {
+    let bad = || format!("{rule:?} is not ip:<address> or cidr:<network>/<length>");
+    if let Some(ip) = rule.strip_prefix("ip:") {
+        return ip.parse::<std::net::IpAddr>().map(drop).map_err(|_| bad());
+    }
+    let (ip, len) = rule
+        .strip_prefix("cidr:")
+        .and_then(|c| c.split_once('/'))
+        .ok_or_else(bad)?;
+    let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    match len.parse::<u8>() {
+        Ok(len) if len <= max => Ok(()),
+        _ => Err(bad()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn source_ranges_or_allow_rules_and_deny_rules_make_the_firewall() {
+        assert_eq!(firewall(&svc(&[])).unwrap(), None);
+        let mut ranges = svc(&[(ANNOTATION_ALLOW_RULES, "ip:1.2.3.4")]);
+        ranges.spec.as_mut().unwrap().load_balancer_source_ranges =
+            Some(vec!["10.244.1.5/32".into(), " 10.88.0.0/24".into()]);
+        assert_eq!(
+            firewall(&ranges).unwrap(),
+            Some(LbFirewall {
+                allow: vec!["cidr:10.244.1.5/32".into(), "cidr:10.88.0.0/24".into()],
+                deny: Vec::new(),
+            }),
+            "the source ranges win over the allow annotation"
+        );
+        let rules = svc(&[
+            (ANNOTATION_ALLOW_RULES, "ip:1.2.3.4, cidr:10.0.0.0/8"),
+            (ANNOTATION_DENY_RULES, "cidr:10.1.0.0/16"),
+        ]);
+        assert_eq!(
+            firewall(&rules).unwrap(),
+            Some(LbFirewall {
+                allow: vec!["ip:1.2.3.4".into(), "cidr:10.0.0.0/8".into()],
+                deny: vec!["cidr:10.1.0.0/16".into()],
+            })
+        );
+        let bad = svc(&[(ANNOTATION_DENY_RULES, "cidr:10.1.0.0/16,10.2.0.0/16")]);
+        let err = firewall(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains(ANNOTATION_DENY_RULES) && err.contains("10.2.0.0/16"),
+            "{err}"
+        );
+        let many = vec!["ip:10.0.0.1"; MAX_FIREWALL_RULES + 1].join(",");
+        let err = firewall(&svc(&[(ANNOTATION_ALLOW_RULES, &many)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 100 rules"), "{err}");
+        let mut bad_range = svc(&[]);
+        bad_range.spec.as_mut().unwrap().load_balancer_source_ranges =
+            Some(vec!["10.0.0.0/99".into()]);
+        let err = firewall(&bad_range).unwrap_err().to_string();
+        assert!(err.contains("spec.loadBalancerSourceRanges"), "{err}");
+    }
 
     fn svc(annotations: &[(&str, &str)]) -> Service {
         let mut s: Service = serde_json::from_value(serde_json::json!({

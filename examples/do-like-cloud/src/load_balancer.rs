@@ -453,6 +453,7 @@ impl DoLikeCloud {
             redirect_http_to_https: settings.redirect_http_to_https,
             enable_proxy_protocol: settings.enable_proxy_protocol,
             vpc_uuid: None,
+            firewall: settings.firewall,
         })
     }
 }
@@ -601,6 +602,7 @@ mod tests {
             redirect_http_to_https: false,
             enable_proxy_protocol: false,
             vpc_uuid: "c33931f2-a26a-4e61-b85c-4e95a2ec431b".into(),
+            firewall: None,
         }
     }
 

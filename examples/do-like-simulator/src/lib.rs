@@ -1184,6 +1184,9 @@ fn lb_object(
         tags: req.tags,
         redirect_http_to_https: req.redirect_http_to_https,
         enable_proxy_protocol: req.enable_proxy_protocol,
+        firewall: req
+            .firewall
+            .filter(|f| !f.allow.is_empty() || !f.deny.is_empty()),
     }
 }
 

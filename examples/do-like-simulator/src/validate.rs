@@ -87,6 +87,18 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
     if let Some(hc) = &req.health_check {
         health_check(hc).map_err(|m| format!("health_check: {m}"))?;
     }
+    if let Some(firewall) = &req.firewall {
+        for (list, rules) in [("allow", &firewall.allow), ("deny", &firewall.deny)] {
+            if rules.len() > MAX_FIREWALL_RULES {
+                return Err(format!(
+                    "firewall.{list}: at most {MAX_FIREWALL_RULES} rules"
+                ));
+            }
+            for (i, rule) in rules.iter().enumerate() {
+                firewall_rule(rule).map_err(|m| format!("firewall.{list}[{i}]: {m}"))?;
+            }
+        }
+    }
     if let Some(s) = &req.sticky_sessions {
         sticky_sessions(s).map_err(|m| format!("sticky_sessions: {m}"))?;
     }
@@ -180,6 +192,26 @@ fn forwarding_rule(rule: &ForwardingRule) -> Result<(), String> {
     Ok(())
 }
 
+/// The most rules a firewall list takes.
+const MAX_FIREWALL_RULES: usize = 1000;
+
+/// One firewall rule: `ip:<address>` or `cidr:<network>/<prefix length>`.
+fn firewall_rule(rule: &str) -> Result<(), String> {
+    let bad = || format!("{rule:?} is not valid: must be ip:<address> or cidr:<network>/<length>");
+    if let Some(ip) = rule.strip_prefix("ip:") {
+        return ip.parse::<std::net::IpAddr>().map(drop).map_err(|_| bad());
+    }
+    let (ip, len) = rule
+        .strip_prefix("cidr:")
+        .and_then(|c| c.split_once('/'))
+        .ok_or_else(bad)?;
+    let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
+    match len.parse::<u8>() {
+        Ok(len) if len <= if ip.is_ipv4() { 32 } else { 128 } => Ok(()),
+        _ => Err(bad()),
+    }
+}
+
 /// The health check's own fields; its port is not compared with the rules' (module docs).
 fn health_check(hc: &HealthCheck) -> Result<(), String> {
     if hc.protocol == "udp" {
@@ -242,6 +274,7 @@ fn sticky_sessions(s: &StickySessions) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ccm_do_like_cloud::api::LbFirewall;
 
     fn good() -> LoadBalancerRequest {
         LoadBalancerRequest {
@@ -305,7 +338,25 @@ mod tests {
         both.size_unit = Some(3);
         assert_eq!(load_balancer(&both), Ok(()));
         type Change = fn(&mut LoadBalancerRequest);
-        let cases: [(Change, &str); 17] = [
+        let cases: [(Change, &str); 19] = [
+            (
+                |r| {
+                    r.firewall = Some(LbFirewall {
+                        allow: vec!["cidr:10.0.0.0/8".into(), "10.1.2.3".into()],
+                        deny: Vec::new(),
+                    });
+                },
+                "firewall.allow[1]: \"10.1.2.3\" is not valid",
+            ),
+            (
+                |r| {
+                    r.firewall = Some(LbFirewall {
+                        allow: Vec::new(),
+                        deny: vec!["cidr:10.0.0.0/33".into()],
+                    });
+                },
+                "firewall.deny[0]: \"cidr:10.0.0.0/33\" is not valid",
+            ),
             (
                 |r| {
                     r.forwarding_rules[0].x_passthrough = true;

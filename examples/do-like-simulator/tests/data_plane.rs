@@ -227,6 +227,68 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
 }
 
 #[tokio::test]
+async fn the_firewall_refuses_the_clients_it_does_not_allow() {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.lb_activation_delay = Duration::from_millis(100);
+    cfg.load_balancer_addresses = Some("127.77.2.0/24".parse().unwrap());
+    let sim = RunningSimulator::start(cfg).await.unwrap();
+    let port = free_port().await;
+    let a = Backend::start(Ipv4Addr::new(127, 0, 0, 1), port, "a").await;
+    let h = sim.handle();
+    let da = h.create_droplet_at(
+        "a",
+        "s-1vcpu-1gb",
+        "nyc1",
+        Some(Ipv4Addr::new(127, 0, 0, 1)),
+    );
+    let http = http();
+    let with_firewall = |allow: &[&str]| {
+        let mut body = lb_body(&[da.id], port);
+        body["firewall"] = serde_json::json!({"allow": allow});
+        body
+    };
+    let lb: serde_json::Value = http
+        .post(format!("{}/v2/load_balancers", sim.url()))
+        .bearer_auth(TOKEN)
+        .json(&with_firewall(&["cidr:10.0.0.0/8"]))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = lb["load_balancer"]["id"].as_str().unwrap().to_owned();
+    eventually("a healthy target", Duration::from_secs(10), async || {
+        h.load_balancer_health(&id).iter().any(|(_, up)| *up)
+    })
+    .await;
+    let tcp = SocketAddr::from(([127, 77, 2, 1], 8080));
+    assert_eq!(
+        tcp_answer(tcp).await.unwrap_or_default(),
+        "",
+        "127.0.0.1 is not in 10.0.0.0/8: closed at once"
+    );
+    assert_eq!(
+        udp_answer(SocketAddr::from(([127, 77, 2, 1], 8053)), "x").await,
+        None
+    );
+    let updated = http
+        .put(format!("{}/v2/load_balancers/{id}", sim.url()))
+        .bearer_auth(TOKEN)
+        .json(&with_firewall(&["ip:127.0.0.1"]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(updated.status(), 200);
+    eventually("the client allowed", Duration::from_secs(5), async || {
+        tcp_answer(tcp).await.is_ok_and(|a| a == "a")
+    })
+    .await;
+    a.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn addresses_outside_loopback_need_the_non_loopback_switch() {
     let mut cfg = SimulatorConfig::new(TOKEN);
     cfg.load_balancer_addresses = Some("10.88.64.0/24".parse().unwrap());

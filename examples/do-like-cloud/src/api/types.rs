@@ -233,6 +233,19 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// A load balancer's firewall: which client addresses may connect. Each rule is
+/// `ip:<IPv4 address>` or `cidr:<IPv4 network>/<prefix length>`. With `allow` rules, only the
+/// clients they match get through; a client a `deny` rule matches never does.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LbFirewall {
+    /// Sources allowed (all, when empty).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Sources denied.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
 /// The writable part of a load balancer: the body of `POST` and `PUT`. Its `region` is a
 /// slug (an answer's is an object).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -279,6 +292,9 @@ pub struct LoadBalancerRequest {
     /// The VPC it is in (the region's default when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vpc_uuid: Option<String>,
+    /// Its firewall (none when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall: Option<LbFirewall>,
 }
 
 /// A load balancer as the API shows it.
@@ -336,6 +352,9 @@ pub struct LoadBalancerObject {
     /// The VPC it is in.
     #[serde(default)]
     pub vpc_uuid: String,
+    /// Its firewall, if it has rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall: Option<LbFirewall>,
 }
 
 impl LoadBalancerObject {
@@ -361,6 +380,7 @@ impl LoadBalancerObject {
             redirect_http_to_https: self.redirect_http_to_https,
             enable_proxy_protocol: self.enable_proxy_protocol,
             vpc_uuid: (!self.vpc_uuid.is_empty()).then(|| self.vpc_uuid.clone()),
+            firewall: self.firewall.clone(),
         }
     }
 }

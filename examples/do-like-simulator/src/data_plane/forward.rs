@@ -6,8 +6,9 @@
 //! ways until either side closes. UDP: each client address is a flow pinned to one target
 //! until it has been idle for [`UDP_IDLE`]; answers from the target go back to the client
 //! from the load balancer's address. With no healthy target a connection is closed at once
-//! and a datagram is dropped. Connections and flows are capped per rule, and all of them end
-//! when the rule's task is dropped (the load balancer was deleted or its rule changed).
+//! and a datagram is dropped; so is a client the load balancer's [`Firewall`] refuses.
+//! Connections and flows are capped per rule, and all of them end when the rule's task is
+//! dropped (the load balancer was deleted or its rule changed).
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -48,11 +49,84 @@ struct Target {
     open: usize,
 }
 
+/// One firewall network: an IPv4 network, or an IPv6 rule (which no IPv4 client matches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Net {
+    /// The network and its prefix length; `None` for an IPv6 rule.
+    v4: Option<(u32, u8)>,
+}
+
+impl Net {
+    /// Every IPv4 address.
+    const ANY: Self = Self { v4: Some((0, 0)) };
+
+    /// From `ip:<address>` or `cidr:<network>/<len>` (already validated by the API).
+    fn parse(rule: &str) -> Option<Self> {
+        let (ip, len) = match rule.strip_prefix("ip:") {
+            Some(ip) => (ip, None),
+            None => {
+                let (ip, len) = rule.strip_prefix("cidr:")?.split_once('/')?;
+                (ip, Some(len.parse::<u8>().ok()?))
+            }
+        };
+        match ip.parse::<std::net::IpAddr>().ok()? {
+            std::net::IpAddr::V4(v4) => {
+                let len = len.unwrap_or(32).min(32);
+                Some(Self {
+                    v4: Some((u32::from(v4), len)),
+                })
+            }
+            std::net::IpAddr::V6(_) => Some(Self { v4: None }),
+        }
+    }
+
+    fn contains(&self, ip: Ipv4Addr) -> bool {
+        self.v4.is_some_and(|(net, len)| {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            u32::from(ip) & mask == net & mask
+        })
+    }
+}
+
+/// Which clients a load balancer serves: with `allow` rules only those they match, never one
+/// a `deny` rule matches (DigitalOcean's load balancer firewall).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Firewall {
+    allow: Vec<Net>,
+    deny: Vec<Net>,
+}
+
+impl Firewall {
+    /// From the API's firewall (a rule that does not parse matches nothing).
+    pub(crate) fn from_api(firewall: Option<&ccm_do_like_cloud::api::LbFirewall>) -> Self {
+        let nets = |rules: &[String]| rules.iter().filter_map(|r| Net::parse(r)).collect();
+        let (allow, deny) = firewall.map_or((&[][..], &[][..]), |f| (&f.allow[..], &f.deny[..]));
+        Self {
+            // No allow rules: every client a deny rule does not match.
+            allow: if allow.is_empty() {
+                vec![Net::ANY]
+            } else {
+                nets(allow)
+            },
+            deny: nets(deny),
+        }
+    }
+
+    /// Whether `client` may connect.
+    pub(crate) fn admits(&self, client: std::net::IpAddr) -> bool {
+        let std::net::IpAddr::V4(ip) = client else {
+            return false; // the data plane is IPv4 only
+        };
+        !self.deny.iter().any(|n| n.contains(ip)) && self.allow.iter().any(|n| n.contains(ip))
+    }
+}
+
 /// A load balancer's targets and their health, shared by its health checkers (which write)
-/// and its forwarders (which pick).
+/// and its forwarders (which pick), and its firewall.
 #[derive(Debug)]
 pub(crate) struct Pool {
     algorithm: Mutex<Algorithm>,
+    firewall: Mutex<Firewall>,
     targets: Mutex<Vec<Target>>,
     next: AtomicUsize,
 }
@@ -81,6 +155,7 @@ impl Pool {
     pub(crate) fn new(algorithm: Algorithm) -> Arc<Self> {
         Arc::new(Self {
             algorithm: Mutex::new(algorithm),
+            firewall: Mutex::new(Firewall::from_api(None)),
             targets: Mutex::new(Vec::new()),
             next: AtomicUsize::new(0),
         })
@@ -92,6 +167,18 @@ impl Pool {
 
     pub(crate) fn set_algorithm(&self, algorithm: Algorithm) {
         *self.algorithm.lock().unwrap_or_else(|e| e.into_inner()) = algorithm;
+    }
+
+    pub(crate) fn set_firewall(&self, firewall: Firewall) {
+        *self.firewall.lock().unwrap_or_else(|e| e.into_inner()) = firewall;
+    }
+
+    /// Whether the firewall lets `client` in.
+    pub(crate) fn admits(&self, client: std::net::IpAddr) -> bool {
+        self.firewall
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admits(client)
     }
 
     /// Makes the targets exactly `addresses`, keeping the health of those already known
@@ -163,7 +250,7 @@ pub(crate) async fn serve_tcp(listener: TcpListener, target_port: u16, pool: Arc
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
-        let (client, _) = match listener.accept().await {
+        let (client, from) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::debug!(error = %e, "accept failed");
@@ -171,6 +258,9 @@ pub(crate) async fn serve_tcp(listener: TcpListener, target_port: u16, pool: Arc
                 continue;
             }
         };
+        if !pool.admits(from.ip()) {
+            continue; // refused by the firewall: closed at once
+        }
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             continue; // at the cap: closed at once
         };
@@ -220,6 +310,9 @@ pub(crate) async fn serve_udp(socket: UdpSocket, target_port: u16, pool: Arc<Poo
         tokio::select! {
             received = socket.recv_from(&mut buf) => {
                 let Ok((len, client)) = received else { continue };
+                if !pool.admits(client.ip()) {
+                    continue;
+                }
                 if !flows.contains_key(&client) {
                     if flows.len() >= MAX_UDP_FLOWS {
                         continue;
@@ -320,6 +413,32 @@ mod tests {
         pool.record(C, true, &spec());
         let picks: Vec<Ipv4Addr> = (0..4).map(|_| pool.pick().unwrap().address).collect();
         assert_eq!(picks, [A, C, A, C]);
+    }
+
+    #[test]
+    fn the_firewall_allows_the_listed_and_denies_the_denied() {
+        let api = |allow: &[&str], deny: &[&str]| ccm_do_like_cloud::api::LbFirewall {
+            allow: allow.iter().map(|r| (*r).to_owned()).collect(),
+            deny: deny.iter().map(|r| (*r).to_owned()).collect(),
+        };
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let open = Firewall::from_api(None);
+        assert!(open.admits(ip("10.88.0.1")));
+        assert!(!open.admits(ip("2001:db8::1")), "IPv4 only");
+        let ranges = Firewall::from_api(Some(&api(&["cidr:10.244.1.5/32", "ip:10.88.0.11"], &[])));
+        assert!(ranges.admits(ip("10.244.1.5")));
+        assert!(ranges.admits(ip("10.88.0.11")));
+        assert!(!ranges.admits(ip("10.88.0.1")));
+        let halves = Firewall::from_api(Some(&api(&["cidr:0.0.0.0/1", "cidr:128.0.0.0/1"], &[])));
+        assert!(halves.admits(ip("10.88.0.1")) && halves.admits(ip("200.1.1.1")));
+        let nobody = Firewall::from_api(Some(&api(&["cidr:255.0.0.0/32"], &[])));
+        assert!(!nobody.admits(ip("10.88.0.1")));
+        let deny = Firewall::from_api(Some(&api(&[], &["cidr:10.88.0.0/24"])));
+        assert!(!deny.admits(ip("10.88.0.1")));
+        assert!(
+            deny.admits(ip("10.244.0.3")),
+            "no allow rules: the rest is allowed"
+        );
     }
 
     #[test]

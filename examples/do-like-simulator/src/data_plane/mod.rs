@@ -32,7 +32,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
 
 pub(crate) use forward::Algorithm;
-use forward::Pool;
+use forward::{Firewall, Pool};
 pub(crate) use health::CheckSpec;
 
 /// How often a rule whose address could not be bound is tried again.
@@ -134,6 +134,7 @@ pub(crate) struct LbSpec {
     check: CheckSpec,
     targets: Vec<Ipv4Addr>,
     algorithm: Algorithm,
+    firewall: Firewall,
 }
 
 /// The data plane's view of `lb`: `None` unless it is `active` with an IPv4 address.
@@ -182,6 +183,7 @@ pub(crate) fn spec_of(lb: &LoadBalancerObject, droplets: &[Droplet]) -> Option<L
         } else {
             Algorithm::RoundRobin
         },
+        firewall: Firewall::from_api(lb.firewall.as_ref()),
     })
 }
 
@@ -238,6 +240,7 @@ impl RunningLb {
     fn apply(&mut self, id: &str, spec: LbSpec, fresh: bool) {
         let check_changed = fresh || spec.check != self.spec.check;
         self.pool.set_algorithm(spec.algorithm);
+        self.pool.set_firewall(spec.firewall.clone());
         self.pool.set_targets(&spec.targets);
         // A passthrough load balancer listens on nothing: its address is routed.
         let listened: &[Rule] = if spec.passthrough { &[] } else { &spec.rules };

@@ -252,7 +252,9 @@ async fn run(options: &Options) -> Result<u8, String> {
     })
     .await?;
     if !options.exec.is_empty() {
-        return exec(&cluster, &options.exec);
+        let status = exec(&cluster, &options.exec).await;
+        stop(cluster);
+        return status;
     }
     cluster
         .apply(&workload())
@@ -335,28 +337,70 @@ fn stop(cluster: Cluster) {
 }
 
 /// Runs `program args` in the cluster's namespace with an in-cluster admin kubeconfig in
-/// `KUBECONFIG`; stops the cluster after it; its exit status (1 if killed by a signal).
-fn exec(cluster: &Cluster, command: &[String]) -> Result<u8, String> {
+/// `KUBECONFIG`; its exit status (1 if killed by a signal). On Ctrl-C or SIGTERM the program
+/// gets SIGTERM (and SIGKILL after [`EXEC_GRACE`]), and the cluster is stopped after it:
+/// 130 or 143.
+async fn exec(cluster: &Cluster, command: &[String]) -> Result<u8, String> {
+    use tokio::signal::unix::{SignalKind, signal};
     let kubeconfig = cluster.kubeconfig_in_cluster().map_err(|e| e.to_string())?;
     println!(
         "\n$ {}   (in the cluster's network namespace)",
         command.join(" ")
     );
-    let status = cluster
+    let mut child = cluster
         .command(&command[0])
         .args(&command[1..])
         .env("KUBECONFIG", &kubeconfig)
-        .status()
+        .spawn()
         .map_err(|e| format!("running {}: {e}", command[0]))?;
-    println!(
-        "{} exited: {status} (logs of every cluster process: {})",
-        command[0],
-        cluster.control_plane().dir().display()
-    );
-    Ok(status
-        .code()
-        .and_then(|c| u8::try_from(c).ok())
-        .unwrap_or(1))
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("catching SIGTERM: {e}"))?;
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| format!("waiting for {}: {e}", command[0]))?
+        {
+            println!(
+                "{} exited: {status} (logs of every cluster process: {})",
+                command[0],
+                cluster.control_plane().dir().display()
+            );
+            return Ok(status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(1));
+        }
+        let signalled = tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(200)) => None,
+            _ = tokio::signal::ctrl_c() => Some(130),
+            _ = terminate.recv() => Some(143),
+        };
+        if let Some(code) = signalled {
+            eprintln!("stopping {} and the cluster", command[0]);
+            stop_child(&mut child).await;
+            return Ok(code);
+        }
+    }
+}
+
+/// How long a program run with `--exec` has to finish after SIGTERM.
+const EXEC_GRACE: Duration = Duration::from_secs(30);
+
+/// SIGTERM (through kill(1): this crate links no libc bindings), then SIGKILL after
+/// [`EXEC_GRACE`].
+async fn stop_child(child: &mut std::process::Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = tokio::time::Instant::now() + EXEC_GRACE;
+    while tokio::time::Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Sends `GET /` to the `web` Service's load-balancer address from the cluster's namespace

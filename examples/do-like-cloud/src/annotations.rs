@@ -583,7 +583,7 @@ fn firewall(service: &Service) -> CloudResult<Option<LbFirewall>> {
         let mut allow = Vec::with_capacity(ranges.len());
         for range in &ranges {
             let rule = format!("cidr:{}", range.trim());
-            if firewall_rule(&rule).is_err() {
+            if LbFirewall::source(&rule).is_err() {
                 return Err(CloudError::msg(format!(
                     "spec.loadBalancerSourceRanges: {} is not a network like 10.0.0.0/24",
                     quoted(range)
@@ -620,27 +620,9 @@ fn firewall_rules(service: &Service, key: &'static str) -> CloudResult<Vec<Strin
         ));
     }
     for rule in &rules {
-        firewall_rule(rule).map_err(|why| invalid(name, rule, &why))?;
+        LbFirewall::source(rule).map_err(|why| invalid(name, rule, &why))?;
     }
     Ok(rules)
-}
-
-/// Checks one firewall rule: `ip:<IP address>` or `cidr:<network>/<prefix length>`.
-pub(crate) fn firewall_rule(rule: &str) -> Result<(), String> {
-    let bad = || format!("{rule:?} is not ip:<address> or cidr:<network>/<length>");
-    if let Some(ip) = rule.strip_prefix("ip:") {
-        return ip.parse::<std::net::IpAddr>().map(drop).map_err(|_| bad());
-    }
-    let (ip, len) = rule
-        .strip_prefix("cidr:")
-        .and_then(|c| c.split_once('/'))
-        .ok_or_else(bad)?;
-    let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    match len.parse::<u8>() {
-        Ok(len) if len <= max => Ok(()),
-        _ => Err(bad()),
-    }
 }
 
 #[cfg(test)]

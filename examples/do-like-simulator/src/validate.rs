@@ -11,7 +11,9 @@
 //! HTTP, or HTTPS"), and its port is any droplet port: it need not be a rule's target
 //! (DigitalOcean's CCM checks kube-proxy on 10256, or a Service's health check node port).
 
-use ccm_do_like_cloud::api::{ForwardingRule, HealthCheck, LoadBalancerRequest, StickySessions};
+use ccm_do_like_cloud::api::{
+    ForwardingRule, HealthCheck, LbFirewall, LoadBalancerRequest, StickySessions,
+};
 
 use crate::catalog;
 
@@ -95,7 +97,7 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
                 ));
             }
             for (i, rule) in rules.iter().enumerate() {
-                firewall_rule(rule).map_err(|m| format!("firewall.{list}[{i}]: {m}"))?;
+                LbFirewall::source(rule).map_err(|m| format!("firewall.{list}[{i}]: {m}"))?;
             }
         }
     }
@@ -195,23 +197,6 @@ fn forwarding_rule(rule: &ForwardingRule) -> Result<(), String> {
 /// The most rules a firewall list takes.
 const MAX_FIREWALL_RULES: usize = 1000;
 
-/// One firewall rule: `ip:<address>` or `cidr:<network>/<prefix length>`.
-fn firewall_rule(rule: &str) -> Result<(), String> {
-    let bad = || format!("{rule:?} is not valid: must be ip:<address> or cidr:<network>/<length>");
-    if let Some(ip) = rule.strip_prefix("ip:") {
-        return ip.parse::<std::net::IpAddr>().map(drop).map_err(|_| bad());
-    }
-    let (ip, len) = rule
-        .strip_prefix("cidr:")
-        .and_then(|c| c.split_once('/'))
-        .ok_or_else(bad)?;
-    let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
-    match len.parse::<u8>() {
-        Ok(len) if len <= if ip.is_ipv4() { 32 } else { 128 } => Ok(()),
-        _ => Err(bad()),
-    }
-}
-
 /// The health check's own fields; its port is not compared with the rules' (module docs).
 fn health_check(hc: &HealthCheck) -> Result<(), String> {
     if hc.protocol == "udp" {
@@ -274,7 +259,6 @@ fn sticky_sessions(s: &StickySessions) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ccm_do_like_cloud::api::LbFirewall;
 
     fn good() -> LoadBalancerRequest {
         LoadBalancerRequest {
@@ -346,7 +330,7 @@ mod tests {
                         deny: Vec::new(),
                     });
                 },
-                "firewall.allow[1]: \"10.1.2.3\" is not valid",
+                "firewall.allow[1]: \"10.1.2.3\" is not ip:<address>",
             ),
             (
                 |r| {
@@ -355,7 +339,7 @@ mod tests {
                         deny: vec!["cidr:10.0.0.0/33".into()],
                     });
                 },
-                "firewall.deny[0]: \"cidr:10.0.0.0/33\" is not valid",
+                "firewall.deny[0]: \"cidr:10.0.0.0/33\" is not ip:<address>",
             ),
             (
                 |r| {

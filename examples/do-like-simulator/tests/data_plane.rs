@@ -108,6 +108,25 @@ fn lb_body(droplets: &[u64], port: u16) -> serde_json::Value {
     })
 }
 
+/// Creates a load balancer through the API; its ID.
+async fn create_lb(
+    http: &reqwest::Client,
+    sim: &RunningSimulator,
+    body: &serde_json::Value,
+) -> String {
+    let created: serde_json::Value = http
+        .post(format!("{}/v2/load_balancers", sim.url()))
+        .bearer_auth(TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["load_balancer"]["id"].as_str().unwrap().to_owned()
+}
+
 #[tokio::test]
 async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
     let mut cfg = SimulatorConfig::new(TOKEN);
@@ -131,17 +150,7 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
         Some(Ipv4Addr::new(127, 0, 0, 2)),
     );
     let http = http();
-    let lb: serde_json::Value = http
-        .post(format!("{}/v2/load_balancers", sim.url()))
-        .bearer_auth(TOKEN)
-        .json(&lb_body(&[da.id, db.id], port))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = lb["load_balancer"]["id"].as_str().unwrap().to_owned();
+    let id = create_lb(&http, &sim, &lb_body(&[da.id, db.id], port)).await;
 
     // Active with an address of the range; both droplets healthy after their first check.
     let mut ip = String::new();
@@ -247,17 +256,7 @@ async fn the_firewall_refuses_the_clients_it_does_not_allow() {
         body["firewall"] = serde_json::json!({"allow": allow});
         body
     };
-    let lb: serde_json::Value = http
-        .post(format!("{}/v2/load_balancers", sim.url()))
-        .bearer_auth(TOKEN)
-        .json(&with_firewall(&["cidr:10.0.0.0/8"]))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = lb["load_balancer"]["id"].as_str().unwrap().to_owned();
+    let id = create_lb(&http, &sim, &with_firewall(&["cidr:10.0.0.0/8"])).await;
     eventually("a healthy target", Duration::from_secs(10), async || {
         h.load_balancer_health(&id).iter().any(|(_, up)| *up)
     })

@@ -169,24 +169,16 @@ impl NetworkNamespace {
 impl NetworkNamespace {
     /// A UDP socket bound to `address` inside this network namespace.
     pub(crate) fn bind_udp(&self, address: SocketAddr) -> io::Result<std::net::UdpSocket> {
-        let net = self.net.try_clone()?;
-        std::thread::Builder::new()
-            .name("ccm-test-netns".to_owned())
-            .spawn(move || {
-                rustix::thread::move_into_link_name_space(
-                    net.as_fd(),
-                    Some(rustix::thread::LinkNameSpaceType::Network),
-                )?;
-                std::net::UdpSocket::bind(address)
-            })?
-            .join()
-            .map_err(|_| io::Error::other("the namespace thread panicked"))?
+        in_namespace(&self.net, move || std::net::UdpSocket::bind(address))
     }
 }
 
-/// Connects to `address` from a new thread that joins the network namespace `net`: the
-/// socket belongs to the namespace it was made in, whatever thread uses it later.
-fn connect_in(net: &File, address: SocketAddr) -> io::Result<TcpStream> {
+/// Runs `make` on a new thread that joins the network namespace `net`: a socket belongs to
+/// the namespace it was made in, whatever thread uses it later.
+fn in_namespace<T: Send + 'static>(
+    net: &File,
+    make: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     let net = net.try_clone()?;
     std::thread::Builder::new()
         .name("ccm-test-netns".to_owned())
@@ -195,10 +187,17 @@ fn connect_in(net: &File, address: SocketAddr) -> io::Result<TcpStream> {
                 net.as_fd(),
                 Some(rustix::thread::LinkNameSpaceType::Network),
             )?;
-            TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
+            make()
         })?
         .join()
         .map_err(|_| io::Error::other("the namespace thread panicked"))?
+}
+
+/// Connects to `address` from inside the network namespace `net`.
+fn connect_in(net: &File, address: SocketAddr) -> io::Result<TcpStream> {
+    in_namespace(net, move || {
+        TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)
+    })
 }
 
 /// A loopback port of this process's network namespace forwarded to an address inside a

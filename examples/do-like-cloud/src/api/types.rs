@@ -246,6 +246,30 @@ pub struct LbFirewall {
     pub deny: Vec<String>,
 }
 
+impl LbFirewall {
+    /// The source one rule names: `ip:<address>` is that address alone (prefix 32, or 128),
+    /// `cidr:<network>/<len>` a network; the error says what is wrong.
+    pub fn source(rule: &str) -> Result<(std::net::IpAddr, u8), String> {
+        let bad = || format!("{rule:?} is not ip:<address> or cidr:<network>/<length>");
+        let (ip, len) = match rule.strip_prefix("ip:") {
+            Some(ip) => (ip, None),
+            None => {
+                let (ip, len) = rule
+                    .strip_prefix("cidr:")
+                    .and_then(|c| c.split_once('/'))
+                    .ok_or_else(bad)?;
+                (ip, Some(len.parse::<u8>().map_err(|_| bad())?))
+            }
+        };
+        let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        match len.unwrap_or(max) {
+            len if len <= max => Ok((ip, len)),
+            _ => Err(bad()),
+        }
+    }
+}
+
 /// The writable part of a load balancer: the body of `POST` and `PUT`. Its `region` is a
 /// slug (an answer's is an object).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

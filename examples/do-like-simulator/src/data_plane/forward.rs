@@ -62,21 +62,11 @@ impl Net {
 
     /// From `ip:<address>` or `cidr:<network>/<len>` (already validated by the API).
     fn parse(rule: &str) -> Option<Self> {
-        let (ip, len) = match rule.strip_prefix("ip:") {
-            Some(ip) => (ip, None),
-            None => {
-                let (ip, len) = rule.strip_prefix("cidr:")?.split_once('/')?;
-                (ip, Some(len.parse::<u8>().ok()?))
-            }
-        };
-        match ip.parse::<std::net::IpAddr>().ok()? {
-            std::net::IpAddr::V4(v4) => {
-                let len = len.unwrap_or(32).min(32);
-                Some(Self {
-                    v4: Some((u32::from(v4), len)),
-                })
-            }
-            std::net::IpAddr::V6(_) => Some(Self { v4: None }),
+        match ccm_do_like_cloud::api::LbFirewall::source(rule).ok()? {
+            (std::net::IpAddr::V4(v4), len) => Some(Self {
+                v4: Some((u32::from(v4), len)),
+            }),
+            (std::net::IpAddr::V6(_), _) => Some(Self { v4: None }),
         }
     }
 

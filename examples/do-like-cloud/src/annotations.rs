@@ -541,6 +541,20 @@ impl LbSettings {
                 cookie_name: cookie_name.to_owned(),
                 cookie_ttl_seconds: ttl,
             }
+        } else if service
+            .spec
+            .as_ref()
+            .and_then(|s| s.session_affinity.as_deref())
+            == Some("ClientIP")
+        {
+            // What DigitalOcean lacks and Kubernetes asks for (its e2e specs check it): each
+            // client to one node, whose kube-proxy keeps it on one Pod. The DO-like API's
+            // extension; a cookie annotation, when set, wins.
+            StickySessions {
+                kind: "x_client_ip".into(),
+                cookie_name: String::new(),
+                cookie_ttl_seconds: 0,
+            }
         } else {
             StickySessions::default()
         };
@@ -628,6 +642,43 @@ fn firewall_rules(service: &Service, key: &'static str) -> CloudResult<Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_ip_affinity_asks_for_client_ip_stickiness_unless_cookies_are_set() {
+        let mut affine = svc(&[]);
+        affine.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+        assert_eq!(
+            LbSettings::from_service(&affine)
+                .unwrap()
+                .sticky_sessions
+                .kind,
+            "x_client_ip"
+        );
+        affine.metadata.annotations = Some(
+            [
+                (ANNOTATION_STICKY_SESSIONS_TYPE, "cookies"),
+                (ANNOTATION_STICKY_SESSIONS_COOKIE_NAME, "c"),
+                (ANNOTATION_STICKY_SESSIONS_COOKIE_TTL, "60"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        );
+        assert_eq!(
+            LbSettings::from_service(&affine)
+                .unwrap()
+                .sticky_sessions
+                .kind,
+            "cookies"
+        );
+        assert_eq!(
+            LbSettings::from_service(&svc(&[]))
+                .unwrap()
+                .sticky_sessions
+                .kind,
+            "none"
+        );
+    }
 
     #[test]
     fn source_ranges_or_allow_rules_and_deny_rules_make_the_firewall() {

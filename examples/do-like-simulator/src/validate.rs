@@ -250,8 +250,13 @@ fn sticky_sessions(s: &StickySessions) -> Result<(), String> {
             Err("cookie_ttl_seconds is required with type cookies".into())
         }
         "cookies" => Ok(()),
+        // The extension: no cookie (module docs of the data plane).
+        "x_client_ip" if !s.cookie_name.is_empty() || s.cookie_ttl_seconds != 0 => {
+            Err("type x_client_ip takes no cookie_name or cookie_ttl_seconds".into())
+        }
+        "x_client_ip" => Ok(()),
         other => Err(format!(
-            "type {other:?} is not valid: must be none or cookies"
+            "type {other:?} is not valid: must be none, cookies or x_client_ip"
         )),
     }
 }

@@ -208,7 +208,9 @@ pub struct HealthCheck {
 /// A load balancer's sticky sessions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StickySessions {
-    /// `none` or `cookies`.
+    /// `none` or `cookies`; or `x_client_ip`, **an extension of the DO-like API**
+    /// (DigitalOcean has none): each client address goes to one droplet (by a hash of the
+    /// address over the healthy droplets), for Services with `sessionAffinity: ClientIP`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The cookie's name, for `cookies`.

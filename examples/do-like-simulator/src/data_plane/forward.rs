@@ -40,6 +40,9 @@ pub(crate) enum Algorithm {
     RoundRobin,
     /// The healthy target with the fewest open connections.
     LeastConnections,
+    /// The healthy target a hash of the client's address names (sticky sessions
+    /// `x_client_ip`): one client, one target, while the healthy set stays.
+    ClientIp,
 }
 
 #[derive(Debug)]
@@ -206,8 +209,9 @@ impl Pool {
             .collect()
     }
 
-    /// A healthy target for a new connection, counted as open until the lease is dropped.
-    pub(crate) fn pick(self: &Arc<Self>) -> Option<Lease> {
+    /// A healthy target for a new connection from `client`, counted as open until the lease
+    /// is dropped.
+    pub(crate) fn pick(self: &Arc<Self>, client: std::net::IpAddr) -> Option<Lease> {
         let algorithm = *self.algorithm.lock().unwrap_or_else(|e| e.into_inner());
         let mut targets = self.targets();
         let healthy: Vec<usize> = (0..targets.len())
@@ -218,6 +222,7 @@ impl Pool {
             Algorithm::RoundRobin => {
                 healthy[self.next.fetch_add(1, Ordering::Relaxed) % healthy.len()]
             }
+            Algorithm::ClientIp => healthy[client_hash(client) % healthy.len()],
             Algorithm::LeastConnections => {
                 let start = self.next.fetch_add(1, Ordering::Relaxed);
                 // Ties go round robin, so an idle pool still spreads.
@@ -232,6 +237,24 @@ impl Pool {
             address: targets[chosen].address,
         })
     }
+}
+
+/// A stable hash of a client address: MurmurHash3's 64-bit finaliser over it (every bit of
+/// the address moves the low bits, which the modulo keeps).
+fn client_hash(client: std::net::IpAddr) -> usize {
+    let mut h = match client {
+        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        std::net::IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            (bits as u64) ^ ((bits >> 64) as u64)
+        }
+    };
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    usize::try_from(h >> 33).unwrap_or_default()
 }
 
 /// Accepts connections on `listener` and carries each to `target_port` of a healthy target.
@@ -254,7 +277,7 @@ pub(crate) async fn serve_tcp(listener: TcpListener, target_port: u16, pool: Arc
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             continue; // at the cap: closed at once
         };
-        let Some(lease) = pool.pick() else {
+        let Some(lease) = pool.pick(from.ip()) else {
             continue; // no healthy target: closed at once
         };
         connections.spawn(async move {
@@ -333,7 +356,7 @@ async fn open_flow(
     pool: &Arc<Pool>,
     now: u64,
 ) -> Option<Flow> {
-    let lease = pool.pick()?;
+    let lease = pool.pick(client.ip())?;
     let upstream = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
         .await
         .ok()?;
@@ -390,6 +413,7 @@ mod tests {
         }
     }
 
+    const CLIENT: std::net::IpAddr = std::net::IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
     const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
     const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
     const C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
@@ -398,10 +422,10 @@ mod tests {
     fn only_healthy_targets_are_picked_in_turn() {
         let pool = Pool::new(Algorithm::RoundRobin);
         pool.set_targets(&[A, B, C]);
-        assert!(pool.pick().is_none(), "nothing checked yet");
+        assert!(pool.pick(CLIENT).is_none(), "nothing checked yet");
         pool.record(A, true, &spec());
         pool.record(C, true, &spec());
-        let picks: Vec<Ipv4Addr> = (0..4).map(|_| pool.pick().unwrap().address).collect();
+        let picks: Vec<Ipv4Addr> = (0..4).map(|_| pool.pick(CLIENT).unwrap().address).collect();
         assert_eq!(picks, [A, C, A, C]);
     }
 
@@ -432,16 +456,34 @@ mod tests {
     }
 
     #[test]
+    fn client_ip_stickiness_keeps_a_client_on_one_target() {
+        let pool = Pool::new(Algorithm::ClientIp);
+        pool.set_targets(&[A, B, C]);
+        for t in [A, B, C] {
+            pool.record(t, true, &spec());
+        }
+        let client = |last: u8| std::net::IpAddr::V4(Ipv4Addr::new(10, 88, 0, last));
+        let first = pool.pick(client(1)).unwrap().address;
+        for _ in 0..10 {
+            assert_eq!(pool.pick(client(1)).unwrap().address, first);
+        }
+        let spread: std::collections::BTreeSet<Ipv4Addr> = (1..=40)
+            .map(|last| pool.pick(client(last)).unwrap().address)
+            .collect();
+        assert_eq!(spread.len(), 3, "clients spread over the targets");
+    }
+
+    #[test]
     fn least_connections_prefers_the_idle_target() {
         let pool = Pool::new(Algorithm::LeastConnections);
         pool.set_targets(&[A, B]);
         pool.record(A, true, &spec());
         pool.record(B, true, &spec());
-        let first = pool.pick().unwrap();
-        let second = pool.pick().unwrap();
+        let first = pool.pick(CLIENT).unwrap();
+        let second = pool.pick(CLIENT).unwrap();
         assert_ne!(first.address, second.address, "ties spread");
         drop(first);
-        let third = pool.pick().unwrap();
+        let third = pool.pick(CLIENT).unwrap();
         assert_ne!(third.address, second.address, "the idle one is chosen");
     }
 

@@ -178,7 +178,13 @@ pub(crate) fn spec_of(lb: &LoadBalancerObject, droplets: &[Droplet]) -> Option<L
         rules,
         check,
         targets,
-        algorithm: if lb.algorithm == "least_connections" {
+        algorithm: if lb
+            .sticky_sessions
+            .as_ref()
+            .is_some_and(|s| s.kind == "x_client_ip")
+        {
+            Algorithm::ClientIp
+        } else if lb.algorithm == "least_connections" {
             Algorithm::LeastConnections
         } else {
             Algorithm::RoundRobin

@@ -193,8 +193,12 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
     let answer = udp_answer(udp, "ping").await.expect("a UDP answer");
     assert!(answer == "a:ping" || answer == "b:ping", "{answer}");
 
-    // A droplet that stops answering fails its checks and gets no more connections.
+    // A droplet that stops answering: before its checks catch up, a connection it refuses
+    // goes to the next healthy droplet; then it fails its checks and gets none.
     b.stop();
+    for _ in 0..4 {
+        assert_eq!(tcp_answer(tcp).await.unwrap(), "a", "retried on a");
+    }
     eventually("b unhealthy", Duration::from_secs(15), async || {
         h.load_balancer_health(&id)
             .contains(&(Ipv4Addr::new(127, 0, 0, 2), false))

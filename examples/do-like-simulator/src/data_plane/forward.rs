@@ -1,9 +1,10 @@
 //! Forwarding: a load balancer's targets with their health ([`Pool`]), and one task per
 //! forwarding rule that carries a TCP connection or a UDP flow to a healthy target's port.
 //!
-//! TCP: each accepted connection goes to the next healthy target (round robin, or the one
-//! with the fewest open connections for `least_connections`) and its bytes are copied both
-//! ways until either side closes. UDP: each client address is a flow pinned to one target
+//! TCP: each accepted connection goes to the next healthy target (round robin, the one with
+//! the fewest open connections for `least_connections`, or by the client's address for
+//! `x_client_ip` stickiness), trying up to [`CONNECT_ATTEMPTS`] targets when one does not
+//! accept, and its bytes are copied both ways until either side closes. UDP: each client address is a flow pinned to one target
 //! until it has been idle for [`UDP_IDLE`]; answers from the target go back to the client
 //! from the load balancer's address. With no healthy target a connection is closed at once
 //! and a datagram is dropped; so is a client the load balancer's [`Firewall`] refuses.
@@ -22,8 +23,13 @@ use tokio::task::JoinSet;
 
 use super::health::Health;
 
-/// How long a connection to a target may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection to a target may take (targets are on the load balancer's own
+/// network: a live one answers in well under a millisecond).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How many targets a TCP connection tries before it is closed: one that refuses or does not
+/// answer is skipped for the next healthy one, as HAProxy's `retries` with `redispatch` do,
+/// so a node that lost its endpoints costs no connection while its health check catches up.
+const CONNECT_ATTEMPTS: usize = 3;
 /// Open TCP connections per forwarding rule; more are refused (closed at once).
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
 /// UDP flows per forwarding rule; datagrams of new clients beyond it are dropped.
@@ -212,10 +218,19 @@ impl Pool {
     /// A healthy target for a new connection from `client`, counted as open until the lease
     /// is dropped.
     pub(crate) fn pick(self: &Arc<Self>, client: std::net::IpAddr) -> Option<Lease> {
+        self.pick_other(client, &[])
+    }
+
+    /// [`pick`](Self::pick), among the healthy targets not in `tried`.
+    pub(crate) fn pick_other(
+        self: &Arc<Self>,
+        client: std::net::IpAddr,
+        tried: &[Ipv4Addr],
+    ) -> Option<Lease> {
         let algorithm = *self.algorithm.lock().unwrap_or_else(|e| e.into_inner());
         let mut targets = self.targets();
         let healthy: Vec<usize> = (0..targets.len())
-            .filter(|&i| targets[i].health.healthy)
+            .filter(|&i| targets[i].health.healthy && !tried.contains(&targets[i].address))
             .collect();
         let chosen = match algorithm {
             _ if healthy.is_empty() => return None,
@@ -280,18 +295,28 @@ pub(crate) async fn serve_tcp(listener: TcpListener, target_port: u16, pool: Arc
         let Some(lease) = pool.pick(from.ip()) else {
             continue; // no healthy target: closed at once
         };
+        let pool = Arc::clone(&pool);
         connections.spawn(async move {
             let _slot = slot;
-            let target = SocketAddr::from((lease.address, target_port));
             let mut client = client;
-            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
-                Ok(Ok(mut upstream)) => {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            let mut lease = lease;
+            let mut tried = Vec::with_capacity(CONNECT_ATTEMPTS);
+            loop {
+                let target = SocketAddr::from((lease.address, target_port));
+                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
+                    Ok(Ok(mut upstream)) => {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                        return;
+                    }
+                    Ok(Err(e)) => tracing::debug!(%target, error = %e, "cannot reach the target"),
+                    Err(_) => tracing::debug!(%target, "connecting to the target timed out"),
                 }
-                Ok(Err(e)) => tracing::debug!(%target, error = %e, "cannot reach the target"),
-                Err(_) => tracing::debug!(%target, "connecting to the target timed out"),
+                tried.push(lease.address);
+                match pool.pick_other(from.ip(), &tried) {
+                    Some(next) if tried.len() < CONNECT_ATTEMPTS => lease = next,
+                    _ => return,
+                }
             }
-            drop(lease);
         });
     }
 }
@@ -471,6 +496,18 @@ mod tests {
             .map(|last| pool.pick(client(last)).unwrap().address)
             .collect();
         assert_eq!(spread.len(), 3, "clients spread over the targets");
+    }
+
+    #[test]
+    fn another_pick_skips_the_targets_tried() {
+        let pool = Pool::new(Algorithm::ClientIp);
+        pool.set_targets(&[A, B]);
+        pool.record(A, true, &spec());
+        pool.record(B, true, &spec());
+        let first = pool.pick(CLIENT).unwrap().address;
+        let second = pool.pick_other(CLIENT, &[first]).unwrap().address;
+        assert_ne!(first, second);
+        assert!(pool.pick_other(CLIENT, &[A, B]).is_none());
     }
 
     #[test]

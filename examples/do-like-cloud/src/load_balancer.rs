@@ -226,11 +226,20 @@ fn service_key(service: &Service) -> String {
     )
 }
 
+/// The Service's status for `lb`: its address, with `ipMode: Proxy` unless its rules are
+/// passthrough. The load balancer proxies (the client's address does not reach the node), so
+/// kube-proxy must not take the address on the nodes as its own (`VIP`, the default): Pods
+/// that connect to it then go through the load balancer, its firewall and health checks,
+/// like every other client (KEP-1860). A passthrough load balancer delivers packets still
+/// addressed to it, which kube-proxy must take: `VIP`. DigitalOcean's CCM sets no `ipMode`;
+/// docs/do-like-cloud.md says why we differ.
 fn status(lb: &LoadBalancerObject) -> LoadBalancerStatus {
+    let passthrough = lb.forwarding_rules.iter().any(|r| r.x_passthrough);
     LoadBalancerStatus {
         ingress: (!lb.ip.is_empty()).then(|| {
             vec![LoadBalancerIngress {
                 ip: Some(lb.ip.clone()),
+                ip_mode: Some(if passthrough { "VIP" } else { "Proxy" }.to_owned()),
                 ..LoadBalancerIngress::default()
             }]
         }),
@@ -614,6 +623,23 @@ mod tests {
             target_port: 30000 + port,
             ..ForwardingRule::default()
         }
+    }
+
+    #[test]
+    fn a_proxying_lb_is_ip_mode_proxy_and_a_passthrough_one_vip() {
+        let mut proxied = lb("a1", &[]);
+        assert_eq!(status(&proxied).ingress, None, "no address yet");
+        proxied.ip = "10.88.64.1".into();
+        proxied.forwarding_rules = vec![rule("tcp", 80, "tcp")];
+        let ingress = status(&proxied).ingress.unwrap();
+        assert_eq!(ingress[0].ip.as_deref(), Some("10.88.64.1"));
+        assert_eq!(ingress[0].ip_mode.as_deref(), Some("Proxy"));
+        let mut routed = proxied.clone();
+        routed.forwarding_rules = vec![passthrough_rule(&rule("tcp", 80, "tcp"), 80)];
+        assert_eq!(
+            status(&routed).ingress.unwrap()[0].ip_mode.as_deref(),
+            Some("VIP")
+        );
     }
 
     #[test]

@@ -38,6 +38,9 @@ readonly K8S_VERSION=v1.36.3
 # of k8s.io/kubernetes $K8S_VERSION (checked against `e2e.test --list-images`).
 readonly AGNHOST_TAG=2.63.0
 readonly AGNHOST_IMAGE="registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_TAG"
+# Bumped whenever what this script puts in the folder changes, so that a cached folder
+# built by an older recipe is not taken for complete.
+readonly RECIPE=2
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -48,7 +51,7 @@ die() {
 }
 
 cache="${CCM_CACHE_DIR:-${HOME:?HOME is not set}/.cache/ccm-rs}"
-out="$cache/e2e-upstream/k8s-$K8S_VERSION"
+out="$cache/e2e-upstream/k8s-$K8S_VERSION-r$RECIPE"
 stamp="$out/.complete"
 
 has_all() { # has_all DIR
@@ -201,6 +204,10 @@ if [[ ! -f "$out/agnhost.tar" ]]; then
 		nogroup:x:65534:
 	EOF
 	printf 'hosts: files dns\n' >"$rootfs/etc/nsswitch.conf"
+	# Upstream's wget (busybox, in alpine) tries once; GNU Wget retries 20 times with
+	# back-off on a reply cut short, which turns each "not reachable" check of the specs
+	# into minutes.
+	printf 'tries = 1\n' >"$rootfs/etc/wgetrc"
 
 	# The tools the specs run in pods: sh -x -c, curl, wget -T, nc -v -t/-u -w
 	ldd_copy "$dash" usr/bin/sh

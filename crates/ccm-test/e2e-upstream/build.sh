@@ -123,7 +123,11 @@ if [[ ! -x "$out/e2e.test" ]]; then
 fi
 
 # The suite itself says which images it uses; ours must be among them.
-"$out/e2e.test" --list-images 2>/dev/null | grep -qxF "$AGNHOST_IMAGE" ||
+# (Read whole first: `grep -q` in a pipe would stop reading at the match, and with
+# pipefail the writer's SIGPIPE would fail the check at random, as the list's order is.)
+images="$("$out/e2e.test" --list-images 2>/dev/null)" ||
+	die "$out/e2e.test --list-images failed"
+grep -qxF "$AGNHOST_IMAGE" <<<"$images" ||
 	die "$out/e2e.test --list-images does not list $AGNHOST_IMAGE; update AGNHOST_TAG in $0"
 
 # ---- agnhost image -----------------------------------------------------------
@@ -172,7 +176,7 @@ if [[ ! -f "$out/agnhost.tar" ]]; then
 	curl="$(find_tool curl curl)"
 	wget="$(find_tool wget wget)"
 	nc="$(find_tool nc.openbsd netcat-openbsd)"
-	"$wget" --version 2>/dev/null | grep -q 'GNU Wget' || die "$wget is not GNU Wget: apt-get install wget"
+	[[ "$("$wget" --version 2>/dev/null)" == *"GNU Wget"* ]] || die "$wget is not GNU Wget: apt-get install wget"
 
 	log "building $AGNHOST_IMAGE into $out/agnhost.tar"
 	start=$SECONDS

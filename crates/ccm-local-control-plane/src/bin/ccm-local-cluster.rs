@@ -403,8 +403,9 @@ async fn stop_child(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
-/// Sends `GET /` to the `web` Service's load-balancer address from the cluster's namespace
-/// (as a client on the cloud's network would) until a Pod answers, and prints who did.
+/// Runs `curl http://<address>/` of the `web` Service's load balancer in the cluster's
+/// namespace (as a client on the cloud's network would) until four requests are answered,
+/// and prints the answers: the names of the Pods that served them.
 async fn request_through_load_balancer(cluster: &Cluster) -> Result<(), String> {
     let ip = kubectl_out(
         cluster,
@@ -420,62 +421,45 @@ async fn request_through_load_balancer(cluster: &Cluster) -> Result<(), String> 
         .trim()
         .parse()
         .map_err(|_| format!("the load balancer's address {ip:?} is not an IPv4 address"))?;
-    let target = SocketAddr::from((ip, 80));
-    println!("\n$ curl http://{ip}/   (from the cluster's network, through the load balancer)");
+    let url = format!("http://{ip}/");
+    let curl = [
+        "--silent",
+        "--show-error",
+        "--fail",
+        "--max-time",
+        "5",
+        &url,
+    ];
+    println!(
+        "\n$ curl {}   (in the cluster's network namespace, through the load balancer)",
+        curl.join(" ")
+    );
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut answered = Vec::new();
-    let mut last_error = String::new();
     while answered.len() < 4 {
-        match http_get(cluster, target).await {
-            Ok(body) => answered.push(body),
-            Err(e) => {
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(format!(
-                        "no answer through the load balancer at {target}: {last_error}\n{}",
-                        cluster.log(SIMULATOR)
-                    ));
-                }
-                last_error = e;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+        let out = cluster
+            .command("curl")
+            .args(curl)
+            .output()
+            .map_err(|e| format!("running curl (apt-get install curl): {e}"))?;
+        if out.status.success() {
+            answered.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+            continue;
         }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "no answer through the load balancer at {url}: {}\n{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                cluster.log(SIMULATOR)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for body in &answered {
         println!("{body}");
     }
     println!("(each line is the name of the Pod that answered)");
     Ok(())
-}
-
-/// The body of `GET /` at `target`, if the answer is a 200.
-async fn http_get(cluster: &Cluster, target: SocketAddr) -> Result<String, String> {
-    let mut stream = cluster
-        .connect(target)
-        .await
-        .map_err(|e| format!("connecting: {e}"))?;
-    let request = format!("GET / HTTP/1.0\r\nHost: {target}\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("sending: {e}"))?;
-    let mut response = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        (&mut stream).take(64 * 1024).read_to_end(&mut response),
-    )
-    .await
-    .map_err(|_| "no answer within 5 s".to_owned())?
-    .map_err(|e| format!("reading: {e}"))?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
-        Ok(body.trim().to_owned())
-    } else {
-        Err(format!(
-            "answered {:?}",
-            head.lines().next().unwrap_or_default()
-        ))
-    }
 }
 
 /// How many web Pods the workload runs.

@@ -6,8 +6,10 @@
 //! `x_client_ip` stickiness), trying up to [`CONNECT_ATTEMPTS`] targets when one does not
 //! accept, and its bytes are copied both ways until either side closes. UDP: each client address is a flow pinned to one target
 //! until it has been idle for [`UDP_IDLE`]; answers from the target go back to the client
-//! from the load balancer's address. With no healthy target a connection is closed at once
-//! and a datagram is dropped; so is a client the load balancer's [`Firewall`] refuses.
+//! from the load balancer's address. With no healthy target at all, every target is a
+//! candidate (Envoy's "panic" routing: health checks lag behind recovery); with no target, or
+//! none that accepts, a connection is closed at once and a datagram is dropped; so is a
+//! client the load balancer's [`Firewall`] refuses.
 //! Connections and flows are capped per rule, and all of them end when the rule's task is
 //! dropped (the load balancer was deleted or its rule changed).
 
@@ -229,8 +231,15 @@ impl Pool {
     ) -> Option<Lease> {
         let algorithm = *self.algorithm.lock().unwrap_or_else(|e| e.into_inner());
         let mut targets = self.targets();
+        // With no healthy target at all, every target is a candidate ("panic" routing, as
+        // Envoy does below its panic threshold): the health checks lag behind the targets,
+        // and one that is back but not yet `healthy_threshold` passes in beats certain
+        // failure. A target that refuses is skipped by the caller's next try.
+        let panic = !targets.iter().any(|t| t.health.healthy);
         let healthy: Vec<usize> = (0..targets.len())
-            .filter(|&i| targets[i].health.healthy && !tried.contains(&targets[i].address))
+            .filter(|&i| {
+                (panic || targets[i].health.healthy) && !tried.contains(&targets[i].address)
+            })
             .collect();
         let chosen = match algorithm {
             _ if healthy.is_empty() => return None,
@@ -293,7 +302,7 @@ pub(crate) async fn serve_tcp(listener: TcpListener, target_port: u16, pool: Arc
             continue; // at the cap: closed at once
         };
         let Some(lease) = pool.pick(from.ip()) else {
-            continue; // no healthy target: closed at once
+            continue; // no target: closed at once
         };
         let pool = Arc::clone(&pool);
         connections.spawn(async move {
@@ -447,7 +456,15 @@ mod tests {
     fn only_healthy_targets_are_picked_in_turn() {
         let pool = Pool::new(Algorithm::RoundRobin);
         pool.set_targets(&[A, B, C]);
-        assert!(pool.pick(CLIENT).is_none(), "nothing checked yet");
+        let mut panic: Vec<Ipv4Addr> = (0..3).map(|_| pool.pick(CLIENT).unwrap().address).collect();
+        panic.sort();
+        assert_eq!(
+            panic,
+            [A, B, C],
+            "none healthy: every target is a candidate"
+        );
+        let pool = Pool::new(Algorithm::RoundRobin);
+        pool.set_targets(&[A, B, C]);
         pool.record(A, true, &spec());
         pool.record(C, true, &spec());
         let picks: Vec<Ipv4Addr> = (0..4).map(|_| pool.pick(CLIENT).unwrap().address).collect();

@@ -85,6 +85,15 @@ fn service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Service {
     s
 }
 
+/// A droplet `n1` and the Node that stands for it (its provider ID set).
+fn one_droplet_node(sim: &RunningSimulator) -> Vec<Arc<Node>> {
+    let d = sim.handle().create_droplet("n1", "s", "nyc1");
+    vec![Arc::new(node(
+        "n1",
+        Some(format!("digitalocean://{}", d.id)),
+    ))]
+}
+
 fn raw_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
@@ -473,13 +482,9 @@ fn healthz(port: u16) -> HealthCheck {
 #[tokio::test]
 async fn tcp_and_udp_ports_are_forwarded_and_kube_proxy_is_health_checked() {
     let sim = sim().await;
-    let d = sim.handle().create_droplet("n1", "s", "nyc1");
+    let nodes = one_droplet_node(&sim);
     let cloud = provider(&sim);
     let lb = lb_of(&cloud);
-    let nodes = vec![Arc::new(node(
-        "n1",
-        Some(format!("digitalocean://{}", d.id)),
-    ))];
     // DNS-like: TCP and UDP on one port number, and UDP alone.
     let mut svc = service("dns", "22222222-0000-0000-0000-000000000053", &[]);
     svc.spec.as_mut().unwrap().ports = Some(vec![
@@ -536,13 +541,9 @@ async fn tcp_and_udp_ports_are_forwarded_and_kube_proxy_is_health_checked() {
 #[tokio::test]
 async fn a_service_without_node_ports_gets_passthrough_rules_until_it_has_them() {
     let sim = sim().await;
-    let d = sim.handle().create_droplet("n1", "s", "nyc1");
+    let nodes = one_droplet_node(&sim);
     let cloud = provider(&sim);
     let lb = lb_of(&cloud);
-    let nodes = vec![Arc::new(node(
-        "n1",
-        Some(format!("digitalocean://{}", d.id)),
-    ))];
     // allocateLoadBalancerNodePorts: false — the API server allocates no node port.
     let mut svc = service("direct", "22222222-0000-0000-0000-000000000080", &[]);
     let spec = svc.spec.as_mut().unwrap();
@@ -693,13 +694,9 @@ async fn a_new_load_balancer_is_retried_not_duplicated() {
 #[tokio::test]
 async fn faults_still_converge_without_duplicates_or_orphans() {
     let sim = sim().await;
-    let d = sim.handle().create_droplet("n1", "s", "nyc1");
+    let nodes = one_droplet_node(&sim);
     let cloud = provider(&sim);
     let lb = lb_of(&cloud);
-    let nodes = vec![Arc::new(node(
-        "n1",
-        Some(format!("digitalocean://{}", d.id)),
-    ))];
     let mut f = Faults::default();
     f.error_rate = 0.3;
     f.burst_429 = 5;

@@ -108,6 +108,32 @@ fn lb_body(droplets: &[u64], port: u16) -> serde_json::Value {
     })
 }
 
+/// A simulator whose load balancers take addresses of `range` (loopback) and activate in
+/// 100 ms.
+async fn sim_with_data_plane(range: &str) -> RunningSimulator {
+    let mut cfg = SimulatorConfig::new(TOKEN);
+    cfg.lb_activation_delay = Duration::from_millis(100);
+    cfg.load_balancer_addresses = Some(range.parse().unwrap());
+    RunningSimulator::start(cfg).await.unwrap()
+}
+
+/// Replaces load balancer `id` through the API; the answer must be a 200.
+async fn update_lb(
+    http: &reqwest::Client,
+    sim: &RunningSimulator,
+    id: &str,
+    body: &serde_json::Value,
+) {
+    let updated = http
+        .put(format!("{}/v2/load_balancers/{id}", sim.url()))
+        .bearer_auth(TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(updated.status(), 200);
+}
+
 /// Creates a load balancer through the API; its ID.
 async fn create_lb(
     http: &reqwest::Client,
@@ -129,10 +155,7 @@ async fn create_lb(
 
 #[tokio::test]
 async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
-    let mut cfg = SimulatorConfig::new(TOKEN);
-    cfg.lb_activation_delay = Duration::from_millis(100);
-    cfg.load_balancer_addresses = Some("127.77.1.0/24".parse().unwrap());
-    let sim = RunningSimulator::start(cfg).await.unwrap();
+    let sim = sim_with_data_plane("127.77.1.0/24").await;
     let port = free_port().await;
     let a = Backend::start(Ipv4Addr::new(127, 0, 0, 1), port, "a").await;
     let b = Backend::start(Ipv4Addr::new(127, 0, 0, 2), port, "b").await;
@@ -209,14 +232,7 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
     }
 
     // An update that takes `a` away leaves no healthy droplet: connections are closed at once.
-    let updated = http
-        .put(format!("{}/v2/load_balancers/{id}", sim.url()))
-        .bearer_auth(TOKEN)
-        .json(&lb_body(&[db.id], port))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(updated.status(), 200);
+    update_lb(&http, &sim, &id, &lb_body(&[db.id], port)).await;
     eventually("only b is a target", Duration::from_secs(5), async || {
         h.load_balancer_health(&id) == [(Ipv4Addr::new(127, 0, 0, 2), false)]
     })
@@ -241,10 +257,7 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
 
 #[tokio::test]
 async fn the_firewall_refuses_the_clients_it_does_not_allow() {
-    let mut cfg = SimulatorConfig::new(TOKEN);
-    cfg.lb_activation_delay = Duration::from_millis(100);
-    cfg.load_balancer_addresses = Some("127.77.2.0/24".parse().unwrap());
-    let sim = RunningSimulator::start(cfg).await.unwrap();
+    let sim = sim_with_data_plane("127.77.2.0/24").await;
     let port = free_port().await;
     let a = Backend::start(Ipv4Addr::new(127, 0, 0, 1), port, "a").await;
     let h = sim.handle();
@@ -275,14 +288,7 @@ async fn the_firewall_refuses_the_clients_it_does_not_allow() {
         udp_answer(SocketAddr::from(([127, 77, 2, 1], 8053)), "x").await,
         None
     );
-    let updated = http
-        .put(format!("{}/v2/load_balancers/{id}", sim.url()))
-        .bearer_auth(TOKEN)
-        .json(&with_firewall(&["ip:127.0.0.1"]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(updated.status(), 200);
+    update_lb(&http, &sim, &id, &with_firewall(&["ip:127.0.0.1"])).await;
     eventually("the client allowed", Duration::from_secs(5), async || {
         tcp_answer(tcp).await.is_ok_and(|a| a == "a")
     })

@@ -26,6 +26,8 @@ pub use ccm_provider::{
     node_provider_id, resolve_instances,
 };
 
+pub use ccm_provider::{echo, file};
+
 /// The `prometheus-client` crate that [`MetricsRegistry`] is built on, for metrics of your
 /// own at the same version.
 #[doc(no_inline)]

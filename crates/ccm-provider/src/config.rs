@@ -5,8 +5,7 @@
 //! [`CloudConfig::MAX_DEPTH`] before the YAML is deserialized. A provider reads its own
 //! files (a token, a CA bundle) with the same guards through [`CloudConfig::read_file`].
 
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -89,7 +88,8 @@ impl CloudConfig {
     /// [`FileTooLarge`](io::ErrorKind::FileTooLarge). The text must be UTF-8.
     ///
     /// The error says what is wrong, not which file: the caller names the file and the flag
-    /// or field it came from.
+    /// or field it came from. This is [`file::read_text`](crate::file::read_text), the
+    /// reader of every file the controller manager reads.
     ///
     /// ```
     /// use ccm_core::provider::CloudConfig;
@@ -103,35 +103,7 @@ impl CloudConfig {
     /// assert_eq!(err.to_string(), "is a directory, not a regular file");
     /// ```
     pub fn read_file(path: impl AsRef<Path>, max_bytes: u64) -> io::Result<String> {
-        let path = path.as_ref();
-        // Check before opening: opening a named pipe blocks until a writer comes.
-        regular_file(&std::fs::metadata(path)?)?;
-        let file = File::open(path)?;
-        // The path may have been replaced in between (by a device, say): check what was
-        // opened. (A named pipe swapped in would block the open itself; the controller
-        // manager builds the provider on a thread of its own, so a signal still ends it.)
-        regular_file(&file.metadata()?)?;
-        let mut bytes = Vec::new();
-        file.take(max_bytes.saturating_add(1))
-            .read_to_end(&mut bytes)?;
-        if bytes.len() as u64 > max_bytes {
-            return Err(io::Error::new(
-                io::ErrorKind::FileTooLarge,
-                format!(
-                    "is larger than {}, the limit for this file",
-                    size(max_bytes)
-                ),
-            ));
-        }
-        String::from_utf8(bytes).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "is not UTF-8 text (invalid byte at offset {})",
-                    e.utf8_error().valid_up_to()
-                ),
-            )
-        })
+        crate::file::read_text(path, max_bytes)
     }
 
     /// A config from text already in memory; `path` is only used in error messages.
@@ -283,56 +255,6 @@ impl CloudConfig {
     }
 }
 
-/// Whether `meta` is a regular file; otherwise an error saying what it is.
-fn regular_file(meta: &std::fs::Metadata) -> io::Result<()> {
-    let file_type = meta.file_type();
-    if file_type.is_file() {
-        return Ok(());
-    }
-    let what = if file_type.is_dir() {
-        "a directory"
-    } else {
-        special_file(&file_type)
-    };
-    Err(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("is {what}, not a regular file"),
-    ))
-}
-
-#[cfg(unix)]
-fn special_file(file_type: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if file_type.is_fifo() {
-        "a named pipe (FIFO)"
-    } else if file_type.is_char_device() {
-        "a character device"
-    } else if file_type.is_block_device() {
-        "a block device"
-    } else if file_type.is_socket() {
-        "a socket"
-    } else {
-        "a special file"
-    }
-}
-
-#[cfg(not(unix))]
-fn special_file(_file_type: &std::fs::FileType) -> &'static str {
-    "a special file"
-}
-
-/// `bytes` as people write limits: `1 MiB`, `64 KiB`, `100 bytes`.
-fn size(bytes: u64) -> String {
-    const KIB: u64 = 1024;
-    if bytes >= KIB * KIB && bytes.is_multiple_of(KIB * KIB) {
-        format!("{} MiB", bytes / (KIB * KIB))
-    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
-        format!("{} KiB", bytes / KIB)
-    } else {
-        format!("{bytes} bytes")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,7 +330,8 @@ mod tests {
     }
 
     #[test]
-    fn only_regular_files_are_read() {
+    fn read_errors_name_the_file() {
+        // The guards themselves are `file::read`'s, tested there.
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
             read_error(dir.path()),
@@ -417,28 +340,6 @@ mod tests {
                 dir.path().display()
             )
         );
-        assert_eq!(
-            read_error(Path::new("/dev/zero")),
-            "cannot read cloud-config file /dev/zero: is a character device, not a regular file"
-        );
-        // A named pipe nobody writes: an error at once, not a hang.
-        let fifo = dir.path().join("fifo");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(made.success());
-        assert!(
-            read_error(&fifo).ends_with("fifo: is a named pipe (FIFO), not a regular file"),
-            "{}",
-            read_error(&fifo)
-        );
-        // A symbolic link to a regular file (how a ConfigMap is mounted) is followed.
-        let file = dir.path().join("cloud.yaml");
-        std::fs::write(&file, "name: a\n").unwrap();
-        let link = dir.path().join("link.yaml");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert_eq!(CloudConfig::read(&link).unwrap().contents(), "name: a\n");
     }
 
     #[test]
@@ -465,14 +366,6 @@ mod tests {
             "{}",
             read_error(&path)
         );
-    }
-
-    #[test]
-    fn limit_sizes_read_as_written() {
-        assert_eq!(size(1024 * 1024), "1 MiB");
-        assert_eq!(size(64 * 1024), "64 KiB");
-        assert_eq!(size(1000), "1000 bytes");
-        assert_eq!(size(1536), "1536 bytes");
     }
 
     fn nesting_error(text: &str) -> String {

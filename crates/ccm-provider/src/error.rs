@@ -126,8 +126,8 @@ impl CloudError {
     }
 
     /// A [`CloudError::NotOwned`] error: `load_balancer` is what the hint names (cut to 128
-    /// characters), `conflict` what conflicts (cut to 512); a cut text ends with `…` and the
-    /// number of bytes cut, so a 100 kB annotation value never reaches an event or a log line
+    /// bytes), `conflict` what conflicts (cut to 512), with [`echo::cut`](crate::echo::cut);
+    /// a cut text ends with `…` and the number of bytes cut, so a 100 kB annotation value never reaches an event or a log line
     /// whole.
     ///
     /// ```
@@ -147,8 +147,8 @@ impl CloudError {
     /// ```
     pub fn not_owned(load_balancer: impl Into<String>, conflict: impl Into<String>) -> Self {
         Self::NotOwned {
-            load_balancer: cut(load_balancer.into(), NOT_OWNED_NAME_MAX),
-            conflict: cut(conflict.into(), NOT_OWNED_CONFLICT_MAX),
+            load_balancer: crate::echo::cut(load_balancer.into(), NOT_OWNED_NAME_MAX),
+            conflict: crate::echo::cut(conflict.into(), NOT_OWNED_CONFLICT_MAX),
         }
     }
 
@@ -192,21 +192,11 @@ impl CloudError {
     }
 }
 
-/// How many characters of the load balancer's name or ID [`CloudError::not_owned`] keeps.
+/// How many bytes of the load balancer's name or ID [`CloudError::not_owned`] keeps.
 const NOT_OWNED_NAME_MAX: usize = 128;
 
-/// How many characters of the conflict [`CloudError::not_owned`] keeps.
+/// How many bytes of the conflict [`CloudError::not_owned`] keeps.
 const NOT_OWNED_CONFLICT_MAX: usize = 512;
-
-/// `text` cut to `max` characters, with `…(N more bytes)` when it was longer.
-fn cut(mut text: String, max: usize) -> String {
-    if let Some((at, _)) = text.char_indices().nth(max) {
-        let more = text.len() - at;
-        text.truncate(at);
-        text.push_str(&format!("…({more} more bytes)"));
-    }
-    text
-}
 
 /// An error and all its sources joined with `": "`, the one-line form used in events, logs
 /// and startup errors.
@@ -300,12 +290,15 @@ mod tests {
         else {
             unreachable!()
         };
+        // Bytes, the note included, cut on a character boundary.
         assert_eq!(
             load_balancer,
-            format!("{}…(144 more bytes)", "é".repeat(NOT_OWNED_NAME_MAX))
+            format!("{}…(292 more bytes)", "é".repeat(54))
         );
-        assert!(conflict.starts_with(&"c".repeat(NOT_OWNED_CONFLICT_MAX)));
-        assert!(conflict.ends_with("…(99488 more bytes)"), "{conflict}");
+        assert!(load_balancer.len() <= NOT_OWNED_NAME_MAX);
+        assert!(conflict.len() <= NOT_OWNED_CONFLICT_MAX);
+        assert!(conflict.starts_with(&"c".repeat(NOT_OWNED_CONFLICT_MAX - 22)));
+        assert!(conflict.ends_with("…(99510 more bytes)"), "{conflict}");
         // At the limit: nothing cut.
         let exact = "x".repeat(NOT_OWNED_NAME_MAX);
         assert!(

@@ -57,6 +57,8 @@ mod routes;
 mod types;
 mod zones;
 
+pub mod echo;
+pub mod file;
 pub mod well_known;
 
 #[cfg(any(test, feature = "mock"))]

@@ -176,11 +176,11 @@ impl EventRecorder {
         self.publish(obj, EventType::Warning, reason, action, message.into());
     }
 
-    fn publish<K>(&self, obj: &K, type_: EventType, reason: &str, action: &str, mut message: String)
+    fn publish<K>(&self, obj: &K, type_: EventType, reason: &str, action: &str, message: String)
     where
         K: Resource<DynamicType = ()>,
     {
-        truncate(&mut message, MAX_MESSAGE_BYTES);
+        let message = ccm_provider::echo::cut(message, MAX_MESSAGE_BYTES);
         let reference = obj.object_ref(&());
         tracing::debug!(
             component = %self.inner.component,
@@ -589,17 +589,6 @@ impl<V> Lru<V> {
     }
 }
 
-fn truncate(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut cut = max.saturating_sub(3);
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -790,13 +779,9 @@ mod tests {
     }
 
     #[test]
-    fn truncates_on_char_boundaries() {
-        let mut s = "é".repeat(3000);
-        truncate(&mut s, MAX_MESSAGE_BYTES);
+    fn messages_are_cut_to_the_bound() {
+        let s = ccm_provider::echo::cut("é".repeat(3000), MAX_MESSAGE_BYTES);
         assert!(s.len() <= MAX_MESSAGE_BYTES);
-        assert!(s.ends_with("..."));
-        let mut short = "ok".to_owned();
-        truncate(&mut short, MAX_MESSAGE_BYTES);
-        assert_eq!(short, "ok");
+        assert!(s.ends_with(" more bytes)"), "{s}");
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | machinery | [`client`], [`informer`], [`workqueue`], [`events`], [`metrics`], [`instrumented`] | what every controller runs on: the Kubernetes client layer, shared informers, the work queue and worker pool, the event recorder, the Prometheus registry, the instrumented provider |
+//! | machinery | [`client`], [`informer`], [`workqueue`], [`events`], [`metrics`], [`instrumented`], `files` | what every controller runs on: the Kubernetes client layer, reading the files flags name, shared informers, the work queue and worker pool, the event recorder, the Prometheus registry, the instrumented provider |
 //! | controllers | [`controllers`] | cloud-node, cloud-node-lifecycle, service, route: pure decisions, I/O at the edges |
 //! | app | [`app`] | the binary: flags, controller registration and selection, leader election, the endpoint server, startup and shutdown |
 #![forbid(unsafe_code)]
@@ -21,6 +21,7 @@ pub mod app;
 pub mod client;
 pub mod controllers;
 pub mod events;
+pub(crate) mod files;
 pub mod informer;
 pub mod instrumented;
 pub mod metrics;

@@ -1,5 +1,5 @@
 //! The layers of this crate only use the ones below them: machinery (client, informer,
-//! workqueue, events, metrics, instrumented) → controllers → app. The provider surface
+//! workqueue, events, metrics, instrumented, files) → controllers → app. The provider surface
 //! (`ccm-provider`) is a crate of its own, so it cannot reach up at all; this test keeps the
 //! order inside `ccm-runtime`, where the compiler would allow any edge.
 
@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "events",
             "metrics",
             "instrumented",
+            "files",
         ],
     ),
     ("controllers", &["controllers"]),

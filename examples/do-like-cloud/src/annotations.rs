@@ -29,7 +29,7 @@
 //! `proxy_protocol: false` with its default check (kube-proxy does not speak PROXY); this
 //! API's health check has no such field, and the simulator's checks never speak PROXY.
 
-use ccm_core::provider::{CloudError, CloudResult};
+use ccm_core::provider::{CloudError, CloudResult, echo};
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 
 use crate::api::{HealthCheck, LbFirewall, StickySessions};
@@ -182,14 +182,9 @@ pub(crate) fn read<'a>(service: &'a Service, key: &'static str) -> Option<(&'sta
     legacy.and_then(|old| annotations.get(old).map(|v| (old, v.trim())))
 }
 
-/// A value quoted for an error: at most its first 64 characters.
+/// A value quoted for an error: at most 64 bytes of it.
 fn quoted(v: &str) -> String {
-    let shown: String = v.chars().take(64).collect();
-    if shown.len() < v.len() {
-        format!("{shown:?}...")
-    } else {
-        format!("{shown:?}")
-    }
+    format!("{:?}", echo::Echo::new(v, 64))
 }
 
 fn invalid(name: &str, value: &str, why: &str) -> CloudError {

@@ -87,7 +87,7 @@ impl DoLikeConfig {
 
     /// The largest token file read: 64 KiB. A token is tens of bytes; the cap keeps a wrong
     /// path (a log, `/dev/zero`) from being read whole.
-    pub const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+    pub const MAX_TOKEN_BYTES: u64 = ccm_core::provider::file::MAX_TOKEN_BYTES;
 
     /// The longest `timeoutSeconds`, `cacheTtlSeconds` and `maxRetryAfterSeconds`: an hour.
     /// Longer is never meant (a request, a stale droplet list or a wait of hours); it is a
@@ -349,6 +349,30 @@ mod tests {
         std::fs::write(&file, "s3cr3t\r\n").unwrap();
         assert_eq!(c.token().unwrap(), ApiToken::new("s3cr3t"));
         // Not a regular file, or too large: an error at once.
+        let fifo = dir.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        for (path, why) in [
+            (fifo, "is a named pipe (FIFO), not a regular file"),
+            (dir.path().to_owned(), "is a directory, not a regular file"),
+            (
+                dir.path().join("missing"),
+                "No such file or directory (os error 2)",
+            ),
+        ] {
+            let c = parse(&format!(
+                "apiUrl: http://x\ntokenFile: {}\n",
+                path.display()
+            ))
+            .unwrap();
+            let e = c.token().unwrap_err().to_string();
+            assert_eq!(e, format!("tokenFile {}: {why}", path.display()));
+        }
         let c = parse("apiUrl: http://x\ntokenFile: /dev/zero\n").unwrap();
         let e = c.token().unwrap_err().to_string();
         assert_eq!(

@@ -681,3 +681,51 @@ async fn endpoints_report_readiness_and_metrics() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_huge_annotation_retried_never_makes_a_long_log_line() {
+    let cp = &control_plane().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = cloud_config(dir.path());
+    let ccm = Ccm::start(&base_args(cp.kubeconfig_path(), &config), &[]);
+
+    // 250 KB of a provided node IP that is no IP (annotations may hold 256 KiB in all):
+    // quoted whole, it made 500 KB warnings, written again on every retry.
+    let name = unique_name("huge");
+    let mut node = tainted_node(&name);
+    node.metadata.annotations = Some(
+        [(
+            ccm_core::well_known::ANNOTATION_PROVIDED_NODE_IP.to_owned(),
+            "1".repeat(250_000),
+        )]
+        .into(),
+    );
+    let nodes: Api<Node> = Api::all(cp.client().unwrap());
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+
+    // Retried with backoff: wait for a few attempts.
+    eventually("three failed attempts in the log", WAIT, || async {
+        let log = ccm.log();
+        let attempts = log.matches("provided node ip for node").count();
+        if attempts >= 3 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{attempts} so far; log:\n{}",
+                &log[..log.len().min(4000)]
+            ))
+        }
+    })
+    .await;
+    let log = ccm.log();
+    let longest = log.lines().map(str::len).max().unwrap_or_default();
+    assert!(
+        longest < 8 * 1024,
+        "the longest log line has {longest} bytes"
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains("provided node ip for node"))
+        .unwrap();
+    assert!(line.contains("more bytes)"), "{line}");
+}

@@ -29,6 +29,8 @@ impl Ccm {
             .args(args)
             .env("RUST_LOG", "info")
             .env_remove("KUBECONFIG")
+            // No `~/.kube/config` of the machine's user is ever read.
+            .env("HOME", dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -281,25 +283,301 @@ async fn sigterm_while_the_api_server_is_awaited_ends_the_process_at_once() {
     );
 }
 
-#[tokio::test]
-async fn sigterm_while_kube_reads_a_file_ends_the_process_at_once() {
-    // The kubeconfig names a named pipe as its CA bundle, a file kube reads itself: the
-    // read blocks for good, and the process still ends at once.
-    let dir = tempfile::tempdir().unwrap();
-    let ca = fifo(dir.path());
-    let kubeconfig = write_kubeconfig(
-        dir.path(),
-        "https://127.0.0.1:1",
-        &format!(", certificate-authority: \"{}\"", ca.display()),
-    );
-    let ccm = Ccm::start(
-        dir.path(),
-        &args(&[format!("--kubeconfig={}", kubeconfig.display())]),
-    );
-    ccm.wait_log("configuring the Kubernetes client").await;
-    let log = exits_cleanly(ccm).await;
+/// What a path may wrongly hold, made at `path`, and the end of the error the process must
+/// give for it.
+fn make_bad(path: &Path, kind: &str) -> &'static str {
+    match kind {
+        "fifo" => {
+            let made = Command::new("mkfifo").arg(path).status().unwrap();
+            assert!(made.success());
+            "is a named pipe (FIFO), not a regular file"
+        }
+        "device" => {
+            std::os::unix::fs::symlink("/dev/zero", path).unwrap();
+            "is a character device, not a regular file"
+        }
+        "directory" => {
+            std::fs::create_dir(path).unwrap();
+            "is a directory, not a regular file"
+        }
+        "100 MB" => {
+            // Sparse: the reader must stop after its limit, not read 100 MB.
+            let file = std::fs::File::create(path).unwrap();
+            file.set_len(100_000_000).unwrap();
+            ", the limit for this file"
+        }
+        "missing" => "No such file or directory (os error 2)",
+        _ => unreachable!("{kind}"),
+    }
+}
+
+const BAD_KINDS: &[&str] = &["fifo", "device", "directory", "100 MB", "missing"];
+
+/// The flags of Go's command that name a file or a directory (by their usage text), and our
+/// own: derived, so that a flag added to either list is found here without a case.
+fn path_flags() -> Vec<String> {
+    let json: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../crates/ccm-runtime/tests/data/go-ccm-flags.json"
+    ))
+    .unwrap();
+    // By its name (`…-file`, `…-dir`, `…kubeconfig`, `…-config`, `…-cert-key`) or by its
+    // usage text (a file, files, a directory, a path).
+    let names_a_file = |flag: &serde_json::Value| {
+        let name = flag["name"].as_str().unwrap_or_default();
+        let usage = flag["usage"].as_str().unwrap_or_default().to_lowercase();
+        ["-file", "-dir", "kubeconfig", "-config", "-cert-key"]
+            .iter()
+            .any(|end| name.ends_with(end))
+            || usage
+                .split(|c: char| !c.is_alphanumeric())
+                .any(|w| ["file", "files", "directory", "path", "paths"].contains(&w))
+    };
+    let mut flags: Vec<String> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| matches!(f["type"].as_str(), Some("string" | "namedCertKey")))
+        .filter(|f| names_a_file(f))
+        .map(|f| f["name"].as_str().unwrap().to_owned())
+        .collect();
+    // Ours that Go has not take no path (`--insecure-serving`); none to add.
+    flags.sort();
+    flags
+}
+
+/// Files every case can use: a valid certificate and key (made by the binary itself, in a
+/// `--cert-dir`), and the arguments that turn serving on without binding before the files
+/// are read.
+struct Valid {
+    cert: PathBuf,
+    key: PathBuf,
+    serving: Vec<String>,
+}
+
+async fn valid_files(dir: &Path) -> Valid {
+    let certs = dir.join("certs");
+    let serving = vec![
+        "--bind-address=127.0.0.1".to_owned(),
+        // Never bound: every case fails while the files are read, before the server starts.
+        "--secure-port=10258".to_owned(),
+    ];
+    let mut args = args(&[format!("--cert-dir={}", certs.display())]);
+    args.retain(|a| a != "--secure-port=0");
+    args.extend(serving.clone());
+    // No kubeconfig: it stops there, after writing the pair.
+    let (status, last) = run_to_exit(&args).await;
+    assert_eq!(status.code(), Some(1), "{last}");
+    let valid = Valid {
+        cert: certs.join("cloud-controller-manager.crt"),
+        key: certs.join("cloud-controller-manager.key"),
+        serving,
+    };
+    assert!(valid.cert.is_file() && valid.key.is_file(), "{last}");
+    valid
+}
+
+/// A kubeconfig at `path` for a server that is never reached; `cluster` and `user` add
+/// fields.
+fn kubeconfig_naming(path: &Path, cluster: &str, user: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:1\"{cluster}}}\n\
+             users:\n- name: u\n  user: {{{user}}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+             current-context: x\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// One run: `args` must end the process at once with status 1 and a last line that starts
+/// with `error: `, names `origin` and `path`, and ends with `why`. The seconds it took.
+async fn refused(args: &[String], origin: &str, path: &Path, why: &str) -> f64 {
+    let started = std::time::Instant::now();
+    let (status, last) = run_to_exit(args).await;
+    let took = started.elapsed().as_secs_f64();
+    assert_eq!(status.code(), Some(1), "{args:?}: {last}");
+    let start = format!("error: {origin}: cannot read ");
     assert!(
-        log.contains("shutting down before the Kubernetes client was configured"),
-        "{log}"
+        last.starts_with(&start)
+            && last.contains(&path.display().to_string())
+            && last.ends_with(why),
+        "{args:?}:\n  {last}\nshould start with {start:?}, name {} and end with {why:?}",
+        path.display()
     );
+    took
+}
+
+#[tokio::test]
+async fn every_path_flag_refuses_what_is_not_a_small_regular_file_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = valid_files(dir.path()).await;
+    let serving = |extra: Vec<String>| {
+        let mut args = args(&extra);
+        args.retain(|a| a != "--secure-port=0");
+        args.extend(valid.serving.clone());
+        args
+    };
+    let mut slowest: (f64, String) = (0.0, String::new());
+    let mut runs = 0;
+    for flag in path_flags() {
+        for (n, kind) in BAD_KINDS.iter().enumerate() {
+            let case = dir.path().join(format!("{flag}-{n}"));
+            std::fs::create_dir(&case).unwrap();
+            let bad = case.join("bad");
+            let why = make_bad(&bad, kind);
+            let bad_arg = format!("--{flag}={}", bad.display());
+            let (args, origin, path) = match flag.as_str() {
+                "cloud-config" => (args(&[bad_arg]), "--cloud-config".to_owned(), bad.clone()),
+                "kubeconfig" => (args(&[bad_arg]), "--kubeconfig".to_owned(), bad.clone()),
+                "tls-cert-file" => (
+                    serving(vec![
+                        bad_arg,
+                        format!("--tls-private-key-file={}", valid.key.display()),
+                    ]),
+                    "--tls-cert-file".to_owned(),
+                    bad.clone(),
+                ),
+                "tls-private-key-file" => (
+                    serving(vec![
+                        format!("--tls-cert-file={}", valid.cert.display()),
+                        bad_arg,
+                    ]),
+                    "--tls-private-key-file".to_owned(),
+                    bad.clone(),
+                ),
+                "tls-sni-cert-key" => (
+                    serving(vec![format!(
+                        "--tls-sni-cert-key={},{}",
+                        bad.display(),
+                        valid.key.display()
+                    )]),
+                    "--tls-sni-cert-key".to_owned(),
+                    bad.clone(),
+                ),
+                "cert-dir" => {
+                    if *kind == "missing" {
+                        continue; // a missing pair is generated: no error
+                    }
+                    // The pair in the directory is what is read.
+                    let certs = case.join("certs");
+                    std::fs::create_dir(&certs).unwrap();
+                    let crt = certs.join("cloud-controller-manager.crt");
+                    std::fs::rename(&bad, &crt)
+                        .or_else(|_| {
+                            // a symbolic link or FIFO renames fine; recreate if not
+                            make_bad(&crt, kind);
+                            Ok::<(), ()>(())
+                        })
+                        .unwrap();
+                    std::fs::copy(&valid.key, certs.join("cloud-controller-manager.key")).unwrap();
+                    (
+                        serving(vec![format!("--cert-dir={}", certs.display())]),
+                        "--cert-dir".to_owned(),
+                        crt,
+                    )
+                }
+                "client-ca-file"
+                | "requestheader-client-ca-file"
+                | "authentication-kubeconfig"
+                | "authorization-kubeconfig" => {
+                    (serving(vec![bad_arg]), format!("--{flag}"), bad.clone())
+                }
+                // Accepted and ignored (no webhooks are served, no leader migration): never
+                // opened, whatever they name; the run goes on to its next error.
+                _ if flag.starts_with("webhook-") || flag == "leader-migration-config" => {
+                    let (status, log) = {
+                        let bad_arg = if flag.ends_with("-cert-key") {
+                            format!("{bad_arg},{}", bad.display())
+                        } else {
+                            bad_arg
+                        };
+                        let mut ccm = Ccm::start(&case, &args(&[bad_arg]));
+                        let status = ccm.wait_exit().await;
+                        (status, ccm.log())
+                    };
+                    assert_eq!(status.code(), Some(1), "{log}");
+                    assert!(
+                        log.contains(&format!("flag --{flag} is accepted and ignored")),
+                        "{log}"
+                    );
+                    let last = log.lines().last().unwrap_or_default();
+                    assert!(!last.contains(&flag), "{last}");
+                    continue;
+                }
+                other => panic!(
+                    "--{other} names a file or directory: add a case here (and make sure it is read through ccm_provider::file)"
+                ),
+            };
+            let took = refused(&args, &origin, &path, why).await;
+            runs += 1;
+            if took > slowest.0 {
+                slowest = (took, format!("--{flag} {kind}"));
+            }
+        }
+    }
+    eprintln!(
+        "{runs} refusals; the slowest took {:.2} s ({})",
+        slowest.0, slowest.1
+    );
+    assert!(runs >= 40, "{runs}");
+}
+
+#[tokio::test]
+async fn every_file_a_kubeconfig_names_is_refused_with_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = valid_files(dir.path()).await;
+    let mut runs = 0;
+    for flag in [
+        "--kubeconfig",
+        "--authentication-kubeconfig",
+        "--authorization-kubeconfig",
+    ] {
+        for field in [
+            "certificate-authority",
+            "client-certificate",
+            "client-key",
+            "tokenFile",
+        ] {
+            for (n, kind) in BAD_KINDS.iter().enumerate() {
+                let case = dir.path().join(format!("{flag}-{field}-{n}"));
+                std::fs::create_dir(&case).unwrap();
+                let bad = case.join("bad");
+                let why = make_bad(&bad, kind);
+                let (cluster, user, owner) = match field {
+                    "certificate-authority" => (
+                        format!(", certificate-authority: \"{}\"", bad.display()),
+                        String::new(),
+                        "cluster \"c\"",
+                    ),
+                    "client-key" => (
+                        String::new(),
+                        format!(
+                            "client-certificate: \"{}\", client-key: \"{}\"",
+                            valid.cert.display(),
+                            bad.display()
+                        ),
+                        "user \"u\"",
+                    ),
+                    _ => (
+                        String::new(),
+                        format!("{field}: \"{}\"", bad.display()),
+                        "user \"u\"",
+                    ),
+                };
+                let kubeconfig = case.join("kubeconfig");
+                kubeconfig_naming(&kubeconfig, &cluster, &user);
+                let mut extra = vec![format!("{flag}={}", kubeconfig.display())];
+                let mut args = args(&[]);
+                if flag != "--kubeconfig" {
+                    args.retain(|a| a != "--secure-port=0");
+                    extra.extend(valid.serving.clone());
+                }
+                args.extend(extra);
+                refused(&args, &format!("{flag}: {field} of {owner}"), &bad, why).await;
+                runs += 1;
+            }
+        }
+    }
+    assert_eq!(runs, 3 * 4 * BAD_KINDS.len());
 }

@@ -34,7 +34,8 @@ use rustls::pki_types::CertificateDer;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::options::{FlagError, MAX_KUBECONFIG_BYTES};
+use super::AppError;
+use super::options::FlagError;
 use super::serving_options::ServingOptions;
 use super::tls::{self, ChainVerifier, ClientCas};
 
@@ -678,34 +679,30 @@ fn flag_error(flag: &'static str, message: impl Into<String>) -> FlagError {
     }
 }
 
-/// A client from `--authentication-kubeconfig` / `--authorization-kubeconfig`.
-async fn client_from_kubeconfig(
-    flag: &'static str,
-    path: &Path,
-) -> Result<kube::Client, FlagError> {
-    let err = |e: String| flag_error(flag, format!("{}: {e}", path.display()));
-    let bytes = {
-        use std::io::Read as _;
-        let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
-        let mut bytes = Vec::new();
-        file.take(MAX_KUBECONFIG_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| err(e.to_string()))?;
-        if bytes.len() as u64 > MAX_KUBECONFIG_BYTES {
-            return Err(err(format!("larger than {MAX_KUBECONFIG_BYTES} bytes")));
-        }
-        bytes
-    };
-    let text = String::from_utf8(bytes).map_err(|e| err(e.to_string()))?;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| err(e.to_string()))?;
+/// A client from `--authentication-kubeconfig` / `--authorization-kubeconfig`: the file and
+/// every file it names read off the runtime (see [`crate::files::kubeconfig`]).
+async fn client_from_kubeconfig(flag: &'static str, path: &Path) -> Result<kube::Client, AppError> {
+    let invalid = |e: String| flag_error(flag, format!("{}: {e}", path.display()));
+    let owned = path.to_owned();
+    let kubeconfig = crate::files::off_thread("read-kubeconfig", move || {
+        crate::files::kubeconfig(flag, &owned)
+    })
+    .await
+    .map_err(|e| invalid(e.to_string()))?
+    .map_err(|e| match e {
+        crate::files::KubeconfigError::Read(e) => AppError::File(e),
+        crate::files::KubeconfigError::Invalid { source, .. } => invalid(source.to_string()).into(),
+    })?;
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
     )
     .await
-    .map_err(|e| err(e.to_string()))?;
-    crate::client::build_client(config, &crate::client::ApiLayer::new())
-        .map_err(|e| err(e.to_string()))
+    .map_err(|e| invalid(e.to_string()))?;
+    Ok(
+        crate::client::build_client(config, &crate::client::ApiLayer::new())
+            .map_err(|e| invalid(e.to_string()))?,
+    )
 }
 
 /// What kube-apiserver publishes in `kube-system/extension-apiserver-authentication`.
@@ -763,14 +760,51 @@ impl ClusterAuthentication {
     }
 
     /// Reads it from the cluster (once, within [`REVIEW_TIMEOUT`]).
-    pub async fn lookup(client: &kube::Client) -> Result<Self, String> {
+    ///
+    /// # Errors
+    ///
+    /// No answer in time, the API server's error, or data that does not parse.
+    pub async fn lookup(client: &kube::Client) -> Result<Self, LookupError> {
         let (namespace, name) = AUTHENTICATION_CONFIGMAP;
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
         let found = tokio::time::timeout(REVIEW_TIMEOUT, api.get_opt(name))
             .await
-            .map_err(|_| format!("no answer within {REVIEW_TIMEOUT:?}"))?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| LookupError::NoAnswer)?
+            .map_err(|e| match &e {
+                kube::Error::Api(status) if status.code == 403 => {
+                    LookupError::Forbidden(e.to_string())
+                }
+                _ => LookupError::Failed(e.to_string()),
+            })?;
         Self::from_data(&found.and_then(|c| c.data).unwrap_or_default())
+            .map_err(LookupError::Failed)
+    }
+}
+
+/// Why [`ClusterAuthentication::lookup`] failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// The API server did not answer within [`REVIEW_TIMEOUT`].
+    #[error("no answer within {REVIEW_TIMEOUT:?}")]
+    NoAnswer,
+    /// The API server refused: the identity may not read the ConfigMap.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Any other error, or data that does not parse.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl LookupError {
+    /// What to do about it, as the start of a sentence: granting the Role helps only when
+    /// the server refused.
+    fn hint(&self) -> &'static str {
+        match self {
+            Self::NoAnswer => "check that the API server is reachable, or ",
+            Self::Forbidden(_) => "grant the Role extension-apiserver-authentication-reader, or ",
+            Self::Failed(_) => "",
+        }
     }
 }
 
@@ -780,10 +814,14 @@ impl ClusterAuthentication {
 /// the client CA and request-header settings missing from the flags are read from
 /// `kube-system/extension-apiserver-authentication` unless `--authentication-skip-lookup`.
 /// Returns the authorities that client certificates are requested for.
+///
+/// # Errors
+///
+/// A flag's value is wrong, or a file it names cannot be read.
 pub async fn from_options(
     options: &ServingOptions,
     client: &kube::Client,
-) -> Result<(DelegatedAuth, ClientCas), FlagError> {
+) -> Result<(DelegatedAuth, ClientCas), AppError> {
     let token_client = match options.authentication_kubeconfig() {
         Some(path) => client_from_kubeconfig("--authentication-kubeconfig", &path).await?,
         None => client.clone(),
@@ -792,13 +830,11 @@ pub async fn from_options(
         Some(path) => client_from_kubeconfig("--authorization-kubeconfig", &path).await?,
         None => client.clone(),
     };
-    let read_ca =
-        |flag: &'static str, path: &Path| -> Result<Vec<CertificateDer<'static>>, FlagError> {
-            let bytes = tls::read_pem_file(path)
-                .map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))?;
-            tls::certs_from_pem(&bytes)
-                .map_err(|e| flag_error(flag, format!("{}: {e}", path.display())))
-        };
+    let read_ca = async |flag: &'static str, path: &Path| {
+        let bytes = crate::files::read(flag, path, tls::MAX_PEM_BYTES).await?;
+        tls::certs_from_pem(&bytes)
+            .map_err(|e| AppError::from(flag_error(flag, format!("{}: {e}", path.display()))))
+    };
     let [
         allowed_names,
         username_headers,
@@ -809,10 +845,10 @@ pub async fn from_options(
     let mut cas = ClientCas::default();
     let mut request_header = None;
     if let Some(path) = options.client_ca_file() {
-        cas.client_ca = read_ca("--client-ca-file", &path)?;
+        cas.client_ca = read_ca("--client-ca-file", &path).await?;
     }
     if let Some(path) = options.requestheader_client_ca_file() {
-        cas.requestheader_ca = read_ca("--requestheader-client-ca-file", &path)?;
+        cas.requestheader_ca = read_ca("--requestheader-client-ca-file", &path).await?;
         request_header = Some(RequestHeaderConfig::new(
             allowed_names,
             username_headers,
@@ -853,9 +889,11 @@ pub async fn from_options(
                 return Err(flag_error(
                     "--authentication-tolerate-lookup-failure",
                     format!(
-                        "unable to read kube-system/extension-apiserver-authentication ({e}); grant the Role extension-apiserver-authentication-reader, or set --authentication-skip-lookup or --authentication-tolerate-lookup-failure"
+                        "unable to read kube-system/extension-apiserver-authentication ({e}); {}set --authentication-skip-lookup or --authentication-tolerate-lookup-failure",
+                        e.hint()
                     ),
-                ));
+                )
+                .into());
             }
         }
     }

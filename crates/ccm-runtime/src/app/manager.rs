@@ -26,9 +26,7 @@ use super::controller::{Applies, Controller, ControllerFuture, controllers_help}
 use super::leader::{
     LeaderElectionConfig, LeaderElector, LeaderHealthz, LeadershipEnd, MAX_TOLERABLE_EXPIRED_LEASE,
 };
-use super::options::{
-    BinaryVersion, FlagError, LogFormat, MAX_KUBECONFIG_BYTES, Options, PrintRequest,
-};
+use super::options::{BinaryVersion, FlagError, LogFormat, Options, PrintRequest};
 use super::selection::ControllerSelection;
 use super::serve::Health;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
@@ -36,8 +34,8 @@ use crate::client::{ApiLayer, Fence, build_client, rate_limited};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use ccm_provider::{
-    BoxError, CloudConfig, CloudProvider, InitContext, MetricsRegistry, ProviderRegistry,
-    RegistryError, display_chain,
+    BoxError, CloudProvider, InitContext, MetricsRegistry, ProviderRegistry, RegistryError,
+    display_chain,
 };
 
 /// What a controller gets when it starts.
@@ -93,6 +91,10 @@ pub enum AppError {
     /// A flag has a value it cannot take.
     #[error(transparent)]
     Flag(#[from] FlagError),
+    /// A file a flag names (or a file named inside it) could not be read: the message
+    /// names the flag, the file and why.
+    #[error(transparent)]
+    File(#[from] ccm_provider::file::FileError),
     /// The provider could not be picked or built.
     #[error("{}", display_chain(.0))]
     Provider(#[from] RegistryError),
@@ -294,6 +296,20 @@ impl CloudControllerManager {
 
         // Every await of startup gives way to a shutdown signal: the process ends at once
         // (status 0), whatever step it was at.
+        let serving = options.serving.clone();
+        let checked = off_the_runtime("serving-files", &shutdown, move || {
+            super::serving_options::check_files(&serving)
+        })
+        .await
+        .map_err(|e| AppError::Kube {
+            context: "reading the serving files".into(),
+            source: Box::new(e),
+        })?;
+        let Some(checked) = checked else {
+            tracing::info!("shutting down while the serving files were read");
+            return Ok(());
+        };
+        checked?;
         let Some(provider) = build_provider(&self.registry, &options, &shutdown).await? else {
             return Ok(());
         };
@@ -413,14 +429,20 @@ impl CloudControllerManager {
         metrics.register_api_counters(api.counters().clone());
 
         // The endpoints come up before the election, so a standby answers its probes too.
-        let server = super::serving_options::start_server(
-            &options.serving,
-            &lease_client,
-            metrics.clone(),
-            health.clone(),
-            shutdown.clone(),
-        )
-        .await?;
+        let started = shutdown
+            .run_until_cancelled(super::serving_options::start_server(
+                &options.serving,
+                &lease_client,
+                metrics.clone(),
+                health.clone(),
+                shutdown.clone(),
+            ))
+            .await;
+        let Some(started) = started else {
+            tracing::info!("shutting down while the endpoint server was starting");
+            return Ok(());
+        };
+        let server = started?;
         if let Some(server) = &server {
             tracing::info!(address = %server.local_addr(), https = server.is_https(), "serving /healthz, /readyz and /metrics");
         }
@@ -710,23 +732,10 @@ async fn off_the_runtime<T: Send + 'static>(
     shutdown: &CancellationToken,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<Option<T>> {
-    let runtime = tokio::runtime::Handle::current();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            let _runtime = runtime.enter();
-            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
-        })?;
-    match shutdown.run_until_cancelled(rx).await {
-        None => Ok(None),
-        Some(Ok(Ok(value))) => Ok(Some(value)),
-        Some(Ok(Err(panic))) => std::panic::resume_unwind(panic),
-        // The thread ends by sending; a panic is caught and sent.
-        Some(Err(_)) => Err(std::io::Error::other(format!(
-            "the {name} thread ended without an answer"
-        ))),
-    }
+    shutdown
+        .run_until_cancelled(crate::files::off_thread(name, work))
+        .await
+        .transpose()
 }
 
 /// Builds the provider from `--cloud-provider` and `--cloud-config` off the runtime (see
@@ -779,50 +788,53 @@ async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
         .as_deref()
         .filter(|p| !p.as_os_str().is_empty());
     tracing::info!(kubeconfig = ?kubeconfig_path, "configuring the Kubernetes client");
-    let mut config = if let Some(path) = kubeconfig_path {
-        check_kubeconfig_file(path).map_err(|e| {
-            err(
-                &format!("--kubeconfig: cannot read {}", path.display()),
-                Box::new(e),
-            )
-        })?;
-        let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-            err(
-                &format!("--kubeconfig: cannot read {}", path.display()),
-                Box::new(e),
-            )
-        })?;
-        kube::Config::from_custom_kubeconfig(
+    // Every file is read here, with the guards of `files`, and inlined: kube reads none
+    // itself but for a token file it re-reads (checked the same way).
+    let kubeconfig = if let Some(path) = kubeconfig_path {
+        Some(crate::files::kubeconfig("--kubeconfig", path).map_err(kubeconfig_error)?)
+    } else {
+        let mut merged: Option<kube::config::Kubeconfig> = None;
+        for (source, path) in default_kubeconfig_files() {
+            let config = match crate::files::kubeconfig(source, &path) {
+                // kube then tries the next, and the in-cluster configuration.
+                Err(crate::files::KubeconfigError::Read(e))
+                    if e.source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
+                other => other.map_err(kubeconfig_error)?,
+            };
+            merged = Some(match merged {
+                None => config,
+                Some(first) => first.merge(config).map_err(|e| {
+                    err(
+                        &format!("{source}: cannot merge {}", path.display()),
+                        Box::new(e),
+                    )
+                })?,
+            });
+        }
+        merged
+    };
+    let mut config = match kubeconfig {
+        Some(kubeconfig) => kube::Config::from_custom_kubeconfig(
             kubeconfig,
             &kube::config::KubeConfigOptions::default(),
         )
         .await
         .map_err(|e| {
-            err(
-                &format!("--kubeconfig: invalid {}", path.display()),
-                Box::new(e),
-            )
-        })?
-    } else {
-        for (source, path) in default_kubeconfig_files() {
-            match check_kubeconfig_file(&path) {
-                // kube then tries the in-cluster configuration.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(err(
-                        &format!("{source}: cannot read {}", path.display()),
-                        Box::new(e),
-                    ));
-                }
-                Ok(()) => {}
-            }
+            let source = kubeconfig_path.map_or("the default kubeconfig", |_| "--kubeconfig");
+            err(&format!("{source}: invalid configuration"), Box::new(e))
+        })?,
+        None => {
+            check_in_cluster_files()?;
+            kube::Config::incluster().map_err(|e| {
+                err(
+                    "no --kubeconfig given and no in-cluster or default configuration found",
+                    Box::new(e),
+                )
+            })?
         }
-        kube::Config::infer().await.map_err(|e| {
-            err(
-                "no --kubeconfig given and no in-cluster or default configuration found",
-                Box::new(e),
-            )
-        })?
     };
     if !options.master.is_empty() {
         config.cluster_url = options
@@ -833,15 +845,36 @@ async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
     Ok(config)
 }
 
-/// Checks a kubeconfig file before kube reads it (kube reads whole files, and resolves the
-/// paths inside relative to the file, so it is given the path, not the text): a readable
-/// regular file of at most [`MAX_KUBECONFIG_BYTES`]. Text that is not UTF-8 is left to kube,
-/// which reads UTF-16 with a byte-order mark.
-fn check_kubeconfig_file(path: &std::path::Path) -> std::io::Result<()> {
-    match CloudConfig::read_file(path, MAX_KUBECONFIG_BYTES) {
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok(()),
-        other => other.map(drop),
+/// A kubeconfig that could not be used, as a startup error naming its flag.
+fn kubeconfig_error(e: crate::files::KubeconfigError) -> AppError {
+    match e {
+        crate::files::KubeconfigError::Read(e) => AppError::File(e),
+        crate::files::KubeconfigError::Invalid {
+            origin,
+            path,
+            source,
+        } => AppError::Kube {
+            context: format!("{origin}: invalid {}", path.display()),
+            source: Box::new(source),
+        },
     }
+}
+
+/// The service-account files kube reads for the in-cluster configuration (the CA bundle
+/// once, the token as it rotates), checked with the guards of `files` first.
+fn check_in_cluster_files() -> Result<(), AppError> {
+    const DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return Ok(()); // not in a Pod: kube says so
+    }
+    for (name, limit) in [
+        ("token", ccm_provider::file::MAX_TOKEN_BYTES),
+        ("ca.crt", ccm_provider::file::MAX_PEM_BYTES),
+    ] {
+        let path = std::path::Path::new(DIR).join(name);
+        ccm_provider::file::read_named("in-cluster configuration", &path, limit)?;
+    }
+    Ok(())
 }
 
 /// The files `kube::Config::infer` reads without `--kubeconfig`, and where each came from:

@@ -31,7 +31,7 @@ pub const MAX_WORKERS: i32 = 10_000;
 /// The largest kubeconfig (`--kubeconfig`, `$KUBECONFIG`, `~/.kube/config`) read: 4 MiB. A
 /// kubeconfig embeds base64 certificates, a few kilobytes a context, and merged ones grow:
 /// 4 MiB holds hundreds of contexts, while a wrong path (a log, a device) is refused.
-pub const MAX_KUBECONFIG_BYTES: u64 = 4 * 1024 * 1024;
+pub use ccm_provider::file::MAX_KUBECONFIG_BYTES;
 
 /// The log output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -188,9 +188,15 @@ pub enum ServeError {
         #[source]
         source: io::Error,
     },
-    /// A certificate or key file could not be read or holds no usable PEM block.
-    #[error("cannot load {what} from {}: {reason}", path.display())]
+    /// A certificate or key file could not be read.
+    #[error(transparent)]
+    File(#[from] ccm_provider::file::FileError),
+    /// A certificate or key file holds no usable PEM block (or `--cert-dir` cannot be
+    /// written).
+    #[error("{flag}: cannot load {what} from {}: {reason}", path.display())]
     Pem {
+        /// The flag that named the file.
+        flag: &'static str,
         /// `"certificate"` or `"private key"`.
         what: &'static str,
         /// The file.
@@ -473,20 +479,23 @@ impl EndpointServer {
         health: Health,
         shutdown: CancellationToken,
     ) -> Result<Self, ServeError> {
-        let tls = match &options.serving {
-            Serving::Http => None,
-            Serving::Https {
-                cert_file,
-                key_file,
-            } => Some((tls::load_certs(cert_file)?, tls::load_key(key_file)?)),
-            Serving::HttpsSelfSigned => {
-                Some(tls::self_signed(addr.ip(), options.cert_dir.as_deref())?)
-            }
-        };
-        let certificate = tls.as_ref().and_then(|(chain, _)| chain.first().cloned());
+        // Off the runtime: reading files may block (see `files`).
+        let (serving, settings, cert_dir) = (
+            options.serving.clone(),
+            options.tls.clone(),
+            options.cert_dir.clone(),
+        );
+        let tls = crate::files::off_thread("tls-files", move || {
+            load_tls(&serving, &settings, addr.ip(), cert_dir.as_deref())
+        })
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })??;
+        let certificate = tls
+            .as_ref()
+            .and_then(|((chain, _), _)| chain.first().cloned());
         let acceptor = tls
-            .map(|(chain, key)| {
-                tls::server_config(&options.tls, chain, key, &options.client_cas)
+            .map(|(identity, sni)| {
+                tls::server_config(&options.tls, identity, sni, &options.client_cas)
                     .map(|config| TlsAcceptor::from(Arc::new(config)))
             })
             .transpose()?;
@@ -570,6 +579,28 @@ fn listen(addr: SocketAddr, reuse_port: bool, reuse_address: bool) -> io::Result
     let _ = reuse_port;
     socket.bind(addr)?;
     socket.listen(1024)
+}
+
+/// The serving identity and the SNI identities `serving` asks for (none over HTTP).
+/// Blocking: it reads files.
+pub(crate) fn load_tls(
+    serving: &Serving,
+    settings: &TlsSettings,
+    bind: IpAddr,
+    cert_dir: Option<&std::path::Path>,
+) -> Result<Option<(tls::Identity, Vec<tls::SniIdentity>)>, ServeError> {
+    let identity = match serving {
+        Serving::Http => return Ok(None),
+        Serving::Https {
+            cert_file,
+            key_file,
+        } => (
+            tls::load_certs("--tls-cert-file", cert_file)?,
+            tls::load_key("--tls-private-key-file", key_file)?,
+        ),
+        Serving::HttpsSelfSigned => tls::self_signed(bind, cert_dir)?,
+    };
+    Ok(Some((identity, tls::load_sni(settings)?)))
 }
 
 async fn accept_loop(

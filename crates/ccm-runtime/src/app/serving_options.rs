@@ -495,13 +495,96 @@ pub(crate) async fn start_server(
     }
     EndpointServer::start(&serve_options, metrics, health, shutdown)
         .await
-        .map_err(|e| super::AppError::Kube {
+        .map_err(|e| serve_error(e, options))
+}
+
+/// A server error at startup: a file's error under its flag, anything else under
+/// `--secure-port`.
+fn serve_error(e: super::serve::ServeError, options: &ServingOptions) -> super::AppError {
+    use super::serve::ServeError;
+    match e {
+        ServeError::File(e) => super::AppError::File(e),
+        ServeError::Pem {
+            flag,
+            what,
+            path,
+            reason,
+        } => FlagError {
+            flag,
+            message: format!("cannot load {what} from {}: {reason}", path.display()),
+        }
+        .into(),
+        e => super::AppError::Kube {
             context: format!(
-                "--secure-port: cannot serve on {}:{port}",
-                options.bind_address
+                "--secure-port: cannot serve on {}:{}",
+                options.bind_address, options.secure_port
             ),
             source: Box::new(e),
-        })
+        },
+    }
+}
+
+/// Reads every file the serving flags name (the certificate and key, the SNI pairs, the
+/// `--cert-dir` pair, the client CAs, the delegated-auth kubeconfigs and the files they
+/// name), as Go's options do before anything else starts: a wrong path stops the process
+/// at once with its flag named, before the provider is built or the cluster reached. The
+/// server reads them again, through the same readers, when it starts. Blocking.
+pub(crate) fn check_files(options: &ServingOptions) -> Result<(), super::AppError> {
+    if options.port().is_none() || options.insecure_serving {
+        return Ok(());
+    }
+    let (settings, _) = options.tls_settings()?;
+    let serving = match (options.tls_cert_file(), options.tls_private_key_file()) {
+        (Some(cert_file), Some(key_file)) => super::serve::Serving::Https {
+            cert_file,
+            key_file,
+        },
+        _ => super::serve::Serving::HttpsSelfSigned,
+    };
+    super::serve::load_tls(
+        &serving,
+        &settings,
+        options.bind_address,
+        options.cert_dir().as_deref(),
+    )
+    .map_err(|e| serve_error(e, options))?;
+    for (flag, path) in [
+        ("--client-ca-file", options.client_ca_file()),
+        (
+            "--requestheader-client-ca-file",
+            options.requestheader_client_ca_file(),
+        ),
+    ] {
+        if let Some(path) = path {
+            let bytes = ccm_provider::file::read_named(flag, &path, tls::MAX_PEM_BYTES)?;
+            tls::certs_from_pem(&bytes).map_err(|e| FlagError {
+                flag,
+                message: format!("{}: {e}", path.display()),
+            })?;
+        }
+    }
+    for (flag, path) in [
+        (
+            "--authentication-kubeconfig",
+            options.authentication_kubeconfig(),
+        ),
+        (
+            "--authorization-kubeconfig",
+            options.authorization_kubeconfig(),
+        ),
+    ] {
+        if let Some(path) = path {
+            crate::files::kubeconfig(flag, &path).map_err(|e| match e {
+                crate::files::KubeconfigError::Read(e) => super::AppError::File(e),
+                crate::files::KubeconfigError::Invalid { source, .. } => FlagError {
+                    flag,
+                    message: format!("{}: {source}", path.display()),
+                }
+                .into(),
+            })?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use super::serve::ServeError;
 pub const CERT_PAIR_NAME: &str = "cloud-controller-manager";
 
 /// The largest PEM file read (certificates, keys, CA bundles): 1 MiB.
-pub const MAX_PEM_BYTES: u64 = 1024 * 1024;
+pub use ccm_provider::file::MAX_PEM_BYTES;
 
 /// What the TLS flags ask for, mapped onto the *ring* provider.
 #[derive(Clone, Debug)]
@@ -294,29 +294,23 @@ pub fn provider(settings: &TlsSettings) -> CryptoProvider {
     provider
 }
 
-/// Reads at most [`MAX_PEM_BYTES`] of a PEM file.
-pub(crate) fn read_pem_file(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let mut bytes = Vec::new();
-    file.take(MAX_PEM_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(format!("larger than {MAX_PEM_BYTES} bytes"));
-    }
-    Ok(bytes)
+/// Reads a PEM file named by `flag`, with the guards of [`ccm_provider::file::read`].
+fn read_pem_file(flag: &'static str, path: &Path) -> Result<Vec<u8>, ServeError> {
+    Ok(ccm_provider::file::read_named(flag, path, MAX_PEM_BYTES)?)
 }
 
-/// The certificates of a PEM file (at least one).
-pub(crate) fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServeError> {
-    let err = |reason: String| ServeError::Pem {
+/// The certificates of a PEM file named by `flag` (at least one). Blocking.
+pub(crate) fn load_certs(
+    flag: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, ServeError> {
+    let bytes = read_pem_file(flag, path)?;
+    certs_from_pem(&bytes).map_err(|reason| ServeError::Pem {
+        flag,
         what: "certificate",
         path: path.to_owned(),
         reason,
-    };
-    let bytes = read_pem_file(path).map_err(err)?;
-    certs_from_pem(&bytes).map_err(err)
+    })
 }
 
 /// The certificates of PEM text (at least one).
@@ -330,15 +324,47 @@ pub(crate) fn certs_from_pem(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>
     Ok(certs)
 }
 
-/// The private key of a PEM file.
-pub(crate) fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, ServeError> {
-    let err = |reason: String| ServeError::Pem {
+/// The private key of a PEM file named by `flag`. Blocking.
+pub(crate) fn load_key(
+    flag: &'static str,
+    path: &Path,
+) -> Result<PrivateKeyDer<'static>, ServeError> {
+    let bytes = read_pem_file(flag, path)?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| ServeError::Pem {
+        flag,
         what: "private key",
         path: path.to_owned(),
-        reason,
-    };
-    let bytes = read_pem_file(path).map_err(err)?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| err(e.to_string()))
+        reason: e.to_string(),
+    })
+}
+
+/// A certificate chain and its key, loaded from the files the flags name.
+pub(crate) type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// One `--tls-sni-cert-key` pair, loaded, with the names it serves.
+pub(crate) type SniIdentity = (
+    Vec<CertificateDer<'static>>,
+    PrivateKeyDer<'static>,
+    Vec<String>,
+);
+
+/// Loads every `--tls-sni-cert-key` pair of `settings`; a pair without names serves the
+/// names of its certificate. Blocking.
+pub(crate) fn load_sni(settings: &TlsSettings) -> Result<Vec<SniIdentity>, ServeError> {
+    settings
+        .sni
+        .iter()
+        .map(|(cert_file, key_file, names)| {
+            let chain = load_certs("--tls-sni-cert-key", cert_file)?;
+            let key = load_key("--tls-sni-cert-key", key_file)?;
+            let names = if names.is_empty() {
+                certificate_names(&chain[0])
+            } else {
+                names.clone()
+            };
+            Ok((chain, key, names))
+        })
+        .collect()
 }
 
 /// A self-signed certificate for the loopback names and `bind`, and its key, as PEM.
@@ -368,26 +394,31 @@ pub(crate) fn self_signed(
     };
     let cert_file = dir.join(format!("{CERT_PAIR_NAME}.crt"));
     let key_file = dir.join(format!("{CERT_PAIR_NAME}.key"));
-    if cert_file.is_file() && key_file.is_file() {
+    if cert_file.exists() && key_file.exists() {
         tracing::info!(cert = %cert_file.display(), "using the self-signed certificate in --cert-dir");
-        return Ok((load_certs(&cert_file)?, load_key(&key_file)?));
+        return Ok((
+            load_certs("--cert-dir", &cert_file)?,
+            load_key("--cert-dir", &key_file)?,
+        ));
     }
     let (cert, key) = self_signed_pem(bind)?;
     let write = |path: &Path, data: &str, private: bool| -> Result<(), ServeError> {
         write_file(path, data.as_bytes(), private).map_err(|e| ServeError::Pem {
+            flag: "--cert-dir",
             what: if private {
                 "private key"
             } else {
                 "certificate"
             },
             path: path.to_owned(),
-            reason: format!("--cert-dir: cannot write: {e}"),
+            reason: format!("cannot write: {e}"),
         })
     };
     std::fs::create_dir_all(dir).map_err(|e| ServeError::Pem {
+        flag: "--cert-dir",
         what: "certificate",
         path: dir.to_owned(),
-        reason: format!("--cert-dir: cannot create: {e}"),
+        reason: format!("cannot create: {e}"),
     })?;
     write(&key_file, &key, true)?;
     write(&cert_file, &cert, false)?;
@@ -395,7 +426,17 @@ pub(crate) fn self_signed(
     from_pem_pair(&cert, &key)
 }
 
+/// Writes `data` to `path`, which is a regular file or nothing yet: opening a named pipe
+/// to write would wait for a reader.
 fn write_file(path: &Path, data: &[u8], private: bool) -> io::Result<()> {
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "exists and is not a regular file",
+        ));
+    }
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -414,6 +455,7 @@ fn from_pem_pair(
     key: &str,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServeError> {
     let pem = |reason: String| ServeError::Pem {
+        flag: "--cert-dir",
         what: "certificate",
         path: PathBuf::from("(generated)"),
         reason,
@@ -560,8 +602,8 @@ impl ResolvesServerCert for SniResolver {
 /// the SNI ones), client certificates requested when `cas` has any authority.
 pub(crate) fn server_config(
     settings: &TlsSettings,
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+    (chain, key): Identity,
+    sni: Vec<SniIdentity>,
     cas: &ClientCas,
 ) -> Result<rustls::ServerConfig, ServeError> {
     let provider = Arc::new(provider(settings));
@@ -578,7 +620,7 @@ pub(crate) fn server_config(
             algorithms: provider.signature_verification_algorithms,
         }))
     };
-    let mut config = if settings.sni.is_empty() {
+    let mut config = if sni.is_empty() {
         builder
             .with_single_cert(chain, key)
             .map_err(ServeError::Tls)?
@@ -597,14 +639,8 @@ pub(crate) fn server_config(
             exact: HashMap::new(),
             wildcard: HashMap::new(),
         };
-        for (cert_file, key_file, names) in &settings.sni {
-            let sni_chain = load_certs(cert_file)?;
-            let names = if names.is_empty() {
-                certificate_names(&sni_chain[0])
-            } else {
-                names.clone()
-            };
-            let key = certified(sni_chain, load_key(key_file)?)?;
+        for (sni_chain, sni_key, names) in sni {
+            let key = certified(sni_chain, sni_key)?;
             for name in names {
                 // Earlier flags win, as Go's explicit names do.
                 match name.strip_prefix("*.") {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ccm_core::provider::echo;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -284,9 +285,11 @@ impl Client {
                 if e.request_id.is_empty() {
                     e.request_id = header_text(&headers, "x-request-id");
                 }
-                // The request ID is short; a long one is not echoed into errors and logs.
-                e.request_id.truncate(64);
-                e.message.truncate(1024);
+                // The server's words reach errors, events and logs: bounded (`truncate` would
+                // also panic inside a multi-byte character).
+                e.id = echo::cut(e.id, 64);
+                e.request_id = echo::cut(e.request_id, 64);
+                e.message = echo::cut(e.message, 1024);
                 return Err(match status {
                     StatusCode::NOT_FOUND => ApiError::NotFound,
                     StatusCode::UNAUTHORIZED => ApiError::Unauthorized(e.message),

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress, Taint};
 
+use ccm_provider::echo::echo;
 use ccm_provider::well_known::{
     ANNOTATION_PROVIDED_NODE_IP, LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE,
     LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE,
@@ -165,7 +166,7 @@ pub(crate) fn plan_initialization(
                 .parse::<ProviderId>()
                 .map_err(|e| InitError::InvalidProviderId {
                     node: name.to_owned(),
-                    value: meta.provider_id.clone(),
+                    value: echo(&meta.provider_id).to_string(),
                     reason: e.to_string(),
                 })?;
             Some(meta.provider_id.clone())
@@ -225,7 +226,7 @@ pub(crate) fn plan_initialization(
         if is_kubernetes_namespaced(key) {
             tracing::warn!(
                 node = name,
-                label = key,
+                label = %echo(key),
                 "discarding node label with a kubernetes namespace"
             );
             continue;
@@ -237,7 +238,7 @@ pub(crate) fn plan_initialization(
             if existing != value {
                 tracing::warn!(
                     node = name,
-                    label = key,
+                    label = %echo(key),
                     "discarding node label that is already present"
                 );
             }
@@ -333,21 +334,27 @@ pub(crate) fn address_warnings(addresses: &[NodeAddress]) -> Vec<String> {
         if !ADDRESS_TYPES.contains(&a.type_.as_str()) {
             warnings.push(format!(
                 "an address of unknown type {:?} ({:?}); written as given",
-                a.type_, a.address
+                echo(&a.type_),
+                echo(&a.address)
             ));
         }
         if a.address.is_empty() {
-            warnings.push(format!("an empty {} address; written as given", a.type_));
+            warnings.push(format!(
+                "an empty {} address; written as given",
+                echo(&a.type_)
+            ));
         } else if a.type_.ends_with("IP") && a.address.parse::<IpAddr>().is_err() {
             warnings.push(format!(
                 "{} {:?}, which is not an IP address; written as given",
-                a.type_, a.address
+                echo(&a.type_),
+                echo(&a.address)
             ));
         }
         if addresses[..i].contains(a) {
             warnings.push(format!(
                 "the {} address {:?} twice; written once",
-                a.type_, a.address
+                echo(&a.type_),
+                echo(&a.address)
             ));
         }
     }
@@ -361,23 +368,30 @@ pub(crate) fn parse_provided_node_ip(value: &str) -> Result<Vec<IpAddr>, String>
         .split(',')
         .map(|s| {
             s.trim().parse::<IpAddr>().map_err(|_| {
-                format!("failed to parse node IP {value:?}: {s:?} is not an IP address")
+                format!(
+                    "failed to parse node IP {:?}: {:?} is not an IP address",
+                    echo(value),
+                    echo(s)
+                )
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
     if ips.iter().any(IpAddr::is_unspecified) {
         return Err(format!(
-            "failed to parse node IP {value:?}: unspecified address"
+            "failed to parse node IP {:?}: unspecified address",
+            echo(value)
         ));
     }
     match ips.as_slice() {
         [_] => Ok(ips),
         [a, b] if a.is_ipv4() != b.is_ipv4() => Ok(ips),
         [_, _] => Err(format!(
-            "failed to parse node IP {value:?}: a pair of IPs must be one IPv4 and one IPv6"
+            "failed to parse node IP {:?}: a pair of IPs must be one IPv4 and one IPv6",
+            echo(value)
         )),
         _ => Err(format!(
-            "failed to parse node IP {value:?}: must be a single IP or a dual-stack pair"
+            "failed to parse node IP {:?}: must be a single IP or a dual-stack pair",
+            echo(value)
         )),
     }
 }
@@ -428,7 +442,7 @@ fn validate_label(node: &str, key: &str, value: &str) -> Result<(), InitError> {
         None => (None, key),
     };
     if name.is_empty() || !is_label_value(name) {
-        return Err(err(format!("invalid label key {key:?}")));
+        return Err(err(format!("invalid label key {:?}", echo(key))));
     }
     if let Some(prefix) = prefix
         && (prefix.is_empty()
@@ -443,10 +457,14 @@ fn validate_label(node: &str, key: &str, value: &str) -> Result<(), InitError> {
                     && !part.ends_with('-')
             }))
     {
-        return Err(err(format!("invalid label key {key:?}")));
+        return Err(err(format!("invalid label key {:?}", echo(key))));
     }
     if !value.is_empty() && !is_label_value(value) {
-        return Err(err(format!("invalid value {value:?} for label {key:?}")));
+        return Err(err(format!(
+            "invalid value {:?} for label {:?}",
+            echo(value),
+            echo(key)
+        )));
     }
     Ok(())
 }

@@ -579,20 +579,11 @@ pub(crate) fn deletion(result: &CloudResult<()>) -> Deletion<'_> {
 /// recorder cuts to 1 KiB anyway).
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
-/// `text` cut to [`MAX_MESSAGE_BYTES`] (on a character boundary), ending with
-/// `…(N more bytes)` when cut: a provider's error may quote a user-written annotation of
-/// any size, and it is logged on every retry.
-pub(crate) fn bounded(mut text: String) -> String {
-    if text.len() > MAX_MESSAGE_BYTES {
-        let mut at = MAX_MESSAGE_BYTES;
-        while !text.is_char_boundary(at) {
-            at -= 1;
-        }
-        let more = text.len() - at;
-        text.truncate(at);
-        text.push_str(&format!("…({more} more bytes)"));
-    }
-    text
+/// `text` cut to [`MAX_MESSAGE_BYTES`] with [`echo::cut`](ccm_provider::echo::cut): a
+/// provider's error may quote a user-written annotation of any size, and it is logged on
+/// every retry.
+pub(crate) fn cut_message(text: String) -> String {
+    ccm_provider::echo::cut(text, MAX_MESSAGE_BYTES)
 }
 
 /// Checks a provider's ingress list before it is written to `status.loadBalancer.ingress`,
@@ -1622,17 +1613,17 @@ mod tests {
 
     #[test]
     fn messages_are_bounded_for_log_lines() {
-        assert_eq!(bounded("short".into()), "short");
+        assert_eq!(cut_message("short".into()), "short");
         let exact = "x".repeat(MAX_MESSAGE_BYTES);
-        assert_eq!(bounded(exact.clone()), exact);
-        let long = bounded(format!("annotation x: {}", "y".repeat(100_000)));
+        assert_eq!(cut_message(exact.clone()), exact);
+        let long = cut_message(format!("annotation x: {}", "y".repeat(100_000)));
         assert!(long.starts_with("annotation x: yyy"));
-        assert!(long.ends_with("…(98990 more bytes)"), "{}", &long[1000..]);
-        assert!(long.len() < MAX_MESSAGE_BYTES + 32);
+        assert!(long.ends_with("…(99012 more bytes)"), "{}", &long[1000..]);
+        assert!(long.len() <= MAX_MESSAGE_BYTES);
         // Cut on a character boundary.
-        let wide = bounded("é".repeat(1000));
-        assert!(wide.starts_with(&"é".repeat(512)));
-        assert!(wide.ends_with("…(976 more bytes)"), "{wide}");
+        let wide = cut_message("é".repeat(1000));
+        assert!(wide.starts_with(&"é".repeat(502)));
+        assert!(wide.ends_with("…(996 more bytes)"), "{wide}");
     }
 
     #[test]

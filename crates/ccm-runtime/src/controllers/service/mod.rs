@@ -73,7 +73,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{
-    Deletion, GoneStep, HostsState, Known, LbState, NodeSet, NodeSyncStep, Step, bounded,
+    Deletion, GoneStep, HostsState, Known, LbState, NodeSet, NodeSyncStep, Step, cut_message,
     delete_call_needed, deletion, eligible_nodes, has_finalizer, needs_cleanup, needs_update,
     node_set, node_sync_step, node_update_matters, plan, plan_gone, validate_ingress,
     wanted_on_add, wants_load_balancer,
@@ -376,7 +376,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// asked for one.
 #[derive(Debug)]
 struct SyncError {
-    /// Bounded (see [`bounded`]).
+    /// Cut to a bound (see [`cut_message`]).
     message: String,
     retry_after: Option<Duration>,
     /// The provider refused to touch a load balancer that is not the Service's
@@ -387,7 +387,7 @@ struct SyncError {
 impl SyncError {
     fn cloud(context: &str, err: &CloudError) -> Self {
         Self {
-            message: bounded(format!("{context}: {}", err.chain_to_string())),
+            message: cut_message(format!("{context}: {}", err.chain_to_string())),
             retry_after: err.retry_after_delay(),
             not_owned: err.is_not_owned(),
         }
@@ -395,7 +395,7 @@ impl SyncError {
 
     fn api(context: &str, err: &kube::Error) -> Self {
         Self {
-            message: bounded(format!("{context}: {err}")),
+            message: cut_message(format!("{context}: {err}")),
             retry_after: None,
             not_owned: false,
         }
@@ -793,7 +793,7 @@ impl Inner {
     /// Reports a load balancer the provider left alone on deletion because it is not the
     /// Service's ([`CloudError::NotOwned`]): a Warning and a log line, both bounded.
     fn left_alone(&self, service: &Service, err: &CloudError) {
-        let message = bounded(err.chain_to_string());
+        let message = cut_message(err.chain_to_string());
         tracing::warn!(
             service = %ServiceKey::of(service),
             error = %message,
@@ -919,7 +919,7 @@ impl Inner {
         };
         let ingress = status.ingress.unwrap_or_default();
         validate_ingress(&ingress).map_err(|why| SyncError {
-            message: bounded(format!(
+            message: cut_message(format!(
                 "the cloud provider returned a load balancer status that cannot be written: {why}"
             )),
             retry_after: None,

@@ -1,0 +1,346 @@
+//! Reading the files that flags name, off the runtime, and kubeconfigs with their files.
+//!
+//! Every file goes through [`ccm_provider::file::read`] (regular files only, a size limit
+//! per kind, an error naming the flag or field). This module runs those reads on a thread
+//! of their own ([`off_thread`]): a read that blocks (a slow network file system, a path
+//! swapped for a named pipe between the check and the open) then never holds a runtime
+//! thread, and the caller's `run_until_cancelled` lets SIGTERM end the process all the same.
+//! [`kubeconfig`] reads a kubeconfig and every file it names (CA bundles, client
+//! certificates and keys) the same way and inlines them, so that kube never reads a file
+//! itself, but for the token file it must re-read as the token rotates (checked here).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use ccm_provider::file::{self, FileError, MAX_KUBECONFIG_BYTES, MAX_PEM_BYTES, MAX_TOKEN_BYTES};
+use kube::config::Kubeconfig;
+
+/// Runs `work` on a thread named `name`, inside the current runtime's context, and waits
+/// for its answer without holding a runtime thread. Dropping the future leaves the thread
+/// behind: it ends by itself or with the process. A panic in `work` resumes in the caller.
+///
+/// # Errors
+///
+/// The thread could not be started.
+pub(crate) async fn off_thread<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<T> {
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let _runtime = runtime.enter();
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+        })?;
+    match rx.await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        // The thread ends by sending; a panic is caught and sent.
+        Err(_) => Err(std::io::Error::other(format!(
+            "the {name} thread ended without an answer"
+        ))),
+    }
+}
+
+/// [`file::read_named`] on a thread of its own.
+///
+/// # Errors
+///
+/// As [`file::read`], named by `origin`.
+pub(crate) async fn read(origin: &str, path: &Path, max_bytes: u64) -> Result<Vec<u8>, FileError> {
+    let (name, owned) = (origin.to_owned(), path.to_owned());
+    off_thread("read-file", move || {
+        file::read_named(&name, &owned, max_bytes)
+    })
+    .await
+    .unwrap_or_else(|e| Err(FileError::new(origin, path, e)))
+}
+
+/// Why a kubeconfig could not be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KubeconfigError {
+    /// It, or a file it names, could not be read.
+    #[error(transparent)]
+    Read(#[from] FileError),
+    /// It is not a kubeconfig.
+    #[error("{origin}: invalid {}: {source}", path.display())]
+    Invalid {
+        /// The flag it came from.
+        origin: String,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+}
+
+/// Reads the kubeconfig at `path` (named by `origin`, a flag) and every file it names,
+/// inlined as `…-data`: `certificate-authority`, `client-certificate` and `client-key`,
+/// each a PEM file of at most [`MAX_PEM_BYTES`]. Relative paths are relative to the
+/// kubeconfig's directory, as client-go and kube resolve them. A `tokenFile` is checked (a
+/// regular file of at most [`MAX_TOKEN_BYTES`]) and left as a path, made absolute: kube
+/// re-reads it as it rotates. Text in UTF-16 with a byte-order mark is read, as kube and
+/// client-go do. Blocking: call it through [`off_thread`].
+///
+/// # Errors
+///
+/// A file could not be read (the message names `origin`, and the field and the cluster or
+/// user that named the file), or the text is not a kubeconfig.
+pub(crate) fn kubeconfig(origin: &str, path: &Path) -> Result<Kubeconfig, KubeconfigError> {
+    let invalid = |source| KubeconfigError::Invalid {
+        origin: origin.to_owned(),
+        path: path.to_owned(),
+        source,
+    };
+    let bytes = file::read_named(origin, path, MAX_KUBECONFIG_BYTES)?;
+    let text =
+        decode(&bytes).map_err(|e| FileError::new(origin, path, std::io::Error::other(e)))?;
+    let mut config = Kubeconfig::from_yaml(&text).map_err(invalid)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    inline(&mut config, origin, dir)?;
+    Ok(config)
+}
+
+/// Replaces the file fields of `config` by the files' contents (see [`kubeconfig`]).
+fn inline(config: &mut Kubeconfig, origin: &str, dir: &Path) -> Result<(), FileError> {
+    let encode = |bytes: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(bytes);
+    for named in &mut config.clusters {
+        let Some(cluster) = &mut named.cluster else {
+            continue;
+        };
+        // kube prefers the inline data, and never reads the file then: neither do we.
+        if let Some(ca) = cluster.certificate_authority.take()
+            && cluster.certificate_authority_data.is_none()
+        {
+            let what = format!(
+                "{origin}: certificate-authority of cluster {:?}",
+                ccm_provider::echo::echo(&named.name)
+            );
+            let bytes = file::read_named(&what, dir.join(ca), MAX_PEM_BYTES)?;
+            cluster.certificate_authority_data = Some(encode(bytes));
+        }
+    }
+    for named in &mut config.auth_infos {
+        let Some(user) = &mut named.auth_info else {
+            continue;
+        };
+        let what = |field: &str| {
+            format!(
+                "{origin}: {field} of user {:?}",
+                ccm_provider::echo::echo(&named.name)
+            )
+        };
+        if let Some(cert) = user.client_certificate.take()
+            && user.client_certificate_data.is_none()
+        {
+            let bytes =
+                file::read_named(&what("client-certificate"), dir.join(cert), MAX_PEM_BYTES)?;
+            user.client_certificate_data = Some(encode(bytes));
+        }
+        if let Some(key) = user.client_key.take()
+            && user.client_key_data.is_none()
+        {
+            let bytes = file::read_named(&what("client-key"), dir.join(key), MAX_PEM_BYTES)?;
+            user.client_key_data = Some(encode(bytes).into());
+        }
+        if let Some(token_file) = &user.token_file {
+            let token_file = dir.join(token_file);
+            file::read_named(&what("tokenFile"), &token_file, MAX_TOKEN_BYTES)?;
+            user.token_file = Some(token_file.to_string_lossy().into_owned());
+        }
+    }
+    Ok(())
+}
+
+/// A kubeconfig's text: UTF-8, or UTF-16 after a byte-order mark.
+fn decode(bytes: &[u8]) -> Result<String, String> {
+    let utf16 = |be: bool| {
+        let units: Vec<u16> = bytes[2..]
+            .chunks(2)
+            .map(|c| {
+                let pair = [c[0], c.get(1).copied().unwrap_or(0)];
+                if be {
+                    u16::from_be_bytes(pair)
+                } else {
+                    u16::from_le_bytes(pair)
+                }
+            })
+            .collect();
+        String::from_utf16(&units).map_err(|_| "is not valid UTF-16 text".to_owned())
+    };
+    match bytes {
+        [0xFF, 0xFE, ..] => utf16(false),
+        [0xFE, 0xFF, ..] => utf16(true),
+        _ => String::from_utf8(bytes.to_vec()).map_err(|e| {
+            format!(
+                "is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fifo(dir: &Path) -> PathBuf {
+        let path = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        path
+    }
+
+    fn write_kubeconfig(dir: &Path, cluster: &str, user: &str) -> PathBuf {
+        let path = dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:1\"{cluster}}}\n\
+                 users:\n- name: u\n  user: {{{user}}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+                 current-context: x\n"
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    #[test]
+    fn named_files_are_inlined_relative_to_the_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "CA").unwrap();
+        std::fs::write(dir.path().join("client.crt"), "CERT").unwrap();
+        std::fs::write(dir.path().join("client.key"), "KEY").unwrap();
+        std::fs::write(dir.path().join("token"), "T").unwrap();
+        let path = write_kubeconfig(
+            dir.path(),
+            ", certificate-authority: ca.crt",
+            "client-certificate: client.crt, client-key: client.key, tokenFile: token",
+        );
+        let config = kubeconfig("--kubeconfig", &path).unwrap();
+        let cluster = config.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.certificate_authority, None);
+        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Q0E="));
+        let user = config.auth_infos[0].auth_info.as_ref().unwrap();
+        assert_eq!(user.client_certificate, None);
+        assert_eq!(user.client_certificate_data.as_deref(), Some("Q0VSVA=="));
+        assert_eq!(user.client_key, None);
+        assert!(user.client_key_data.is_some());
+        assert_eq!(
+            user.token_file.as_deref(),
+            Some(dir.path().join("token").to_str().unwrap())
+        );
+    }
+
+    #[test]
+    fn a_named_file_that_cannot_be_read_is_named_with_its_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo(dir.path());
+        for (cluster, user, named) in [
+            (
+                format!(", certificate-authority: {}", fifo.display()),
+                String::new(),
+                "certificate-authority of cluster \"c\"",
+            ),
+            (
+                String::new(),
+                format!("client-certificate: {}, client-key: k", fifo.display()),
+                "client-certificate of user \"u\"",
+            ),
+            (
+                String::new(),
+                "client-key: /dev/zero".to_owned(),
+                "client-key of user \"u\"",
+            ),
+            (
+                String::new(),
+                format!("tokenFile: {}", dir.path().display()),
+                "tokenFile of user \"u\"",
+            ),
+        ] {
+            let path = write_kubeconfig(dir.path(), &cluster, &user);
+            let err = kubeconfig("--kubeconfig", &path).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("--kubeconfig: {named}: cannot read ")),
+                "{err}"
+            );
+            assert!(err.ends_with(", not a regular file"), "{err}");
+        }
+    }
+
+    #[test]
+    fn inline_data_wins_and_its_file_is_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo(dir.path());
+        let path = write_kubeconfig(
+            dir.path(),
+            &format!(
+                ", certificate-authority: {}, certificate-authority-data: Q0E=",
+                fifo.display()
+            ),
+            "",
+        );
+        let config = kubeconfig("--kubeconfig", &path).unwrap();
+        let cluster = config.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Q0E="));
+    }
+
+    #[test]
+    fn text_is_utf8_or_utf16_with_a_byte_order_mark() {
+        assert_eq!(decode(b"a: b").unwrap(), "a: b");
+        let le: Vec<u8> = [0xFF, 0xFE]
+            .into_iter()
+            .chain("a: b".encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        assert_eq!(decode(&le).unwrap(), "a: b");
+        let be: Vec<u8> = [0xFE, 0xFF]
+            .into_iter()
+            .chain("a: b".encode_utf16().flat_map(u16::to_be_bytes))
+            .collect();
+        assert_eq!(decode(&be).unwrap(), "a: b");
+        assert_eq!(
+            decode(b"a: \xff").unwrap_err(),
+            "is not UTF-8 text (invalid byte at offset 3)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_blocked_read_is_left_behind_when_the_caller_gives_up() {
+        // Opening a named pipe nobody writes blocks for good: the reader refuses it before
+        // opening, but a path swapped in between, or a hung network file system, would
+        // still block. The caller's cancellation must not wait for it.
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo(dir.path());
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let blocked = off_thread("blocked", move || std::fs::read(&fifo));
+        let cancel = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            cancel.cancel();
+        });
+        assert!(shutdown.run_until_cancelled(blocked).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_panic_resumes_in_the_caller() {
+        let answer = tokio::spawn(off_thread("panics", || panic!("boom"))).await;
+        assert!(answer.unwrap_err().is_panic());
+    }
+
+    #[tokio::test]
+    async fn reads_off_the_runtime_and_names_the_flag() {
+        let err = read("--client-ca-file", Path::new("/dev/zero"), 64)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--client-ca-file: cannot read /dev/zero: is a character device, not a regular file"
+        );
+    }
+}

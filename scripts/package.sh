@@ -26,6 +26,16 @@ if [ -d "$verify_dir/debug" ]; then
   find "$verify_dir/debug" -mindepth 1 -maxdepth 2 \
     \( -name 'ccm-*' -o -name 'ccm_*' -o -name 'libccm_*' \) -exec rm -rf {} +
 fi
+# Cargo unpacks each package it verifies into $CARGO_HOME/registry/src/<overlay>/ and never
+# unpacks a version it finds there again: without this, a second run verifies against the
+# first run's sources of our crates (which keep their version between changes).
+for src in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/; do
+  case "$src" in */index.crates.io-*) continue ;; esac
+  for crate in "${crates[@]}"; do
+    version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
+    rm -rf "$src$crate-$version"
+  done
+done
 echo "package.sh: cargo package ${crates[*]}" >&2
 # --allow-dirty: the test command runs on working trees too; CI's clone is clean.
 CARGO_TARGET_DIR="$verify_dir" cargo package --locked --allow-dirty --quiet \

@@ -24,6 +24,9 @@ for crate in ccm_core ccm_provider; do
   scripts/public-api.py "$crate" --check
 done
 
+step "provider docs: signatures and snippets from the code (scripts/provider-docs.py)"
+scripts/provider-docs.py --check
+
 step "Go's cloud-controller-manager flags (tools/go-ccm-flags/check.sh)"
 tools/go-ccm-flags/check.sh
 

@@ -117,6 +117,7 @@ mod tests {
         Arc::new(MockCloud::new("acme").with_instances(instances))
     }
 
+    // ANCHOR: region_tests
     #[tokio::test]
     async fn asks_the_region_of_the_node_and_no_other() {
         let mut eu = MockInstances::new();
@@ -151,6 +152,8 @@ mod tests {
             "Node \"web-1\" is in unknown region \"ap-9\""
         );
     }
+
+    // ANCHOR_END: region_tests
 
     #[tokio::test]
     async fn error_kinds_pass_through_unchanged() {

@@ -59,6 +59,9 @@
 //! # }
 //! ```
 //!
+//! When the cloud is held in maps (a first provider, a test double), [`memory::MemoryCloud`]
+//! is ready: the provider answers from it, and it is its own [`TestCloud`].
+//!
 //! `tests/fake_cloud.rs` in this crate's repository runs both forms against the bundled fake
 //! cloud, in both instance shapes, and shows the suite catching a deliberately broken provider.
 //!
@@ -87,6 +90,7 @@
 mod check;
 mod checks;
 mod context;
+pub mod memory;
 mod options;
 mod report;
 mod test_cloud;
@@ -177,12 +181,13 @@ fn describe(provider: &dyn CloudProvider) -> (String, String) {
         .filter_map(|(name, on)| on.then_some(name))
         .collect();
         format!(
-            "instances: {instances}; also: {}",
+            "instances: {instances}; also: {}; has_cluster_id: {}",
             if others.is_empty() {
                 "nothing".to_owned()
             } else {
                 others.join(", ")
-            }
+            },
+            provider.has_cluster_id()
         )
     }))
     .unwrap_or_else(|_| "a capability accessor panicked".into());

@@ -174,9 +174,11 @@ fn labels(report: &Report, label: &str) -> Vec<&'static str> {
 async fn v2_fake_cloud_passes_everything_it_supports() {
     for provider_ids in [true, false] {
         let (cloud, test_cloud) = fake(InstancesShape::V2, provider_ids);
+        // ANCHOR: run_all
         let report = ccm_conformance::run(cloud.clone(), test_cloud, Options::default()).await;
         println!("{report}");
-        report.assert_all_passed();
+        report.assert_all_passed(); // or `report.into_result()?`
+        // ANCHOR_END: run_all
         assert_eq!(
             labels(&report, "skip"),
             ["legacy_instances.instance_id_not_found_only_when_gone"],
@@ -303,6 +305,10 @@ struct Broken(Arc<FakeCloud>);
 impl CloudProvider for Broken {
     fn provider_name(&self) -> &str {
         self.0.provider_name()
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
     }
     fn instances(&self) -> Option<&dyn Instances> {
         Some(self)
@@ -491,6 +497,10 @@ impl CloudProvider for Unruly {
     fn provider_name(&self) -> &str {
         "unruly"
     }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
     fn instances(&self) -> Option<&dyn Instances> {
         Some(self)
     }
@@ -624,6 +634,10 @@ impl CloudProvider for Nothing {
     fn provider_name(&self) -> &str {
         "nothing"
     }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
 }
 
 #[tokio::test]
@@ -659,6 +673,10 @@ struct HollowRoutes;
 impl CloudProvider for HollowRoutes {
     fn provider_name(&self) -> &str {
         "hollow"
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
     }
     fn routes(&self) -> Option<&dyn Routes> {
         Some(self)
@@ -704,6 +722,10 @@ struct PanickyAccessor;
 impl CloudProvider for PanickyAccessor {
     fn provider_name(&self) -> &str {
         "panicky"
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
     }
     fn routes(&self) -> Option<&dyn Routes> {
         panic!("routes() is broken");
@@ -792,6 +814,10 @@ impl Trusting {
 impl CloudProvider for Trusting {
     fn provider_name(&self) -> &str {
         self.0.provider_name()
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
     }
     fn instances(&self) -> Option<&dyn Instances> {
         CloudProvider::instances(&*self.0)

@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use ccm_core::k8s_openapi::api::core::v1::Node;
 use ccm_core::provider::{
     BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, InstanceMetadata, Instances,
     ProviderId, ProviderRegistry, display_chain, node_address, resolve_instances,
 };
-use k8s_openapi::api::core::v1::Node;
 use serde::Deserialize;
 
 /// The cloud-config: which machines exist.
@@ -66,7 +66,8 @@ impl TableCloud {
     }
 }
 
-#[async_trait::async_trait]
+// ANCHOR: readme
+#[ccm_core::async_trait]
 impl Instances for TableCloud {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
         Ok(self.machine(node)?.is_some())
@@ -93,10 +94,15 @@ impl CloudProvider for TableCloud {
         Self::NAME
     }
 
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
     fn instances(&self) -> Option<&dyn Instances> {
         Some(self)
     }
 }
+// ANCHOR_END: readme
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {

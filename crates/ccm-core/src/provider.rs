@@ -14,7 +14,7 @@
 //!
 //! These items live in the `ccm-provider` crate, which depends on nothing else of ours;
 //! `ccm-core` with `default-features = false` is this module (plus [`well_known`](crate::well_known)
-//! and [`mock`](crate::mock)) alone.
+//! and [`mock`](../mock/index.html)) alone.
 
 #[doc(inline)]
 pub use ccm_provider::{

@@ -13,6 +13,10 @@
 //! when the cloud does not support it; a controller whose capability is missing does not
 //! start. This is Go's `cloudprovider.Interface` with `(impl, bool)` turned into `Option`.
 //!
+//! **Every `impl` of a provider trait needs `#[async_trait]`** (re-exported as
+//! [`async_trait`](macro@async_trait)); without it the compiler says E0195, "lifetime parameters or bounds on
+//! method … do not match the trait declaration", and nothing about the attribute.
+//!
 //! Every call is `async` and takes `&self`: the controllers call a provider from many tasks
 //! at once, so implementations are `Send + Sync` and keep their own interior state behind
 //! locks. A call may be cancelled by dropping its future (on shutdown, or when leadership is
@@ -37,6 +41,7 @@
 //!
 //! impl CloudProvider for MyCloud {
 //!     fn provider_name(&self) -> &str { "my-cloud" }
+//!     fn has_cluster_id(&self) -> bool { true }
 //!     fn instances(&self) -> Option<&dyn Instances> { Some(self) }
 //! }
 //! ```
@@ -65,8 +70,24 @@ pub mod well_known;
 #[cfg_attr(docsrs, doc(cfg(feature = "mock")))]
 pub mod mock;
 
-use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
+/// The attribute every implementation of a provider trait needs: `#[async_trait]` on the
+/// `impl` block (the compiler's error without it, E0195 "lifetime parameters or bounds on
+/// method do not match the trait declaration", does not say so). Re-exported so the
+/// version always matches the traits'.
+#[doc(no_inline)]
+pub use async_trait::async_trait;
+/// The k8s-openapi crate whose types the traits take (`Node`, `Service`,
+/// `LoadBalancerStatus`). A binary still enables one Kubernetes version feature on its own
+/// `k8s-openapi` dependency, as every k8s-openapi library requires.
+#[doc(no_inline)]
+pub use k8s_openapi;
+/// The kube crate the traits take and return (`InitContext::client`), at the version
+/// they were built with.
+#[doc(no_inline)]
+pub use kube;
+/// The token that [`InitContext::shutdown`] is.
+#[doc(no_inline)]
+pub use tokio_util::sync::CancellationToken;
 
 pub use self::annotator::ServiceAnnotator;
 pub use self::config::{CloudConfig, ConfigError};
@@ -133,7 +154,8 @@ impl std::fmt::Debug for InitContext {
 
 /// A cloud provider (Go's `cloudprovider.Interface`).
 ///
-/// Only [`provider_name`](Self::provider_name) is required. Each capability accessor returns
+/// [`provider_name`](Self::provider_name) and [`has_cluster_id`](Self::has_cluster_id) are
+/// required. Each capability accessor returns
 /// `None` by default, meaning "not supported"; return `Some(self)` (or a field) for those the
 /// cloud has. The node controllers need [`instances`](Self::instances) or
 /// [`legacy_instances`](Self::legacy_instances); the service controller needs
@@ -145,12 +167,15 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// `--cloud-provider`.
     fn provider_name(&self) -> &str;
 
-    /// Whether the provider tags its resources with a cluster ID, so that two clusters in
-    /// one account do not touch each other's load balancers and routes. The app refuses to
-    /// start a provider without one unless `--allow-untagged-cloud` is given.
-    fn has_cluster_id(&self) -> bool {
-        true
-    }
+    /// Whether the provider keeps clusters apart in the cloud (Go's `HasClusterID`: "true
+    /// if a ClusterID is required and set"): it tags the load balancers and routes it
+    /// creates with the cluster's name (`--cluster-name`) and acts only on those, so two
+    /// clusters in one account never touch each other's. A provider that creates nothing
+    /// two clusters could share (instances only) may answer `true` as well.
+    ///
+    /// `false` makes the controller manager refuse to start unless `--allow-untagged-cloud`
+    /// is given, as Go's does. There is no default: every provider says which it is.
+    fn has_cluster_id(&self) -> bool;
 
     /// Called once, after the provider is built and before any controller starts. Use it to
     /// start background work (caches, token refresh) that must stop when

@@ -59,6 +59,7 @@ pub enum RegistryError {
 /// struct Tiny;
 /// impl CloudProvider for Tiny {
 ///     fn provider_name(&self) -> &str { "tiny" }
+///     fn has_cluster_id(&self) -> bool { true }
 /// }
 ///
 /// let mut registry = ProviderRegistry::new();
@@ -157,6 +158,10 @@ mod tests {
     impl CloudProvider for Named {
         fn provider_name(&self) -> &str {
             &self.0
+        }
+
+        fn has_cluster_id(&self) -> bool {
+            true
         }
     }
 

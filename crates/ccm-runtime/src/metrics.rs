@@ -816,6 +816,10 @@ mod tests {
         fn provider_name(&self) -> &str {
             "acme"
         }
+
+        fn has_cluster_id(&self) -> bool {
+            true
+        }
         fn instances(&self) -> Option<&dyn Instances> {
             Some(self)
         }

@@ -685,6 +685,10 @@ impl CloudProvider for SlowCreates {
         "slow"
     }
 
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
     fn routes(&self) -> Option<&dyn Routes> {
         Some(self)
     }

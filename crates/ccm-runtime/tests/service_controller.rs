@@ -616,6 +616,10 @@ impl CloudProvider for TestCloud {
         "fake"
     }
 
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
         Some(self)
     }

@@ -358,6 +358,7 @@ async fn rbac_forbids_a_service_account_without_binding_and_allows_one_with() {
     );
 }
 
+// ANCHOR: service_account
 #[tokio::test]
 async fn the_token_authenticates_as_the_service_account() {
     use k8s_openapi::api::authentication::v1::SelfSubjectReview;
@@ -382,6 +383,7 @@ async fn the_token_authenticates_as_the_service_account() {
         "{groups:?}"
     );
 }
+// ANCHOR_END: service_account
 
 #[tokio::test]
 async fn a_user_certificate_carries_name_and_groups() {

@@ -44,6 +44,7 @@ async fn the_apiserver_restarts_on_the_same_port_certificates_and_data() {
     let name = create_config_map(&config_maps).await;
     let (etcd_before, apiserver_before) = cp.process_ids();
 
+    // ANCHOR: restart
     cp.stop_server(Server::KubeApiserver).await.unwrap();
     assert!(
         config_maps.get(&name).await.is_err(),
@@ -52,6 +53,7 @@ async fn the_apiserver_restarts_on_the_same_port_certificates_and_data() {
     // Stopping a stopped server is harmless.
     cp.stop_server(Server::KubeApiserver).await.unwrap();
     cp.start_server(Server::KubeApiserver).await.unwrap();
+    // ANCHOR_END: restart
 
     let (etcd_after, apiserver_after) = cp.process_ids();
     assert_eq!(etcd_after, etcd_before, "etcd kept running");

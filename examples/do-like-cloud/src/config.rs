@@ -147,11 +147,13 @@ impl DoLikeConfig {
     pub fn token(&self) -> Result<ApiToken, BoxError> {
         let (source, token) = match (&self.token_file, &self.token_env) {
             (Some(path), _) => {
+                // ANCHOR: token_file
                 let source = format!("tokenFile {}", path.display());
                 match CloudConfig::read_file(path, Self::MAX_TOKEN_BYTES) {
                     Ok(token) => (source, token),
                     Err(e) => return Err(format!("{source}: {e}").into()),
                 }
+                // ANCHOR_END: token_file
             }
             (None, Some(var)) => (
                 format!("tokenEnv {var}"),

@@ -610,6 +610,10 @@ impl CloudProvider for FakeCloud {
         PROVIDER_NAME
     }
 
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
     async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
         // Every leadership term initialises again with the same registry: register once.
         if self.metrics.get().is_none() {

@@ -15,6 +15,7 @@ use ccm_core::app::CloudControllerManager;
 use ccm_core::provider::ProviderRegistry;
 use ccm_fake_cloud::FakeCloud;
 
+// ANCHOR: main
 fn main() -> ExitCode {
     let mut registry = ProviderRegistry::new();
     if let Err(err) = FakeCloud::register(&mut registry) {
@@ -28,3 +29,4 @@ fn main() -> ExitCode {
         .with_version(env!("CARGO_PKG_VERSION"), option_env!("CCM_GIT_COMMIT"))
         .run()
 }
+// ANCHOR_END: main

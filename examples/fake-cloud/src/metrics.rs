@@ -26,11 +26,13 @@ impl CloudMetrics {
     /// New metrics, registered in `metrics`.
     pub(crate) fn register(metrics: &MetricsRegistry) -> Self {
         let this = Self::default();
+        // ANCHOR: register_metric
         metrics.register(
             "fake_cloud_load_balancers",
             "Load balancers in the fake cloud.",
             this.load_balancers.clone(),
         );
+        // ANCHOR_END: register_metric
         metrics.register(
             "fake_cloud_load_balancer_hosts_min",
             "The fewest Nodes any load balancer of the fake cloud points at (0 without any).",

@@ -63,6 +63,7 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+// ANCHOR: cluster_manifest
 /// The release manifest, with only the image reference changed.
 fn release_manifest() -> String {
     let text = std::fs::read_to_string(workspace().join("releases/v0.1.0/fake-cloud.yaml"))
@@ -71,6 +72,7 @@ fn release_manifest() -> String {
     assert_eq!(text.matches(&field).count(), 1, "one container image");
     text.replace(&field, &format!("image: {LOCAL_IMAGE}"))
 }
+// ANCHOR_END: cluster_manifest
 
 fn is_ready(pod: &Pod) -> bool {
     pod.status
@@ -86,6 +88,7 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
     let policy = audit.path().join("policy.yaml");
     let audit_log = audit.path().join("audit.log");
     std::fs::write(&policy, AUDIT_POLICY).unwrap();
+    // ANCHOR: cluster_start
     let cluster = Cluster::builder()
         .image(&archive)
         .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
@@ -108,6 +111,7 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
         .apply(&release_manifest())
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{applied}");
+    // ANCHOR_END: cluster_start
 
     let initialised = match cluster.wait_initialised(WAIT).await {
         Ok(nodes) => nodes,

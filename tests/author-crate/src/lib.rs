@@ -1,73 +1,215 @@
-//! Acme's cloud provider: every Node is an instance in zone `acme-1a`.
+//! Acme's cloud provider: instances with a zone and a type, and load balancers, held in
+//! memory (a `MemoryCloud` of the conformance kit) — the shape of a first provider, before
+//! it meets its cloud's real API. Built only from what docs/writing-a-provider.md says.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
 
+// ANCHOR: imports
+use ccm_conformance::memory::MemoryCloud;
+use ccm_core::async_trait;
+use ccm_core::k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use ccm_core::provider::{
-    BoxError, CloudConfig, CloudProvider, CloudResult, InstanceMetadata, Instances,
-    ProviderRegistry,
+    BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, InstanceMetadata, Instances,
+    LoadBalancer, ProviderId, ProviderRegistry, ResultExt, node_address,
 };
-use k8s_openapi::api::core::v1::Node;
+// ANCHOR_END: imports
+
+// ANCHOR: config
+/// Acme's `--cloud-config`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AcmeConfig {
+    /// The zone every instance is in.
+    pub zone: String,
+    /// Its region.
+    pub region: String,
+    /// The instances that exist at start, by Node name.
+    #[serde(default)]
+    pub instances: Vec<String>,
+}
+// ANCHOR_END: config
 
 /// The provider.
-pub struct AcmeCloud;
+pub struct AcmeCloud {
+    cloud: Arc<MemoryCloud>,
+    config: AcmeConfig,
+}
 
 impl AcmeCloud {
     /// The name for `--cloud-provider`.
     pub const NAME: &'static str = "acme";
 
-    /// Registers the provider under [`AcmeCloud::NAME`].
-    pub fn register(registry: &mut ProviderRegistry) -> Result<(), BoxError> {
-        registry.register(Self::NAME, |_: Option<&CloudConfig>| {
-            Ok(Arc::new(AcmeCloud) as Arc<dyn CloudProvider>)
+    /// A provider answering from `cloud`.
+    pub fn new(cloud: Arc<MemoryCloud>, config: AcmeConfig) -> Self {
+        Self { cloud, config }
+    }
+
+    // ANCHOR: register
+    /// Registers the provider under [`AcmeCloud::NAME`]; its factory reads the cloud-config
+    /// and adds its instances to `cloud`.
+    pub fn register(
+        registry: &mut ProviderRegistry,
+        cloud: Arc<MemoryCloud>,
+    ) -> Result<(), BoxError> {
+        registry.register(Self::NAME, move |config: Option<&CloudConfig>| {
+            let file = config.ok_or("acme needs --cloud-config")?;
+            let parsed: AcmeConfig = file.parse_yaml()?; // errors name the file and the field
+            if parsed.zone.is_empty() {
+                return Err(file.invalid("zone", "must not be empty").into());
+            }
+            for name in &parsed.instances {
+                cloud.add_instance(name);
+            }
+            Ok(Arc::new(AcmeCloud::new(cloud.clone(), parsed)) as Arc<dyn CloudProvider>)
         })?;
         Ok(())
     }
+    // ANCHOR_END: register
 }
 
-/// Zones of Acme's instances, as an author's own logic to unit-test with mocks.
+// ANCHOR: errors
+/// The cloud's own ID of a Node's instance, from its provider ID.
+pub fn instance_id(provider_id: &str) -> CloudResult<String> {
+    let id =
+        ProviderId::parse_for(AcmeCloud::NAME, provider_id).context("reading the provider ID")?;
+    Ok(id.id().to_owned())
+}
+// ANCHOR_END: errors
+
+/// The zone of a Node, as an author's own logic to unit-test with mocks.
 pub async fn zone_of(instances: &dyn Instances, node: &Node) -> CloudResult<Option<String>> {
     Ok(instances.instance_metadata(node).await?.map(|m| m.zone))
 }
 
-#[async_trait::async_trait]
+// ANCHOR: instances
+#[async_trait]
 impl Instances for AcmeCloud {
-    async fn instance_exists(&self, _node: &Node) -> CloudResult<bool> {
-        Ok(true)
+    // A stopped instance exists. `Ok(false)` means gone for good: the Node is deleted.
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+        Ok(self.cloud.instance(node).is_some())
     }
-    async fn instance_shutdown(&self, _node: &Node) -> CloudResult<bool> {
-        Ok(false)
+
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+        Ok(self.cloud.instance(node).is_some_and(|i| !i.running))
     }
+
     async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
-        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let Some(instance) = self.cloud.instance(node) else {
+            return Err(CloudError::InstanceNotFound);
+        };
         Ok(Some(
-            InstanceMetadata::new(format!("acme://{name}")).with_zone("acme-1a", "acme-1"),
+            InstanceMetadata::new(instance.provider_id)
+                .with_instance_type("acme-standard")
+                .with_zone(&self.config.zone, &self.config.region)
+                .with_address(node_address("Hostname", &instance.name)),
         ))
     }
 }
+// ANCHOR_END: instances
 
+// ANCHOR: load_balancer
+#[async_trait]
+impl LoadBalancer for AcmeCloud {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        Ok(self
+            .cloud
+            .load_balancer(cluster_name, service)
+            .map(|lb| lb.status()))
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        Ok(self
+            .cloud
+            .ensure_load_balancer(cluster_name, service, nodes)
+            .status())
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        self.cloud
+            .ensure_load_balancer(cluster_name, service, nodes);
+        Ok(())
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
+        self.cloud.delete_load_balancer(cluster_name, service);
+        Ok(())
+    }
+}
+// ANCHOR_END: load_balancer
+
+// ANCHOR: provider
 impl CloudProvider for AcmeCloud {
     fn provider_name(&self) -> &str {
         Self::NAME
     }
+
+    // Load balancers are found by their cluster and the Service's UID, never another's.
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
     fn instances(&self) -> Option<&dyn Instances> {
         Some(self)
     }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
 }
+// ANCHOR_END: provider
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use ccm_core::mock::MockInstances;
+    // ANCHOR: mock_test
+    use ccm_core::k8s_openapi::api::core::v1::Node;
+    use ccm_core::mock::{MockCloud, MockInstances};
+    use ccm_core::provider::{CloudProvider, InstanceMetadata};
 
     #[tokio::test]
-    async fn zone_comes_from_the_metadata() {
+    async fn the_zone_comes_from_the_metadata() {
         let mut instances = MockInstances::new();
         instances
             .expect_instance_metadata()
             .times(1)
-            .returning(|_| Ok(Some(InstanceMetadata::new("acme://a").with_zone("z9", "r9"))));
-        let zone = zone_of(&instances, &Node::default()).await.unwrap();
+            .returning(|_| {
+                Ok(Some(
+                    InstanceMetadata::new("acme://a").with_zone("z9", "r9"),
+                ))
+            });
+        let cloud = MockCloud::new("acme").with_instances(instances);
+        let instances = cloud.instances().expect("set above");
+        let zone = super::zone_of(instances, &Node::default()).await.unwrap();
         assert_eq!(zone.as_deref(), Some("z9"));
+        // Dropping the mock checks `times(1)`.
+    }
+    // ANCHOR_END: mock_test
+
+    #[test]
+    fn a_foreign_provider_id_is_an_error_with_context() {
+        let err = super::instance_id("other://i-1").unwrap_err();
+        assert!(
+            err.to_string().starts_with("reading the provider ID"),
+            "{err}"
+        );
+        assert_eq!(super::instance_id("acme://i-1").unwrap(), "i-1");
     }
 }

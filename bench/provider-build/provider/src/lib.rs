@@ -31,6 +31,10 @@ impl CloudProvider for TableCloud {
     fn provider_name(&self) -> &str {
         "table"
     }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
     fn instances(&self) -> Option<&dyn Instances> {
         Some(self)
     }

@@ -130,6 +130,7 @@ pub enum AppError {
 /// struct MyCloud;
 /// impl CloudProvider for MyCloud {
 ///     fn provider_name(&self) -> &str { "my-cloud" }
+///     fn has_cluster_id(&self) -> bool { true }
 /// }
 ///
 /// fn main() -> std::process::ExitCode {

@@ -4,6 +4,7 @@
 //! and its I/O — the shared informers, patches, events, provider calls — at the edges.
 
 pub(crate) mod debounce;
+pub(crate) mod guarded_patch;
 pub mod node;
 pub mod node_lifecycle;
 pub(crate) mod node_util;

@@ -14,7 +14,8 @@
 //!
 //! Writes are JSON Patches that test the lists they replace (see
 //! the controllers' `patch` module), so a concurrent writer is never overwritten: a failed test
-//! makes the worker re-read the Node and try again, without asking the cloud again.
+//! makes the worker re-read the Node and try again, without asking the cloud again (the
+//! controllers' `guarded_patch` loop, which the service controller's writes share).
 
 mod decision;
 
@@ -33,6 +34,7 @@ use self::decision::{
     InitPlan, is_uninitialized, needs_sync, node_name, plan_initialization,
     secondary_label_updates, taints, updated_addresses,
 };
+use super::guarded_patch::{PatchError, Patched, guarded_patch};
 use super::patch::{PatchFailure, add_labels, replace_list, to_patch};
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
@@ -57,8 +59,6 @@ pub const REASON_UNUSUAL_NODE_ADDRESS: &str = decision::REASON_UNUSUAL_NODE_ADDR
 
 /// The field manager of this controller's writes.
 const FIELD_MANAGER: &str = "cloud-node-controller";
-/// How often a write is retried after a concurrent change, before the key is requeued.
-const CONFLICT_RETRIES: usize = 5;
 
 /// Settings of the cloud-node controller.
 #[derive(Clone, Debug)]
@@ -279,96 +279,102 @@ impl Inner {
             }
         };
 
-        let mut node = node;
-        for attempt in 0..=CONFLICT_RETRIES {
-            let plan = match plan_initialization(&node, &meta, self.require_provider_id) {
-                Ok(plan) => plan,
-                Err(err) => {
-                    tracing::warn!(node = name, error = %err, "node initialization failed");
-                    self.recorder.warning(
-                        &*node,
-                        REASON_INITIALIZATION_FAILED,
-                        "InitializeNode",
-                        err.to_string(),
-                    );
-                    return Outcome::Retry;
+        // Each attempt plans from the Node it is given: after a conflict, the fresh copy,
+        // with the same metadata (the cloud is not asked again).
+        let (meta, require_provider_id) = (&meta, self.require_provider_id);
+        let attempt = |node: Arc<Node>| async move {
+            match plan_initialization(&node, meta, require_provider_id) {
+                Ok(plan) => {
+                    self.initialize(&node, &plan).await?;
+                    Ok(Ok(plan))
                 }
-            };
-            match self.initialize(&node, &plan).await {
-                Ok(()) => {
-                    self.initialized
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(node_key(&node));
-                    if let (Some((sync, taint)), Some(created)) =
-                        (&self.delays, &node.metadata.creation_timestamp)
-                    {
-                        let age = k8s_openapi::jiff::Timestamp::now()
-                            .duration_since(created.0)
-                            .as_secs_f64()
-                            .max(0.0);
-                        taint.observe(age);
-                        sync.observe(age);
-                    }
-                    tracing::info!(
-                        node = name,
-                        "successfully initialized node with cloud provider"
-                    );
-                    for warning in &plan.warnings {
-                        tracing::warn!(node = name, reason = warning.reason, "{}", warning.message);
-                        self.recorder.warning(
-                            &*node,
-                            warning.reason,
-                            "InitializeNode",
-                            warning.message.clone(),
-                        );
-                    }
-                    self.recorder.normal(
-                        &*node,
-                        REASON_SYNCED,
-                        "InitializeNode",
-                        "Node synced successfully",
-                    );
-                    return Outcome::Done;
-                }
-                Err(PatchFailure::Gone) => return Outcome::Done,
-                Err(PatchFailure::Conflict | PatchFailure::Invalid(_))
-                    if attempt < CONFLICT_RETRIES =>
-                {
-                    // Re-read the Node; if it changed, plan again from the same metadata.
-                    match self.nodes_api.get_opt(name).await {
-                        Ok(Some(fresh)) if !is_uninitialized(&fresh) => return Outcome::Done,
-                        Ok(Some(fresh))
-                            if fresh.metadata.resource_version
-                                != node.metadata.resource_version =>
-                        {
-                            tracing::debug!(
-                                node = name,
-                                attempt,
-                                "node changed while writing; planning again"
-                            );
-                            node = Arc::new(fresh);
-                        }
-                        Ok(Some(_)) => {
-                            // Nothing changed: the write itself was refused.
-                            return self
-                                .write_failed(&node, "the API server refused the write as invalid")
-                                .await;
-                        }
-                        Ok(None) => return Outcome::Done,
-                        Err(err) => {
-                            tracing::warn!(node = name, error = %err, "re-reading the node failed");
-                            return Outcome::Retry;
-                        }
-                    }
-                }
-                Err(PatchFailure::Invalid(err) | PatchFailure::Other(err)) => {
-                    return self.write_failed(&node, &err.to_string()).await;
-                }
-                Err(PatchFailure::Conflict) => return Outcome::Retry,
+                Err(err) => Ok(Err(err)),
             }
+        };
+        // The Node the last attempt planned from: what the events are about.
+        let mut latest = node.clone();
+        let changed = |fresh: Node, retry: usize| {
+            if !is_uninitialized(&fresh) {
+                return None;
+            }
+            tracing::debug!(
+                node = name,
+                // The attempt that failed, counted from 0.
+                attempt = retry - 1,
+                "node changed while writing; planning again"
+            );
+            latest = Arc::new(fresh);
+            Some(latest.clone())
+        };
+        let result = guarded_patch(&self.nodes_api, name, node, attempt, changed).await;
+        match result {
+            Ok(Patched::Done(Ok(plan))) => self.initialized(name, &latest, &plan),
+            Ok(Patched::Done(Err(err))) => {
+                tracing::warn!(node = name, error = %err, "node initialization failed");
+                self.recorder.warning(
+                    &*latest,
+                    REASON_INITIALIZATION_FAILED,
+                    "InitializeNode",
+                    err.to_string(),
+                );
+                Outcome::Retry
+            }
+            // Gone, or initialised meanwhile.
+            Ok(Patched::Gone | Patched::Moot) => Outcome::Done,
+            Err(PatchError::Refused(_)) => {
+                // Nothing changed: the write itself was refused.
+                self.write_failed(&latest, "the API server refused the write as invalid")
+                    .await
+            }
+            Err(PatchError::Reread(err)) => {
+                tracing::warn!(node = name, error = %err, "re-reading the node failed");
+                Outcome::Retry
+            }
+            // Still conflicting after the last re-read: the queue's backoff tries again.
+            Err(PatchError::Failed(kube::Error::Api(status))) if status.code == 409 => {
+                Outcome::Retry
+            }
+            Err(PatchError::Failed(err)) => self.write_failed(&latest, &err.to_string()).await,
         }
-        Outcome::Retry
+    }
+
+    /// A Node's initialisation was written: remembered until the cache shows it, measured,
+    /// logged, and reported with the plan's warnings and a `Synced` event.
+    fn initialized(&self, name: &str, node: &Arc<Node>, plan: &InitPlan) -> Outcome {
+        self.initialized
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(node_key(node));
+        if let (Some((sync, taint)), Some(created)) =
+            (&self.delays, &node.metadata.creation_timestamp)
+        {
+            let age = k8s_openapi::jiff::Timestamp::now()
+                .duration_since(created.0)
+                .as_secs_f64()
+                .max(0.0);
+            taint.observe(age);
+            sync.observe(age);
+        }
+        tracing::info!(
+            node = name,
+            "successfully initialized node with cloud provider"
+        );
+        for warning in &plan.warnings {
+            tracing::warn!(node = name, reason = warning.reason, "{}", warning.message);
+            self.recorder.warning(
+                &**node,
+                warning.reason,
+                "InitializeNode",
+                warning.message.clone(),
+            );
+        }
+        self.recorder.normal(
+            &**node,
+            REASON_SYNCED,
+            "InitializeNode",
+            "Node synced successfully",
+        );
+        Outcome::Done
     }
 
     async fn write_failed(&self, node: &Node, why: &str) -> Outcome {
@@ -384,7 +390,8 @@ impl Inner {
     }
 
     /// Writes an initialisation plan: addresses first, then provider ID, labels and taints.
-    async fn initialize(&self, node: &Node, plan: &InitPlan) -> Result<(), PatchFailure> {
+    /// A guard's failure is the API server's answer (409 or 422), for [`guarded_patch`].
+    async fn initialize(&self, node: &Node, plan: &InitPlan) -> Result<(), kube::Error> {
         let name = node_name(node);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),

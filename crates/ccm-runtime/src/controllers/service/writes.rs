@@ -1,7 +1,8 @@
 //! The service controller's writes: the cleanup finalizer and `status.loadBalancer.ingress`,
 //! each a JSON Patch that tests the value it replaces, so a concurrent writer is never
 //! overwritten. A failed test (or a conflict) makes the write re-read the Service and plan
-//! again from the fresh copy, a few times, before it gives up.
+//! again from the fresh copy, a few times, before it gives up: the controllers'
+//! [`guarded_patch`] loop, which the cloud-node controller shares.
 
 use std::sync::Arc;
 
@@ -9,16 +10,16 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::decision::{
-    finalizers, finalizers_with_ours, finalizers_without_ours, ingress, is_deleting,
+use super::decision::ingress::ingress;
+use super::decision::wants::{
+    finalizers, finalizers_with_ours, finalizers_without_ours, is_deleting,
 };
+use crate::controllers::guarded_patch::{Patched, guarded_patch};
 use crate::controllers::patch::{replace_list, to_patch};
 use crate::informer::trim_service;
 
 /// The field manager of this controller's writes.
 const FIELD_MANAGER: &str = "service-controller";
-/// How often a write is planned again after a concurrent change before it gives up.
-const CONFLICT_RETRIES: usize = 5;
 
 /// Where a patch goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,11 +127,11 @@ pub(super) fn is_going_away(service: &Service) -> bool {
 }
 
 /// Plans operations from the Service, patches, and on a conflict or a failed test re-reads
-/// the Service and plans again. Returns the Service as written (or as it is, when there was
-/// nothing to write), or `None` when it is gone.
+/// the Service and plans again ([`guarded_patch`]). Returns the Service as written (or as it
+/// is, when there was nothing to write), or `None` when it is gone.
 async fn write(
     api: &Api<Service>,
-    mut service: Arc<Service>,
+    service: Arc<Service>,
     target: Target,
     plan: impl Fn(&Service) -> Vec<Value>,
 ) -> Result<Option<Arc<Service>>, kube::Error> {
@@ -139,57 +140,36 @@ async fn write(
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PatchParams::default()
     };
-    let mut attempt = 0;
-    loop {
+    let (name, params) = (name.as_str(), &params);
+    let attempt = |service: Arc<Service>| {
         let ops = plan(&service);
-        if ops.is_empty() {
-            return Ok(Some(service));
-        }
-        let patch = Patch::Json::<()>(to_patch(ops));
-        let result = match target {
-            Target::Object => api.patch(&name, &params, &patch).await,
-            Target::Status => api.patch_status(&name, &params, &patch).await,
-        };
-        let err = match result {
-            Ok(mut written) => {
-                trim_service(&mut written);
-                return Ok(Some(Arc::new(written)));
+        async move {
+            if ops.is_empty() {
+                return Ok(service);
             }
-            Err(err) => err,
-        };
-        match api_code(&err) {
-            Some(404) => return Ok(None),
-            Some(409 | 422) if attempt < CONFLICT_RETRIES => {
-                attempt += 1;
-                // A failed `test` and an invalid value both answer 422; if the Service did not
-                // change, it was the value, and trying again will not help.
-                match api.get_opt(&name).await? {
-                    None => return Ok(None),
-                    Some(fresh)
-                        if fresh.metadata.resource_version == service.metadata.resource_version =>
-                    {
-                        return Err(err);
-                    }
-                    Some(mut fresh) => {
-                        tracing::debug!(
-                            service = %name,
-                            attempt,
-                            "service changed while writing; planning again"
-                        );
-                        trim_service(&mut fresh);
-                        service = Arc::new(fresh);
-                    }
-                }
-            }
-            _ => return Err(err),
+            let patch = Patch::Json::<()>(to_patch(ops));
+            let mut written = match target {
+                Target::Object => api.patch(name, params, &patch).await?,
+                Target::Status => api.patch_status(name, params, &patch).await?,
+            };
+            trim_service(&mut written);
+            Ok(Arc::new(written))
         }
-    }
-}
-
-fn api_code(err: &kube::Error) -> Option<u16> {
-    match err {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
+    };
+    let changed = |mut fresh: Service, attempt: usize| {
+        tracing::debug!(
+            service = %name,
+            attempt,
+            "service changed while writing; planning again"
+        );
+        trim_service(&mut fresh);
+        Some(Arc::new(fresh))
+    };
+    match guarded_patch(api, name, service, attempt, changed).await {
+        Ok(Patched::Done(written)) => Ok(Some(written)),
+        // `changed` always plans again, so the write is never moot.
+        Ok(Patched::Gone | Patched::Moot) => Ok(None),
+        Err(err) => Err(err.into_inner()),
     }
 }
 

@@ -1,0 +1,298 @@
+//! Which Nodes a load balancer sends traffic to, and when a load balancer must follow them,
+//! as pure functions of Nodes: eligibility (not being deleted, not excluded by label, not
+//! marked for deletion by the cluster autoscaler), which Node updates can change the set,
+//! the [`NodeSet`] (name → provider ID) a load balancer is compared by, and what the
+//! node-sync pass does with a Service given the set its load balancer was last given
+//! ([`node_sync_step`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::controllers::node_util::{node_name, taints};
+use ccm_provider::well_known::{
+    LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
+};
+
+/// The Nodes a load balancer sends traffic to, as the controller compares them: Node name →
+/// `spec.providerID` (empty when unset). A change of either is a change of the set.
+pub(crate) type NodeSet = BTreeMap<String, String>;
+
+/// Go's `strconv.ParseBool`.
+pub(crate) fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether the Node may receive load balancer traffic: not being deleted; the
+/// `node.kubernetes.io/exclude-from-external-load-balancers` label absent or parsing as
+/// false (an empty or unparsable value excludes the Node); no `ToBeDeletedByClusterAutoscaler`
+/// taint. Readiness and `spec.providerID` are not considered.
+pub(crate) fn is_eligible(node: &Node) -> bool {
+    if node.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    if let Some(value) = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS))
+        && parse_bool(value) != Some(false)
+    {
+        return false;
+    }
+    !taints(node)
+        .iter()
+        .any(|t| t.key == TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER)
+}
+
+fn provider_id(node: &Node) -> &str {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap_or_default()
+}
+
+/// Whether a Node update can change some load balancer's Nodes: its eligibility or its
+/// provider ID changed. (Readiness, addresses, other labels do not matter.)
+pub(crate) fn node_update_matters(old: &Node, new: &Node) -> bool {
+    is_eligible(old) != is_eligible(new) || provider_id(old) != provider_id(new)
+}
+
+/// The eligible Nodes, sorted by name.
+pub(crate) fn eligible_nodes(nodes: impl IntoIterator<Item = Arc<Node>>) -> Vec<Arc<Node>> {
+    let mut eligible: Vec<Arc<Node>> = nodes.into_iter().filter(|n| is_eligible(n)).collect();
+    eligible.sort_by(|a, b| node_name(a).cmp(node_name(b)));
+    eligible
+}
+
+/// The set a load balancer is compared by: name → provider ID.
+pub(crate) fn node_set(nodes: &[Arc<Node>]) -> NodeSet {
+    nodes
+        .iter()
+        .map(|n| (node_name(n).to_owned(), provider_id(n).to_owned()))
+        .collect()
+}
+
+/// What the controller last did to a Service's load balancer, as the node-sync pass sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HostsState<'a> {
+    /// The load balancer was last given these Nodes successfully.
+    Applied(&'a NodeSet),
+    /// A worker is syncing the Service right now.
+    Syncing,
+    /// The last sync failed; the Service waits for its backoff.
+    Failing,
+    /// Nothing applied (no sync yet, or the load balancer was deleted).
+    None,
+}
+
+/// What the node-sync pass does with a Service that wants a load balancer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NodeSyncStep {
+    /// Queue it: its load balancer was given other Nodes than the eligible ones now.
+    Update,
+    /// It is being synced; that sync may have read the Nodes before they changed, so look
+    /// again when it ends (queueing it now would run it again at once, past the backoff
+    /// of a sync that fails).
+    AfterSync,
+    /// Nothing: its Nodes are current, or it is failing and its backoff's retry reads the
+    /// Nodes afresh, or nothing was applied.
+    Nothing,
+}
+
+/// What the node-sync pass does with a Service, given what was last applied and the
+/// eligible Nodes now.
+pub(crate) fn node_sync_step(state: HostsState<'_>, current: &NodeSet) -> NodeSyncStep {
+    match state {
+        HostsState::Applied(_) if hosts_stale(state, current) => NodeSyncStep::Update,
+        HostsState::Syncing => NodeSyncStep::AfterSync,
+        _ => NodeSyncStep::Nothing,
+    }
+}
+
+/// Whether what was applied differs from the eligible Nodes now (only an applied set can).
+pub(crate) fn hosts_stale(state: HostsState<'_>, current: &NodeSet) -> bool {
+    match state {
+        // The same shared set is equal without a look at its N entries.
+        HostsState::Applied(applied) => !std::ptr::eq(applied, current) && applied != current,
+        HostsState::Syncing | HostsState::Failing | HostsState::None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    #[test]
+    fn parse_bool_is_gos() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_bool(t), Some(true), "{t}");
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_bool(f), Some(false), "{f}");
+        }
+        for bad in ["", "yes", "no", "tRUE", " true", "2", "on"] {
+            assert_eq!(parse_bool(bad), None, "{bad:?}");
+        }
+    }
+
+    fn node(name: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.spec = Some(NodeSpec {
+            provider_id: Some(format!("fake://{name}")),
+            ..NodeSpec::default()
+        });
+        n
+    }
+
+    fn labelled(mut n: Node, value: &str) -> Node {
+        n.metadata.labels = Some(BTreeMap::from([(
+            LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS.to_owned(),
+            value.to_owned(),
+        )]));
+        n
+    }
+
+    fn tainted(mut n: Node, key: &str) -> Node {
+        n.spec.as_mut().unwrap().taints = Some(vec![Taint {
+            key: key.into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }]);
+        n
+    }
+
+    #[test]
+    fn eligibility_follows_the_three_rules() {
+        assert!(is_eligible(&node("a")));
+        assert!(is_eligible(&Node::default()), "nothing set: eligible");
+        let mut gone = node("a");
+        gone.metadata.deletion_timestamp = Some(Time(Default::default()));
+        assert!(!is_eligible(&gone));
+        for value in ["false", "0", "f", "F", "FALSE", "False"] {
+            assert!(is_eligible(&labelled(node("a"), value)), "{value:?}");
+        }
+        for value in ["true", "1", "", "yes", "nope", "tRuE"] {
+            assert!(!is_eligible(&labelled(node("a"), value)), "{value:?}");
+        }
+        assert!(!is_eligible(&tainted(
+            node("a"),
+            TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER
+        )));
+        assert!(is_eligible(&tainted(node("a"), "example.com/other")));
+        assert!(
+            is_eligible(&tainted(
+                node("a"),
+                ccm_provider::well_known::TAINT_UNINITIALIZED
+            )),
+            "an uninitialised Node still counts"
+        );
+    }
+
+    #[test]
+    fn readiness_and_provider_id_are_not_filters() {
+        let mut not_ready = node("a");
+        not_ready.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(is_eligible(&not_ready));
+        assert!(!node_update_matters(&node("a"), &not_ready));
+        let mut no_id = node("a");
+        no_id.spec.as_mut().unwrap().provider_id = None;
+        assert!(is_eligible(&no_id));
+        assert!(
+            node_update_matters(&no_id, &node("a")),
+            "a provider ID change matters"
+        );
+        assert!(node_update_matters(
+            &node("a"),
+            &labelled(node("a"), "true")
+        ));
+        assert!(!node_update_matters(
+            &labelled(node("a"), "true"),
+            &labelled(node("a"), "yes")
+        ));
+        assert!(node_update_matters(
+            &node("a"),
+            &tainted(node("a"), TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER)
+        ));
+    }
+
+    #[test]
+    fn eligible_nodes_are_sorted_and_mapped_to_provider_ids() {
+        let nodes = vec![
+            Arc::new(node("c")),
+            Arc::new(labelled(node("b"), "true")),
+            Arc::new(node("a")),
+        ];
+        let eligible = eligible_nodes(nodes);
+        let names: Vec<&str> = eligible.iter().map(|n| node_name(n)).collect();
+        assert_eq!(names, ["a", "c"]);
+        let set = node_set(&eligible);
+        assert_eq!(
+            set,
+            NodeSet::from([
+                ("a".into(), "fake://a".into()),
+                ("c".into(), "fake://c".into())
+            ])
+        );
+    }
+
+    #[test]
+    fn node_set_diff_decides_who_is_resynced() {
+        let ab = NodeSet::from([("a".into(), "p://a".into()), ("b".into(), "p://b".into())]);
+        let mut ab_moved = ab.clone();
+        ab_moved.insert("b".into(), "p://b2".into());
+        let a = NodeSet::from([("a".into(), "p://a".into())]);
+        assert!(!hosts_stale(HostsState::Applied(&ab), &ab));
+        assert!(hosts_stale(HostsState::Applied(&ab), &a), "a Node left");
+        assert!(hosts_stale(HostsState::Applied(&a), &ab), "a Node came");
+        assert!(
+            hosts_stale(HostsState::Applied(&ab), &ab_moved),
+            "a provider ID changed"
+        );
+        assert!(!hosts_stale(HostsState::Syncing, &ab));
+        assert!(!hosts_stale(HostsState::Failing, &ab));
+        assert!(!hosts_stale(HostsState::None, &ab));
+        assert_eq!(
+            node_sync_step(HostsState::Applied(&a), &ab),
+            NodeSyncStep::Update
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Applied(&ab), &ab),
+            NodeSyncStep::Nothing
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Syncing, &ab),
+            NodeSyncStep::AfterSync
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Failing, &ab),
+            NodeSyncStep::Nothing
+        );
+        assert_eq!(node_sync_step(HostsState::None, &ab), NodeSyncStep::Nothing);
+        assert!(hosts_stale(HostsState::Applied(&NodeSet::new()), &a));
+        assert!(hosts_stale(HostsState::Applied(&a), &NodeSet::new()));
+        let shared = std::sync::Arc::new(ab.clone());
+        assert!(
+            !hosts_stale(HostsState::Applied(&shared), &shared),
+            "one shared set"
+        );
+    }
+}

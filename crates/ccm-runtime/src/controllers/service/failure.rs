@@ -1,0 +1,473 @@
+//! What went wrong, as data. [`SyncError`] says what failed in a sync, one variant per kind
+//! of failure, with what the provider or the API server said (a [`Cause`]); [`Failure`]
+//! adds what goes wrong without failing the sync (a load balancer left alone, an existence
+//! check that failed). Which Warning a failure gets is a pure function of it
+//! ([`Failure::event`]): Go's `SyncLoadBalancerFailed` for a failed ensure or clean-up,
+//! `UpdateLoadBalancerFailed` for a failed update of the Nodes, `DeleteLoadBalancerFailed`
+//! for the load balancer of a Service that is gone, and [`REASON_NOT_OWNED`] when the
+//! provider would not touch a load balancer that is not the Service's; when the queue tries
+//! again is another ([`SyncError::outcome`]). Messages are cut to [`MAX_MESSAGE_BYTES`]
+//! first, however long the user-written value they quote. The one function that writes a
+//! failure's event, log line and count is the workers' `report`, in `sync`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+
+use super::decision::wants::go_list;
+use super::{REASON_DELETE_FAILED, REASON_NOT_OWNED, REASON_SYNC_FAILED, REASON_UPDATE_FAILED};
+use crate::workqueue::Outcome;
+use ccm_provider::CloudError;
+
+/// The most of a sync's error message that goes into a log line (and an event, which the
+/// recorder cuts to 1 KiB anyway).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `text` cut to [`MAX_MESSAGE_BYTES`] with [`echo::cut`](ccm_provider::echo::cut): a
+/// provider's error may quote a user-written annotation of any size, and it is logged on
+/// every retry.
+pub(crate) fn cut_message(text: String) -> String {
+    ccm_provider::echo::cut(text, MAX_MESSAGE_BYTES)
+}
+
+/// What the provider or the API server answered, as far as a report needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Cause {
+    /// The error and its sources, on one line (cut with the rest of the message).
+    detail: String,
+    /// The fixed delay the provider asked for ([`CloudError::RetryAfter`]).
+    retry_after: Option<Duration>,
+    /// The provider would not touch a load balancer that is not the Service's
+    /// ([`CloudError::NotOwned`]).
+    not_owned: bool,
+}
+
+impl From<&CloudError> for Cause {
+    fn from(err: &CloudError) -> Self {
+        Self {
+            detail: err.chain_to_string(),
+            retry_after: err.retry_after_delay(),
+            not_owned: err.is_not_owned(),
+        }
+    }
+}
+
+impl From<&kube::Error> for Cause {
+    fn from(err: &kube::Error) -> Self {
+        Self {
+            detail: err.to_string(),
+            retry_after: None,
+            not_owned: false,
+        }
+    }
+}
+
+/// Why a sync failed: what failed, and why. The sync is retried (see
+/// [`outcome`](Self::outcome)).
+#[derive(Debug)]
+pub(super) enum SyncError {
+    /// Adding our cleanup finalizer failed (before any cloud call).
+    AddFinalizer(Cause),
+    /// `ensure_load_balancer` failed, or the provider had no load balancers to ensure one.
+    Ensure(Cause),
+    /// The provider's status is one the API server would refuse: why.
+    InvalidStatus(String),
+    /// Writing `status.loadBalancer` failed (the new ingress list, or clearing it).
+    WriteStatus(Cause),
+    /// Asking the cloud whether the load balancer exists, before a clean-up, failed.
+    CheckBeforeCleanUp(Cause),
+    /// Deleting the load balancer in a clean-up failed; the finalizer stays.
+    CleanUp(Cause),
+    /// Removing our cleanup finalizer after a clean-up failed.
+    RemoveFinalizer(Cause),
+    /// `update_load_balancer` with the eligible Nodes (by name) failed, and the load
+    /// balancer still exists (or could not be looked up); or the provider refused to
+    /// update a load balancer that is not the Service's.
+    UpdateHosts {
+        /// The Nodes the load balancer was to be given.
+        nodes: Vec<String>,
+        /// What the provider said.
+        cause: Cause,
+    },
+    /// The provider had no load balancers when the Nodes of one were to be updated (it had
+    /// when the controller started). Logged, with no event.
+    UpdateUnsupported(Cause),
+    /// Deleting the load balancer of `service`, a version gone from the cache or replaced
+    /// by another Service of its name, failed (Go's `processLoadBalancerDelete`).
+    DeleteGone {
+        /// The version whose load balancer it is; its events are about it.
+        service: Arc<Service>,
+        /// What the provider said.
+        cause: Cause,
+    },
+}
+
+impl SyncError {
+    /// What was being done, as the message says it.
+    fn context(&self) -> &'static str {
+        match self {
+            Self::AddFinalizer(_) => "failed to add load balancer cleanup finalizer",
+            Self::Ensure(_) => "failed to ensure load balancer",
+            Self::InvalidStatus(_) => {
+                "the cloud provider returned a load balancer status that cannot be written"
+            }
+            Self::WriteStatus(_) => "failed to update load balancer status",
+            Self::CheckBeforeCleanUp(_) => "failed to check if load balancer exists before cleanup",
+            Self::CleanUp(_) | Self::DeleteGone { .. } => "failed to delete load balancer",
+            Self::RemoveFinalizer(_) => "failed to remove load balancer cleanup finalizer",
+            Self::UpdateHosts { .. } | Self::UpdateUnsupported(_) => {
+                "failed to update load balancer hosts"
+            }
+        }
+    }
+
+    /// What the provider or the API server said, if they said it.
+    fn cause(&self) -> Option<&Cause> {
+        match self {
+            Self::AddFinalizer(cause)
+            | Self::Ensure(cause)
+            | Self::WriteStatus(cause)
+            | Self::CheckBeforeCleanUp(cause)
+            | Self::CleanUp(cause)
+            | Self::RemoveFinalizer(cause)
+            | Self::UpdateHosts { cause, .. }
+            | Self::UpdateUnsupported(cause)
+            | Self::DeleteGone { cause, .. } => Some(cause),
+            Self::InvalidStatus(_) => None,
+        }
+    }
+
+    /// The message for the event and the log: what was being done and why, cut to
+    /// [`MAX_MESSAGE_BYTES`].
+    pub(super) fn message(&self) -> String {
+        let why = match self {
+            Self::InvalidStatus(why) => why,
+            _ => self.cause().map_or("", |c| c.detail.as_str()),
+        };
+        cut_message(format!("{}: {why}", self.context()))
+    }
+
+    /// Whether the provider would not touch a load balancer that is not the Service's.
+    fn not_owned(&self) -> bool {
+        self.cause().is_some_and(|c| c.not_owned)
+    }
+
+    /// The Service version the failure is about when it is not the cache's.
+    pub(super) fn subject(&self) -> Option<&Arc<Service>> {
+        match self {
+            Self::DeleteGone { service, .. } => Some(service),
+            _ => None,
+        }
+    }
+
+    /// When the work queue tries again: after the delay the provider asked for, or with
+    /// the Service's backoff.
+    pub(super) fn outcome(&self) -> Outcome {
+        self.cause()
+            .and_then(|c| c.retry_after)
+            .map_or(Outcome::Retry, Outcome::RequeueAfter)
+    }
+
+    /// The Warning this failure is recorded with, if any.
+    fn event(&self) -> Option<Event> {
+        let message = self.message();
+        Some(match self {
+            Self::UpdateUnsupported(_) => return None,
+            Self::UpdateHosts { .. } if self.not_owned() => Event::new(
+                REASON_NOT_OWNED,
+                "UpdateLoadBalancer",
+                format!(
+                    "Error updating load balancer with new hosts: {message}; it was left unchanged"
+                ),
+            ),
+            Self::UpdateHosts { nodes, .. } => Event::new(
+                REASON_UPDATE_FAILED,
+                "UpdateLoadBalancer",
+                format!(
+                    "Error updating load balancer with new hosts {}: {message}",
+                    go_list(nodes)
+                ),
+            ),
+            Self::DeleteGone { .. } => Event::new(
+                REASON_DELETE_FAILED,
+                "DeleteLoadBalancer",
+                format!("Error deleting load balancer: {message}"),
+            ),
+            // A failed ensure or clean-up: Go's `syncLoadBalancerIfNeeded`.
+            _ if self.not_owned() => Event::new(
+                REASON_NOT_OWNED,
+                "SyncLoadBalancer",
+                format!("Error syncing load balancer: {message}; it was left unchanged"),
+            ),
+            _ => Event::new(
+                REASON_SYNC_FAILED,
+                "SyncLoadBalancer",
+                format!("Error syncing load balancer: {message}"),
+            ),
+        })
+    }
+}
+
+/// Something that went wrong with a Service's load balancer, to report.
+#[derive(Debug)]
+pub(super) enum Failure<'a> {
+    /// A sync failed; it is retried.
+    Sync(&'a SyncError),
+    /// A deletion finished without a load balancer that is not the Service's
+    /// ([`CloudError::NotOwned`]): the provider left it alone.
+    LeftAlone(&'a CloudError),
+    /// After `update_load_balancer` failed, asking whether the load balancer still exists
+    /// failed too (the update counts as failed).
+    ExistenceUnknown(&'a CloudError),
+}
+
+impl Failure<'_> {
+    /// The Warning this failure is recorded with, if any.
+    pub(super) fn event(&self) -> Option<Event> {
+        match self {
+            Self::Sync(err) => err.event(),
+            Self::LeftAlone(err) => Some(Event::new(
+                REASON_NOT_OWNED,
+                "DeleteLoadBalancer",
+                format!(
+                    "Did not delete: {}; it was left alone",
+                    cut_message(err.chain_to_string())
+                ),
+            )),
+            Self::ExistenceUnknown(_) => None,
+        }
+    }
+}
+
+/// A Warning event: its reason, its action and its note.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Event {
+    /// One of the controller's `REASON_*`.
+    pub(super) reason: &'static str,
+    /// What the controller was doing (`SyncLoadBalancer`, `UpdateLoadBalancer`, …).
+    pub(super) action: &'static str,
+    /// The message.
+    pub(super) note: String,
+}
+
+impl Event {
+    fn new(reason: &'static str, action: &'static str, note: String) -> Self {
+        Self {
+            reason,
+            action,
+            note,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cloud(err: &CloudError) -> Cause {
+        err.into()
+    }
+
+    fn event(reason: &'static str, action: &'static str, note: &str) -> Option<Event> {
+        Some(Event::new(reason, action, note.to_owned()))
+    }
+
+    #[test]
+    fn errors_map_to_outcomes() {
+        let fixed = SyncError::Ensure(cloud(&CloudError::retry_after(
+            "busy",
+            Duration::from_secs(3),
+        )));
+        assert_eq!(
+            fixed.outcome(),
+            Outcome::RequeueAfter(Duration::from_secs(3))
+        );
+        assert_eq!(
+            fixed.message(),
+            "failed to ensure load balancer: busy (retry after 3s)"
+        );
+        let other = SyncError::Ensure(cloud(&CloudError::msg("boom")));
+        assert_eq!(other.outcome(), Outcome::Retry);
+        assert_eq!(other.message(), "failed to ensure load balancer: boom");
+        assert_eq!(
+            Failure::Sync(&other).event(),
+            event(
+                REASON_SYNC_FAILED,
+                "SyncLoadBalancer",
+                "Error syncing load balancer: failed to ensure load balancer: boom"
+            )
+        );
+        let invalid =
+            SyncError::InvalidStatus("ingress[0] has neither an IP nor a hostname".into());
+        assert_eq!(invalid.outcome(), Outcome::Retry);
+        assert_eq!(
+            invalid.message(),
+            "the cloud provider returned a load balancer status that cannot be written: \
+             ingress[0] has neither an IP nor a hostname"
+        );
+    }
+
+    #[test]
+    fn a_load_balancer_that_is_not_the_services_is_its_own_warning_with_the_normal_backoff() {
+        let err = SyncError::Ensure(cloud(&CloudError::not_owned(
+            "lb-1",
+            "annotation example.com/lb-id names it, but it was made for another Service",
+        )));
+        assert_eq!(err.outcome(), Outcome::Retry, "backoff, not a fixed delay");
+        assert_eq!(
+            Failure::Sync(&err).event(),
+            event(
+                REASON_NOT_OWNED,
+                "SyncLoadBalancer",
+                "Error syncing load balancer: failed to ensure load balancer: load balancer \
+                 \"lb-1\" is not this Service's: annotation example.com/lb-id names it, but it \
+                 was made for another Service; it was left unchanged"
+            )
+        );
+        // However long what the provider quotes, the message stays one bounded line.
+        let long = SyncError::Ensure(cloud(&CloudError::msg("x".repeat(100_000))));
+        assert!(long.message().len() < 1100, "{}", long.message().len());
+    }
+
+    #[test]
+    fn each_failure_names_what_failed() {
+        let boom = || cloud(&CloudError::msg("boom"));
+        let api = || Cause::from(&kube::Error::LinesCodecMaxLineLengthExceeded);
+        let api_detail = kube::Error::LinesCodecMaxLineLengthExceeded.to_string();
+        for (err, message) in [
+            (
+                SyncError::AddFinalizer(api()),
+                format!("failed to add load balancer cleanup finalizer: {api_detail}"),
+            ),
+            (
+                SyncError::WriteStatus(api()),
+                format!("failed to update load balancer status: {api_detail}"),
+            ),
+            (
+                SyncError::CheckBeforeCleanUp(boom()),
+                "failed to check if load balancer exists before cleanup: boom".to_owned(),
+            ),
+            (
+                SyncError::CleanUp(boom()),
+                "failed to delete load balancer: boom".to_owned(),
+            ),
+            (
+                SyncError::RemoveFinalizer(api()),
+                format!("failed to remove load balancer cleanup finalizer: {api_detail}"),
+            ),
+        ] {
+            assert_eq!(err.message(), message);
+            assert_eq!(err.outcome(), Outcome::Retry, "{message}");
+            assert!(err.subject().is_none(), "{message}");
+            // A failed ensure or clean-up is Go's `SyncLoadBalancerFailed`.
+            assert_eq!(
+                Failure::Sync(&err).event(),
+                event(
+                    REASON_SYNC_FAILED,
+                    "SyncLoadBalancer",
+                    &format!("Error syncing load balancer: {message}")
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_update_of_the_nodes_names_them_unless_refused() {
+        let failed = SyncError::UpdateHosts {
+            nodes: vec!["a".into(), "b".into()],
+            cause: cloud(&CloudError::retry_after("busy", Duration::from_secs(2))),
+        };
+        assert_eq!(
+            failed.outcome(),
+            Outcome::RequeueAfter(Duration::from_secs(2))
+        );
+        assert_eq!(
+            Failure::Sync(&failed).event(),
+            event(
+                REASON_UPDATE_FAILED,
+                "UpdateLoadBalancer",
+                "Error updating load balancer with new hosts [a b]: failed to update load \
+                 balancer hosts: busy (retry after 2s)"
+            )
+        );
+        let refused = SyncError::UpdateHosts {
+            nodes: vec!["a".into()],
+            cause: cloud(&CloudError::not_owned("lb-1", "another Service's")),
+        };
+        assert_eq!(refused.outcome(), Outcome::Retry);
+        assert_eq!(
+            Failure::Sync(&refused).event(),
+            event(
+                REASON_NOT_OWNED,
+                "UpdateLoadBalancer",
+                "Error updating load balancer with new hosts: failed to update load balancer \
+                 hosts: load balancer \"lb-1\" is not this Service's: another Service's; it \
+                 was left unchanged"
+            )
+        );
+        // No load balancers at all: logged, no event.
+        let unsupported = SyncError::UpdateUnsupported(cloud(&CloudError::NotImplemented));
+        assert!(
+            unsupported
+                .message()
+                .starts_with("failed to update load balancer hosts: ")
+        );
+        assert_eq!(Failure::Sync(&unsupported).event(), None);
+    }
+
+    #[test]
+    fn a_failed_deletion_of_a_gone_service_is_about_that_version() {
+        let last = Arc::new(Service::default());
+        let err = SyncError::DeleteGone {
+            service: last.clone(),
+            cause: cloud(&CloudError::msg("boom")),
+        };
+        assert!(err.subject().is_some_and(|s| Arc::ptr_eq(s, &last)));
+        assert_eq!(err.outcome(), Outcome::Retry);
+        assert_eq!(
+            Failure::Sync(&err).event(),
+            event(
+                REASON_DELETE_FAILED,
+                "DeleteLoadBalancer",
+                "Error deleting load balancer: failed to delete load balancer: boom"
+            )
+        );
+    }
+
+    #[test]
+    fn what_goes_wrong_without_failing_the_sync() {
+        let foreign = CloudError::not_owned("lb-1", "tagged for cluster other");
+        assert_eq!(
+            Failure::LeftAlone(&foreign).event(),
+            event(
+                REASON_NOT_OWNED,
+                "DeleteLoadBalancer",
+                "Did not delete: load balancer \"lb-1\" is not this Service's: tagged for \
+                 cluster other; it was left alone"
+            )
+        );
+        let long = CloudError::not_owned("lb-1", "y".repeat(100_000));
+        let note = Failure::LeftAlone(&long).event().unwrap().note;
+        assert!(note.len() < 1100, "{}", note.len());
+        assert_eq!(
+            Failure::ExistenceUnknown(&CloudError::msg("down")).event(),
+            None
+        );
+    }
+
+    #[test]
+    fn messages_are_bounded_for_log_lines() {
+        assert_eq!(cut_message("short".into()), "short");
+        let exact = "x".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(cut_message(exact.clone()), exact);
+        let long = cut_message(format!("annotation x: {}", "y".repeat(100_000)));
+        assert!(long.starts_with("annotation x: yyy"));
+        assert!(long.ends_with("…(99012 more bytes)"), "{}", &long[1000..]);
+        assert!(long.len() <= MAX_MESSAGE_BYTES);
+        // Cut on a character boundary.
+        let wide = cut_message("é".repeat(1000));
+        assert!(wide.starts_with(&"é".repeat(502)));
+        assert!(wide.ends_with("…(996 more bytes)"), "{wide}");
+    }
+}

@@ -10,8 +10,10 @@ use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use ccm_core::provider::{
@@ -55,10 +57,6 @@ macro_rules! fail {
     ($($arg:tt)*) => { return Err($crate::context::Stop::Fail(format!($($arg)*))) };
 }
 pub(crate) use fail;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// A random-enough number without a dependency: std's per-instance hasher keys.
 pub(crate) fn random_u64() -> u64 {
@@ -246,11 +244,11 @@ impl Ctx {
 
     /// The call the check is making now, for a timeout or panic message.
     pub(crate) fn step(&self) -> String {
-        lock(&self.step).clone()
+        self.step.lock().clone()
     }
 
     pub(crate) fn set_step(&self, step: impl Into<String>) {
-        *lock(&self.step) = step.into();
+        *self.step.lock() = step.into();
     }
 
     // ----- provider calls -----
@@ -390,7 +388,9 @@ impl Ctx {
                 node_name(&node)
             )));
         }
-        lock(&self.cleanups).push(Cleanup::Instance(Box::new(node.clone())));
+        self.cleanups
+            .lock()
+            .push(Cleanup::Instance(Box::new(node.clone())));
         Ok(node)
     }
 
@@ -416,7 +416,8 @@ impl Ctx {
             self.shared.cloud.delete_instance(node),
         )
         .await?;
-        lock(&self.cleanups)
+        self.cleanups
+            .lock()
             .retain(|c| !matches!(c, Cleanup::Instance(n) if node_name(n) == node_name(node)));
         Ok(())
     }
@@ -561,7 +562,7 @@ impl Ctx {
     > {
         let lb = self.load_balancer()?;
         {
-            let mut cleanups = lock(&self.cleanups);
+            let mut cleanups = self.cleanups.lock();
             let known = cleanups.iter().any(|c| {
                 matches!(c, Cleanup::LoadBalancer(c, s) if c == cluster && s.metadata.uid == service.metadata.uid)
             });
@@ -624,7 +625,7 @@ impl Ctx {
         route: &Route,
     ) -> Result<(), Stop> {
         let routes = self.routes()?;
-        lock(&self.cleanups).push(Cleanup::Route {
+        self.cleanups.lock().push(Cleanup::Route {
             cluster: cluster.to_owned(),
             cidr: route.destination_cidr.clone(),
         });
@@ -642,7 +643,7 @@ impl Ctx {
 
     /// Removes what the check made, newest first; returns what failed.
     pub(crate) async fn cleanup(&self) -> Vec<String> {
-        let items = std::mem::take(&mut *lock(&self.cleanups));
+        let items = std::mem::take(&mut *self.cleanups.lock());
         let mut errors = Vec::new();
         for item in items.into_iter().rev() {
             let timeout = self.options().check_timeout;

@@ -10,7 +10,9 @@
 //! `ccm_core::provider::LoadBalancer` by construction.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use ccm_core::provider::{ProviderId, default_load_balancer_name};
@@ -118,10 +120,7 @@ impl MemoryCloud {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // Every change is one insert or remove: a panic elsewhere leaves the maps whole.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// Adds a running instance named `name` (or starts it again if it exists).

@@ -18,7 +18,8 @@ use ccm_core::provider::{
 use ccm_fake_cloud::{
     ANNOTATION_LOAD_BALANCER_NAME, FakeCloud, FakeInstance, InstanceState, InstancesShape,
 };
-use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeSpec, Service};
+use ccm_test::fixtures::NodeBuilder;
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
 // ----- the fake cloud's TestCloud -----
 
@@ -39,15 +40,13 @@ impl TestCloud for FakeTestCloud {
         let instance = FakeInstance::new(name);
         let provider_id = instance.provider_id();
         self.cloud.add_instance(instance);
-        let mut node = Node::default();
-        node.metadata.name = Some(name.to_owned());
-        if self.provider_ids {
-            node.spec = Some(NodeSpec {
-                provider_id: Some(provider_id),
-                ..NodeSpec::default()
-            });
+        let node = NodeBuilder::new(name);
+        Ok(if self.provider_ids {
+            node.provider_id(provider_id)
+        } else {
+            node
         }
-        Ok(node)
+        .build())
     }
 
     async fn delete_instance(&self, node: &Node) -> TestCloudResult<()> {

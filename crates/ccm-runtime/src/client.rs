@@ -16,10 +16,11 @@
 
 pub mod service_account;
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ use tower::{Layer, Service};
 ///
 /// It is checked at the point of each call: by [`ApiLayer`] before every request that is not
 /// a read (`GET`, `HEAD`, `OPTIONS`; lists and watches are `GET`s), and by the fenced
-/// provider ([`crate::instrumented::fence`]) before every cloud mutation. A closed fence
+/// provider ([`crate::instrumented::wrap`]) before every cloud mutation. A closed fence
 /// answers [`Fenced`] without sending anything. What it cannot stop is a call that started
 /// while it was open and is still running; the margin between the renew deadline and the
 /// lease duration (5 s with the default flags) is for those.
@@ -84,7 +85,7 @@ impl Fence {
     /// time than the one recorded changes nothing.
     pub fn renewed(&self, started: Instant) {
         if let Some(lease) = &self.lease {
-            let mut renewed = lease.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut renewed = lease.renewed.lock();
             if renewed.is_none_or(|t| t < started) {
                 *renewed = Some(started);
             }
@@ -94,7 +95,7 @@ impl Fence {
     /// The Lease is lost or released: closed until the next renewal.
     pub fn close(&self) {
         if let Some(lease) = &self.lease {
-            *lease.renewed.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            *lease.renewed.lock() = None;
         }
     }
 
@@ -103,7 +104,7 @@ impl Fence {
         let Some(lease) = &self.lease else {
             return Ok(());
         };
-        let renewed = *lease.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+        let renewed = *lease.renewed.lock();
         match renewed.map(|t| t.elapsed()) {
             Some(since) if since < lease.renew_deadline => Ok(()),
             since => Err(Fenced {
@@ -156,27 +157,18 @@ pub struct ApiCounters {
 impl ApiCounters {
     fn record<B>(&self, req: &Request<B>) {
         let key = (verb_of(req), resource_of(req.uri().path()));
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(key)
-            .or_default() += 1;
+        *self.counts.lock().entry(key).or_default() += 1;
     }
 
     /// All counts.
     pub fn snapshot(&self) -> BTreeMap<(String, String), u64> {
-        self.counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.counts.lock().clone()
     }
 
     /// Requests with this verb to this resource (`"nodes"`, `"nodes/status"`, `"events"`…).
     pub fn count(&self, verb: &str, resource: &str) -> u64 {
         self.counts
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .get(&(verb.to_owned(), resource.to_owned()))
             .copied()
             .unwrap_or_default()
@@ -198,10 +190,7 @@ impl ApiCounters {
 
     /// Forgets all counts.
     pub fn reset(&self) {
-        self.counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.counts.lock().clear();
     }
 }
 
@@ -279,7 +268,7 @@ impl QpsLimiter {
 
     /// Takes a token, or says how long until one is there.
     fn try_take(&self) -> Result<(), Duration> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         let now = Instant::now();
         let (tokens, last) = *state;
         let tokens = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
@@ -673,7 +662,7 @@ mod tests {
         let mut svc = layer.layer(tower::service_fn({
             let sent = sent.clone();
             move |req: Request<()>| {
-                sent.lock().unwrap().push(req.method().to_string());
+                sent.lock().push(req.method().to_string());
                 async { Ok::<_, BoxError>(()) }
             }
         }));
@@ -690,7 +679,7 @@ mod tests {
         }
         fence.renewed(Instant::now());
         call("PATCH", "/api/v1/nodes/n1").await.unwrap();
-        assert_eq!(*sent.lock().unwrap(), ["GET", "GET", "PATCH"]);
+        assert_eq!(*sent.lock(), ["GET", "GET", "PATCH"]);
         assert_eq!(
             layer.counters().total(),
             3,

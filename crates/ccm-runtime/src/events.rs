@@ -20,10 +20,11 @@
 //! as Go's LRUs) and keep hashes and counts, not copies of events. `docs/architecture.md`
 //! ("Events: what differs from client-go") lists the differences.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::collections::hash_map::{DefaultHasher, RandomState};
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
@@ -205,7 +206,6 @@ impl EventRecorder {
             .inner
             .correlator
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .correlate(draft, Instant::now(), Timestamp::now());
         let Some(write) = write else {
             tracing::debug!(
@@ -220,11 +220,7 @@ impl EventRecorder {
         // Events about one object go to one lane, in order, so a patch follows its create;
         // lanes write concurrently.
         let lane = usize::try_from(object % EVENT_WRITERS as u64).unwrap_or(0);
-        let mut lanes = self
-            .inner
-            .lanes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut lanes = self.inner.lanes.lock();
         let senders = lanes.get_or_insert_with(|| self.start_writers());
         let write = match senders[lane].try_send(write) {
             Ok(()) => return,

@@ -18,10 +18,11 @@
 //! backoff (client-go's: 0.8 s doubling to 30 s) waits up to half a minute.
 //! [`Informer::check_watch`] tells a readiness check how long the watch has been failing.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -134,10 +135,7 @@ where
     /// Calls `handler` on every change from now on. Handlers run on the informer's task and
     /// must be quick: enqueue a key, do not call the API.
     pub fn subscribe(&self, handler: impl Fn(&Change<K>) + Send + Sync + 'static) {
-        self.handlers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Box::new(handler));
+        self.handlers.lock().push(Box::new(handler));
     }
 
     /// Waits until the first full list is in the cache. Returns `false` if the informer
@@ -156,7 +154,7 @@ where
     /// naming the resource, for a readiness check. A watch that failed counts as working
     /// again once a fresh list has completed.
     pub fn check_watch(&self, threshold: Duration) -> Result<(), String> {
-        match &self.lock_health().failing {
+        match &self.health.lock().failing {
             Some((since, error)) if since.elapsed() > threshold => Err(format!(
                 "the {} watch has failed for {}s: {error}",
                 K::plural(&Default::default()),
@@ -166,21 +164,12 @@ where
         }
     }
 
-    fn lock_health(&self) -> std::sync::MutexGuard<'_, WatchHealth> {
-        self.health.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Runs the watch until `cancel` fires. A failed watch is started over with a fresh
     /// list, at once for an expired resource version, otherwise after a jittered pause of
     /// [`WATCH_RETRY_INITIAL`] doubling up to [`WATCH_RETRY_MAX`] (see the
     /// [module docs](self)). Only the first call runs; later calls return at once.
     pub async fn run(&self, cancel: CancellationToken) {
-        let Some(mut writer) = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        else {
+        let Some(mut writer) = self.writer.lock().take() else {
             return;
         };
         let kind = K::kind(&Default::default()).into_owned();
@@ -211,7 +200,7 @@ where
                                 objects = self.store.state().len(),
                                 "informer synced"
                             );
-                            if let Some((since, _)) = self.lock_health().failing.take() {
+                            if let Some((since, _)) = self.health.lock().failing.take() {
                                 tracing::info!(kind, down_for = ?since.elapsed(), "watch works again");
                             }
                         }
@@ -222,7 +211,7 @@ where
             let desync = is_desync(&err);
             let delay = retry.after_error(desync, random_fraction());
             let first = {
-                let mut health = self.lock_health();
+                let mut health = self.health.lock();
                 let first = health.failing.is_none();
                 let since = health
                     .failing
@@ -337,12 +326,7 @@ where
     }
 
     fn notify(&self, change: &Change<K>) {
-        for handler in self
-            .handlers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-        {
+        for handler in self.handlers.lock().iter() {
             handler(change);
         }
     }

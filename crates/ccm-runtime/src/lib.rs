@@ -5,14 +5,16 @@
 //! crate's own public items exist for `ccm-core` and for the framework's tests; they change
 //! without notice between releases.
 //!
-//! Three layers, each using only the ones below it and [`ccm_provider`] (the provider
-//! surface), which is checked by a test (`tests/layers.rs`):
+//! Four layers, each using only the ones below it and [`ccm_provider`] (the provider
+//! surface), which is checked by a test (`tests/layers.rs`, which also refuses an import
+//! circle between the modules of one layer):
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | machinery | [`client`], [`informer`], [`workqueue`], [`events`], [`metrics`], [`instrumented`], `files` | what every controller runs on: the Kubernetes client layer, reading the files flags name, shared informers, the work queue and worker pool, the event recorder, the Prometheus registry, the instrumented provider |
+//! | machinery | [`client`], [`informer`], [`workqueue`], [`events`], [`metrics`], [`instrumented`], [`flags`], `files` | what every controller runs on: the Kubernetes client layer, shared informers, the work queue and worker pool, the event recorder, the Prometheus registry, the one provider wrapper, Go's flag syntax, reading the files flags name |
 //! | controllers | [`controllers`] | cloud-node, cloud-node-lifecycle, service, route: pure decisions, I/O at the edges |
-//! | app | [`app`] | the binary: flags, controller registration and selection, leader election, the endpoint server, startup and shutdown |
+//! | serving | [`serving`] | the endpoint server: `/healthz`, `/livez`, `/readyz`, `/metrics`, TLS, delegated authentication and authorization, their flags |
+//! | app | [`app`] | the binary: flags, controller registration and selection, leader election, startup and shutdown |
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
@@ -22,7 +24,9 @@ pub mod client;
 pub mod controllers;
 pub mod events;
 pub(crate) mod files;
+pub mod flags;
 pub mod informer;
 pub mod instrumented;
 pub mod metrics;
+pub mod serving;
 pub mod workqueue;

@@ -9,24 +9,13 @@ use ccm_fake_cloud::FakeCloud;
 use ccm_runtime::events::EventRecorder;
 use ccm_runtime::metrics::Metrics;
 use ccm_test::eventually;
+use ccm_test::fixtures::{NodeBuilder, ServiceBuilder};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use support::Harness;
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// Events about `name` in `namespace`, read as `kubectl get events` reads them (core/v1).
-async fn events(h: &Harness, namespace: &str, name: &str) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(h.admin.clone(), namespace);
-    api.list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(name))
-        .collect()
-}
 
 /// Polls until `check` accepts the events about `name`; returns them.
 async fn wait_events(
@@ -37,7 +26,7 @@ async fn wait_events(
     check: impl Fn(&[Event]) -> bool,
 ) -> Vec<Event> {
     eventually(what, WAIT, || async {
-        let events = events(h, namespace, name).await;
+        let events = h.events_about_in(namespace, name).await;
         if check(&events) {
             Ok(events)
         } else {
@@ -63,11 +52,8 @@ async fn events_are_core_v1_in_the_objects_namespace_with_client_gos_fields() {
     let node_name = node.metadata.name.clone().unwrap();
     let ns = h.cp.create_namespace("ev-fields").await.unwrap();
     let services: Api<Service> = Api::namespaced(h.admin.clone(), &ns);
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web"},
-        "spec": {"type": "ClusterIP", "ports": [{"port": 80}]}
-    }))
-    .unwrap();
+    // A ClusterIP Service (the API server's default type).
+    let svc = ServiceBuilder::new("web").port(80).build();
     let svc = services.create(&PostParams::default(), &svc).await.unwrap();
     let recorder = EventRecorder::new(h.client.clone(), "test-controller");
 
@@ -219,7 +205,7 @@ async fn the_spam_filter_bounds_a_flood() {
     // Nothing more comes: not a wait for something to happen.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(writes(&h), (1, 24), "25 writes of 200: {got:#?}");
-    assert_eq!(events(&h, "default", &name).await[0].count, Some(25));
+    assert_eq!(h.events_about_in("default", &name).await[0].count, Some(25));
 
     // A Normal event has a bucket of its own (client-go's spam key has the type).
     recorder.normal(&node, "Synced", "Sync", "Node synced successfully");
@@ -302,10 +288,9 @@ async fn an_unreachable_api_server_blocks_no_publisher_and_drops_past_the_queue(
     // 2000 Nodes (objects only; the recorder needs no more), one event each: no spam filter.
     let nodes: Vec<Node> = (0..2000)
         .map(|i| {
-            let mut node = Node::default();
-            node.metadata.name = Some(format!("unreachable-{i}"));
-            node.metadata.uid = Some(format!("uid-{i}"));
-            node
+            NodeBuilder::new(&format!("unreachable-{i}"))
+                .uid(&format!("uid-{i}"))
+                .build()
         })
         .collect();
     let started = std::time::Instant::now();

@@ -16,6 +16,7 @@ use ccm_runtime::controllers::node::{
     REASON_INVALID_NODE_PROVIDER_ID, REASON_SYNCED, REASON_UNUSUAL_NODE_ADDRESS,
 };
 use ccm_test::eventually;
+use ccm_test::fixtures::{addresses, is_initialized, label, own_taint_keys, provider_id};
 use k8s_openapi::api::core::v1::Taint;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;

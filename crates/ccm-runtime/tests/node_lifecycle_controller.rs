@@ -13,6 +13,7 @@ use ccm_runtime::controllers::node_lifecycle::{
     NodeLifecycleController, NodeLifecycleControllerConfig, REASON_DELETING_NODE,
 };
 use ccm_test::eventually;
+use ccm_test::fixtures::taint_keys;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::*;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use ccm_runtime::app::Options;
-use ccm_runtime::app::duration::{format_go_duration, parse_go_duration};
 use ccm_runtime::app::options::MAX_WORKERS;
+use ccm_runtime::flags::duration::{format_go_duration, parse_go_duration};
 use proptest::prelude::*;
 
 /// Within a microsecond: the parser adds components as floating point, so `1.001s` may come

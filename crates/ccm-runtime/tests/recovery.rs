@@ -9,8 +9,6 @@
 //! controller manager) and prints what it measured (about 0.1 to 0.3 s on the project
 //! machine: the watches re-list as soon as the API server answers, before its `/readyz`).
 
-mod support;
-
 use std::cell::Cell;
 use std::path::Path;
 use std::time::Duration;
@@ -18,11 +16,11 @@ use std::time::Duration;
 use ccm_fake_cloud::FakeCloud;
 use ccm_provider::ProviderRegistry;
 use ccm_runtime::app::{CloudControllerManager, Options};
+use ccm_test::fixtures::{ServiceBuilder, has_ingress, provider_id, tainted_node};
+use ccm_test::net::{free_port, http_get};
 use ccm_test::{ControlPlane, Server, eventually, unique_name};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -30,35 +28,6 @@ use tokio_util::sync::CancellationToken;
 const HANDLED_WITHIN: Duration = Duration::from_secs(15);
 /// The watch-failure threshold of the controller manager under test.
 const WATCH_THRESHOLD: Duration = Duration::from_secs(2);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET path` over plain HTTP/1.0 on 127.0.0.1:`port`: (status, body), or (0, why) when
-/// nothing answers (the controller manager is not serving yet).
-async fn http_get(port: u16, path: &str) -> (u16, String) {
-    let exchange = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        Ok::<_, std::io::Error>(response)
-    };
-    let response = match tokio::time::timeout(Duration::from_secs(5), exchange).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => return (0, e.to_string()),
-        Err(_) => return (0, "no answer within 5 s".to_owned()),
-    };
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
-    (status.unwrap_or_default(), body.to_owned())
-}
 
 /// The controller manager's `/readyz?verbose`, waited for until `want(status, body)`.
 async fn wait_readyz(port: u16, what: &str, want: impl Fn(u16, &str) -> bool) -> String {
@@ -71,25 +40,6 @@ async fn wait_readyz(port: u16, what: &str, want: impl Fn(u16, &str) -> bool) ->
         }
     })
     .await
-}
-
-/// A Node as a kubelet with `--cloud-provider=external` registers it.
-fn tainted_node(name: &str) -> Node {
-    let mut node = Node::default();
-    node.metadata.name = Some(name.to_owned());
-    node.spec = Some(NodeSpec {
-        taints: Some(vec![support::uninitialized_taint()]),
-        ..NodeSpec::default()
-    });
-    node
-}
-
-fn load_balancer(name: &str) -> Service {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap()
 }
 
 /// Creates a new Node and a new LoadBalancer Service and waits until the controller
@@ -106,7 +56,13 @@ async fn create_and_wait_handled(cp: &ControlPlane, since: Instant) -> (Duration
         .await
         .unwrap();
     services
-        .create(&PostParams::default(), &load_balancer(&service))
+        .create(
+            &PostParams::default(),
+            &ServiceBuilder::load_balancer(&service)
+                .port(80)
+                .target_port(8080)
+                .build(),
+        )
         .await
         .unwrap();
     // When each was first seen handled (a Cell: the check is called again and again).
@@ -117,18 +73,13 @@ async fn create_and_wait_handled(cp: &ControlPlane, since: Instant) -> (Duration
         || async {
             if node_at.get().is_none() {
                 let n = nodes.get(&node).await.map_err(|e| e.to_string())?;
-                if n.spec.and_then(|s| s.provider_id).is_some() {
+                if provider_id(&n).is_some() {
                     node_at.set(Some(since.elapsed()));
                 }
             }
             if service_at.get().is_none() {
                 let s = services.get(&service).await.map_err(|e| e.to_string())?;
-                let ingress = s
-                    .status
-                    .and_then(|s| s.load_balancer)
-                    .and_then(|lb| lb.ingress)
-                    .unwrap_or_default();
-                if !ingress.is_empty() {
+                if has_ingress(&s) {
                     service_at.set(Some(since.elapsed()));
                 }
             }

@@ -20,6 +20,7 @@ use ccm_runtime::controllers::route::{
 use ccm_runtime::informer::Informer;
 use ccm_runtime::metrics::Metrics;
 use ccm_test::eventually;
+use ccm_test::fixtures::node_condition;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;

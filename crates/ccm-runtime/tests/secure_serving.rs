@@ -11,12 +11,13 @@ use std::time::Duration;
 use base64::Engine as _;
 use ccm_fake_cloud::FakeCloud;
 use ccm_provider::ProviderRegistry;
-use ccm_runtime::app::auth::{DelegatedAuth, PathMatcher};
 use ccm_runtime::app::leader::{LeaderElectionConfig, LeaderElector, LeaderHealthz};
-use ccm_runtime::app::serve::{EndpointServer, Health, ServeOptions, Serving};
-use ccm_runtime::app::tls::ClientCas;
 use ccm_runtime::app::{CloudControllerManager, Options};
 use ccm_runtime::metrics::Metrics;
+use ccm_runtime::serving::auth::{DelegatedAuth, PathMatcher};
+use ccm_runtime::serving::tls::ClientCas;
+use ccm_runtime::serving::{EndpointServer, Health, ServeOptions, Serving};
+use ccm_test::net::{free_port, http_get};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use http::{Request, header};
 use http_body_util::{BodyExt, Empty};
@@ -29,14 +30,6 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A client certificate chain and key.
 type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
@@ -494,23 +487,6 @@ async fn the_leader_check_fails_when_renewals_stop() {
     server.stopped().await;
 }
 
-/// GET over plain HTTP/1.1: (status, body).
-async fn http_get(port: u16, path: &str) -> (u16, String) {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = Request::get(path)
-        .header(header::HOST, "localhost")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let response = sender.send_request(req).await.unwrap();
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
 /// An API server that accepts connections and never answers: reviews time out, requests
 /// that need one fail (401, 500) within the timeout, and the always-allowed paths answer
 /// at once.
@@ -593,34 +569,14 @@ async fn the_shipped_rbac_allows_secure_serving() {
     let cp = ControlPlane::shared().await.unwrap();
     let rbac =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fake-cloud/deploy/rbac.yaml");
-    let token = cp
-        .service_account_token("kube-system", "cloud-controller-manager")
+    // A kubeconfig with the ServiceAccount's token instead of the admin's certificate.
+    let kubeconfig_path = cp
+        .kubeconfig_for_service_account("kube-system", "cloud-controller-manager")
         .await
         .unwrap();
-    let out = cp
-        .kubectl()
-        .expect("kubectl")
-        .args(["apply", "-f"])
-        .arg(&rbac)
-        .output()
+    cp.run_kubectl(["apply", "-f", rbac.to_str().unwrap()])
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    // A kubeconfig with the ServiceAccount's token instead of the admin's certificate.
     let dir = tempfile::tempdir().unwrap();
-    let mut kubeconfig: serde_json::Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(cp.kubeconfig_path()).unwrap()).unwrap();
-    kubeconfig["users"][0]["user"] = serde_json::json!({ "token": token });
-    let kubeconfig_path = dir.path().join("ccm.kubeconfig");
-    std::fs::write(
-        &kubeconfig_path,
-        serde_yaml_ng::to_string(&kubeconfig).unwrap(),
-    )
-    .unwrap();
     let config = dir.path().join("fake.yaml");
     std::fs::write(&config, "nodesAreInstances: true\n").unwrap();
     let cert_dir = dir.path().join("certs");

@@ -11,8 +11,6 @@
 //! plane: refresh before expiry, recovery from a `401`, cancellation while the first token
 //! cannot be had.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
@@ -22,9 +20,14 @@ use ccm_provider::ProviderRegistry;
 use ccm_runtime::app::{CloudControllerManager, Options};
 use ccm_runtime::client::service_account::{ServiceAccountClients, ServiceAccountError};
 use ccm_runtime::client::{ApiLayer, build_client};
+use ccm_test::audit::read_audit_log;
+use ccm_test::fixtures::{
+    NodeBuilder, ServiceBuilder, has_ingress, is_initialized, node_condition, provider_id,
+    taint_keys,
+};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -146,59 +149,36 @@ fn rbac() -> Vec<serde_json::Value> {
 
 /// (user, verb, resource[/subresource], response code) of each audited request.
 fn audited(log: &Path) -> Vec<(String, String, String, i64)> {
-    std::fs::read_to_string(log)
+    read_audit_log(log)
         .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .into_iter()
         .map(|event| {
-            let resource = event["objectRef"]["resource"].as_str().unwrap_or_default();
-            let sub = event["objectRef"]["subresource"]
-                .as_str()
-                .unwrap_or_default();
-            (
-                event["user"]["username"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                event["verb"].as_str().unwrap_or_default().to_owned(),
-                if sub.is_empty() {
-                    resource.to_owned()
-                } else {
-                    format!("{resource}/{sub}")
-                },
-                event["responseStatus"]["code"].as_i64().unwrap_or_default(),
-            )
+            let resource = event.resource_path();
+            (event.user, event.verb, resource, event.code)
         })
         .collect()
 }
 
 fn node(name: &str, tainted: bool, pod_cidr: Option<&str>) -> Node {
-    let mut node = Node::default();
-    node.metadata.name = Some(name.to_owned());
-    node.spec = Some(NodeSpec {
-        taints: tainted.then(|| vec![support::uninitialized_taint()]),
-        pod_cidr: pod_cidr.map(str::to_owned),
-        pod_cidrs: pod_cidr.map(|c| vec![c.to_owned()]),
-        ..NodeSpec::default()
-    });
-    node
+    let mut node = NodeBuilder::new(name);
+    if tainted {
+        node = node.uninitialized();
+    }
+    if let Some(cidr) = pod_cidr {
+        node = node.pod_cidrs(&[cidr]);
+    }
+    node.build()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_controller_works_as_its_own_service_account() {
     init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
-         rules:\n- level: Metadata\n",
-    )
-    .unwrap();
-    let audit_log = dir.path().join("audit.log");
     let cp = ControlPlane::builder()
-        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
-        .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        .audit_policy(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+             rules:\n- level: Metadata\n",
+        )
         .start()
         .await
         .expect(
@@ -234,11 +214,10 @@ async fn each_controller_works_as_its_own_service_account() {
     services
         .create(
             &pp,
-            &serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "sa-lb"},
-                "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
-            }))
-            .unwrap(),
+            &ServiceBuilder::load_balancer("sa-lb")
+                .port(80)
+                .target_port(8080)
+                .build(),
         )
         .await
         .unwrap();
@@ -268,13 +247,7 @@ async fn each_controller_works_as_its_own_service_account() {
     // cloud-node: initialised.
     eventually("sa-running initialised", WAIT, || async {
         let n = nodes.get("sa-running").await.map_err(|e| e.to_string())?;
-        let spec = n.spec.clone().unwrap_or_default();
-        let tainted = spec
-            .taints
-            .unwrap_or_default()
-            .iter()
-            .any(|t| t.key == ccm_provider::well_known::TAINT_UNINITIALIZED);
-        match (spec.provider_id, tainted) {
+        match (provider_id(&n), !is_initialized(&n)) {
             (Some(id), false) => Ok(id),
             other => Err(format!("{other:?}")),
         }
@@ -283,7 +256,7 @@ async fn each_controller_works_as_its_own_service_account() {
     // route: the route is in place and the Node says so.
     eventually("sa-running's route created", WAIT, || async {
         let n = nodes.get("sa-running").await.map_err(|e| e.to_string())?;
-        let condition = support::node_condition(&n, "NetworkUnavailable");
+        let condition = node_condition(&n, "NetworkUnavailable");
         match condition {
             Some((status, reason)) if status == "False" && reason == "RouteCreated" => Ok(()),
             other => Err(format!("{other:?}")),
@@ -293,22 +266,17 @@ async fn each_controller_works_as_its_own_service_account() {
     // service: an ingress.
     eventually("sa-lb's ingress", WAIT, || async {
         let s = services.get("sa-lb").await.map_err(|e| e.to_string())?;
-        let ingress = s
-            .status
-            .and_then(|s| s.load_balancer)
-            .and_then(|lb| lb.ingress)
-            .unwrap_or_default();
-        if ingress.is_empty() {
-            Err("no ingress yet".to_owned())
-        } else {
+        if has_ingress(&s) {
             Ok(())
+        } else {
+            Err("no ingress yet".to_owned())
         }
     })
     .await;
     // lifecycle: the stopped instance's Node tainted, the Node without one deleted.
     eventually("sa-stopped tainted as shut down", WAIT, || async {
         let n = nodes.get("sa-stopped").await.map_err(|e| e.to_string())?;
-        let keys = support::taint_keys(&n);
+        let keys = taint_keys(&n);
         if keys
             .iter()
             .any(|k| k == "node.cloudprovider.kubernetes.io/shutdown")
@@ -337,7 +305,7 @@ async fn each_controller_works_as_its_own_service_account() {
         .unwrap();
     println!("stopped {:.1?} after the signal", stopping.elapsed());
 
-    let events = audited(&audit_log);
+    let events = audited(cp.audit_log_path().unwrap());
     let did = |user: &str, verb: &str, resource: &str| {
         events
             .iter()

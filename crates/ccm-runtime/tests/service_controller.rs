@@ -24,6 +24,7 @@ use ccm_runtime::controllers::service::{
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
 use ccm_runtime::workqueue::{Queue, RateLimit};
 use ccm_test::eventually;
+use ccm_test::fixtures::{has_lb_finalizer, ingress_of};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;

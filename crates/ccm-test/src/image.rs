@@ -226,10 +226,9 @@ fn world_readable(path: &Path, mode: u32) -> std::io::Result<()> {
 }
 
 /// A loopback port that nothing listens on now, for a container on the host's network.
+/// ([`net::free_port`](crate::net::free_port), with the error.)
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    crate::net::try_free_port()
 }
 
 /// The objects of kind `kind` in a multi-document YAML manifest (a `deploy/*.yaml`), parsed

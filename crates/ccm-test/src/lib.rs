@@ -20,6 +20,18 @@
 //! To wait for the cluster to reach a state, poll it with [`eventually`]: it panics
 //! with what it waited for, and what it last saw, if the state does not come.
 //!
+//! What tests of a controller manager share is here too, so that each is written once:
+//!
+//! - [`fixtures`]: a Node as a kubelet registers it ([`fixtures::tainted_node`],
+//!   [`fixtures::NodeBuilder`]), a `type: LoadBalancer` Service
+//!   ([`fixtures::ServiceBuilder`]), and the fields tests read off them;
+//! - [`TestRun`]: one test's Nodes, Services and Events on a shared control plane, and
+//!   waits for them;
+//! - [`process`]: a controller manager binary as a process ([`process::CcmProcess`]): its
+//!   log, signals, its exit, killed on drop;
+//! - [`net`]: a free loopback port and a minimal HTTP `GET` for its endpoints;
+//! - [`audit`]: the API server's audit log, read.
+//!
 //! The binaries are found as envtest finds them ([`Binaries::find`]: `KUBEBUILDER_ASSETS`,
 //! this crate's cache folder, setup-envtest's folder); when they are nowhere and Go is
 //! installed, [`ControlPlane::start`] builds them from their Go modules with the build script
@@ -27,12 +39,17 @@
 //! `docs/control-plane.md`.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 mod binaries;
 pub mod cluster;
 mod control_plane;
+pub mod fixtures;
 pub mod image;
+pub mod net;
 mod pki;
+pub mod process;
 mod supervisor;
+mod test_run;
 mod wait;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +60,7 @@ pub use binaries::{
 };
 pub use cluster::{Cluster, ClusterBuilder, ClusterNode};
 pub use control_plane::{ADMIN_USER, ControlPlane, ControlPlaneBuilder, Server};
+pub use test_run::{RUN_LABEL, TestRun};
 pub use wait::{Outcome, POLL_INTERVAL, eventually};
 
 /// Errors from starting or using a [`ControlPlane`].
@@ -95,6 +113,9 @@ pub enum Error {
     /// a node that did not register.
     #[error("cluster: {0}")]
     Cluster(String),
+    /// `kubectl` was not found, or failed ([`ControlPlane::run_kubectl`]).
+    #[error("kubectl: {0}")]
+    Kubectl(String),
     /// An argument that cannot be used (e.g. a path that is not UTF-8).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -20,13 +20,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ccm_test::cluster::{LOAD_BALANCER_CIDR, WEB_IMAGE};
+use ccm_test::fixtures::ServiceBuilder;
+use ccm_test::net::http_get_over;
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const IMAGE: &str = "do-like-cloud-controller-manager";
 const RELEASED_IMAGE: &str = "ghcr.io/ccm-rs/do-like-cloud-controller-manager:0.1.0";
@@ -274,12 +275,11 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
         .await
         .unwrap();
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let service: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web"},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
-                 "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap();
+    let service = ServiceBuilder::load_balancer("web")
+        .selector("app", "web")
+        .port(80)
+        .target_port(8080)
+        .build();
     services
         .create(&PostParams::default(), &service)
         .await
@@ -454,19 +454,9 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
 
 /// The body of `GET /` at `target` inside the cluster, when the answer is a 200.
 async fn http_get(cluster: &Cluster, target: SocketAddr) -> Result<String, String> {
-    let mut stream = cluster.connect(target).await.map_err(|e| e.to_string())?;
-    stream
-        .write_all(format!("GET / HTTP/1.0\r\nHost: {target}\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response))
-        .await
-        .map_err(|_| "no answer in 5 s".to_owned())?
-        .map_err(|e| e.to_string())?;
-    let response = String::from_utf8_lossy(&response);
-    match response.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.0 200") => Ok(body.trim().to_owned()),
-        _ => Err(format!("answered {response:?}")),
+    let stream = cluster.connect(target).await.map_err(|e| e.to_string())?;
+    match http_get_over(stream, &target.to_string(), "/").await? {
+        (200, body) => Ok(body.trim().to_owned()),
+        (status, body) => Err(format!("answered {status}: {body:?}")),
     }
 }

@@ -10,6 +10,7 @@ use ccm_do_like_cloud::{
     ANNOTATION_LOAD_BALANCER_ID, ApiToken, Client, ClientOptions, DoLikeCloud, cluster_tag,
 };
 use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
+use ccm_test::fixtures::NodeBuilder;
 use k8s_openapi::api::core::v1::{Node, Service};
 
 const TOKEN: &str = "conformance-token";
@@ -31,9 +32,7 @@ fn droplet_id(sim: &RunningSimulator, node: &Node) -> TestCloudResult<u64> {
 impl TestCloud for SimTestCloud {
     async fn create_instance(&self, name: &str) -> TestCloudResult<Node> {
         self.0.handle().create_droplet(name, "s-1vcpu-1gb", "nyc1");
-        let mut node = Node::default();
-        node.metadata.name = Some(name.into());
-        Ok(node)
+        Ok(NodeBuilder::new(name).build())
     }
 
     async fn delete_instance(&self, node: &Node) -> TestCloudResult<()> {

@@ -3,7 +3,6 @@
 //! lifecycle, with faults injected (30% 5xx, 429 bursts); and a Service that copies another
 //! namespace's load-balancer ID annotation, which must not take its load balancer over.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use ccm_do_like_cloud::{
@@ -11,6 +10,8 @@ use ccm_do_like_cloud::{
     owner_tag,
 };
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
+use ccm_test::fixtures::{NodeBuilder, ServiceBuilder, has_ingress};
+use ccm_test::process::CcmProcess;
 use ccm_test::{ControlPlane, unique_name};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -20,58 +21,11 @@ const WAIT: Duration = Duration::from_secs(60);
 const TOKEN: &str = "e2e-token";
 const CLUSTER: &str = "e2e";
 
-/// The CCM process; killed on drop. Its stderr goes to a file.
-struct Ccm {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Ccm {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn child_is_running(&mut self) -> bool {
-        self.child.try_wait().is_ok_and(|status| status.is_none())
-    }
-}
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn has_ingress(svc: &Service) -> bool {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|i| !i.is_empty())
-}
-
-async fn until<F, Fut>(what: &str, ccm: &Ccm, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; ccm log:\n{}",
-            ccm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// A control plane, the simulator with two droplets, and the CCM running against both.
 struct Env {
     cp: ControlPlane,
     sim: RunningSimulator,
-    ccm: Ccm,
+    ccm: CcmProcess,
     names: [String; 2],
     droplets: Vec<ccm_do_like_cloud::api::Droplet>,
     /// Holds the cloud-config, the token and the CCM's log.
@@ -110,8 +64,7 @@ async fn start_env_with(routes_extension: bool) -> Env {
         ),
     )
     .unwrap();
-    let log = dir.path().join("ccm.log");
-    let child = Command::new(BIN)
+    let ccm = CcmProcess::builder(BIN)
         .args([
             "--cloud-provider=digitalocean".to_owned(),
             format!("--cloud-config={}", config.display()),
@@ -121,13 +74,8 @@ async fn start_env_with(routes_extension: bool) -> Env {
             "--route-reconciliation-period=1s".to_owned(),
             "--secure-port=0".to_owned(),
         ])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let ccm = Ccm { child, log };
+        .log_file(dir.path().join("ccm.log"))
+        .spawn();
     Env {
         cp,
         sim,
@@ -144,20 +92,15 @@ async fn register_nodes(env: &Env) {
     let (cp, ccm, names, droplets) = (&env.cp, &env.ccm, &env.names, &env.droplets);
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     for (i, name) in names.iter().enumerate() {
-        let node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name},
-            "spec": {
-                "podCIDR": format!("10.244.{}.0/24", i + 1),
-                "podCIDRs": [format!("10.244.{}.0/24", i + 1)],
-                "taints": [{"key": ccm_core::well_known::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]
-            }
-        }))
-        .unwrap();
+        let node = NodeBuilder::new(name)
+            .pod_cidrs(&[&format!("10.244.{}.0/24", i + 1)])
+            .uninitialized()
+            .build();
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
     for (name, droplet) in names.iter().zip(droplets) {
         let want = format!("digitalocean://{}", droplet.id);
-        until(&format!("node {name} initialised"), ccm, || {
+        ccm.eventually(&format!("node {name} initialised"), WAIT, || {
             let nodes = nodes.clone();
             let want = want.clone();
             async move {
@@ -185,7 +128,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     let env = start_env().await;
     register_nodes(&env).await;
     let Env { cp, sim, ccm, .. } = env;
-    until("routes", &ccm, || async {
+    ccm.eventually("routes", WAIT, || async {
         sim.handle().routes().len() == 2
     })
     .await;
@@ -201,11 +144,9 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
 
     // A bad annotation: a Warning event naming it, no load balancer; fixed, it converges.
     let bad_name = unique_name("do-bad");
-    let bad: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": bad_name, "annotations": {ANNOTATION_PROTOCOL: "udp"}},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap();
+    let bad = lb_service(&bad_name, 80)
+        .annotation(ANNOTATION_PROTOCOL, "udp")
+        .build();
     services.create(&PostParams::default(), &bad).await.unwrap();
     let warning = wait_warning(&ccm, &events, &bad_name, "SyncLoadBalancerFailed", |_| true).await;
     assert!(
@@ -223,7 +164,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
         )
         .await
         .unwrap();
-    until("the fixed Service's ingress", &ccm, || {
+    ccm.eventually("the fixed Service's ingress", WAIT, || {
         let services = services.clone();
         let bad_name = bad_name.clone();
         async move { has_ingress(&services.get(&bad_name).await.unwrap()) }
@@ -236,7 +177,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
         .delete(&bad_name, &DeleteParams::default())
         .await
         .unwrap();
-    until("the fixed Service's LB deleted", &ccm, || async {
+    ccm.eventually("the fixed Service's LB deleted", WAIT, || async {
         sim.handle().load_balancers().is_empty()
     })
     .await;
@@ -249,17 +190,16 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
     sim.handle().set_faults(faults);
 
     let svc_name = unique_name("do-web");
-    let svc: Service = serde_json::from_value(serde_json::json!({
+    let svc = lb_service(&svc_name, 80)
         // The provider's first name for the algorithm annotation, still read as an alias.
-        "metadata": {"name": svc_name, "annotations": {
-            "do-like.example.com/load-balancer-algorithm": "least_connections"
-        }},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap();
+        .annotation(
+            "do-like.example.com/load-balancer-algorithm",
+            "least_connections",
+        )
+        .build();
     services.create(&PostParams::default(), &svc).await.unwrap();
     let mut max_lbs = 0;
-    until("the LB's ingress", &ccm, || {
+    ccm.eventually("the LB's ingress", WAIT, || {
         let services = services.clone();
         let svc_name = svc_name.clone();
         max_lbs = max_lbs.max(sim.handle().load_balancers().len());
@@ -290,11 +230,11 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
         .delete(&svc_name, &DeleteParams::default())
         .await
         .unwrap();
-    until("the LB's deletion", &ccm, || async {
+    ccm.eventually("the LB's deletion", WAIT, || async {
         sim.handle().load_balancers().is_empty()
     })
     .await;
-    until("the Service's deletion", &ccm, || {
+    ccm.eventually("the Service's deletion", WAIT, || {
         let services = services.clone();
         let svc_name = svc_name.clone();
         async move { services.get_opt(&svc_name).await.unwrap().is_none() }
@@ -312,7 +252,7 @@ async fn nodes_routes_and_load_balancers_through_the_binary() {
 
 /// Waits for a Warning with `reason` about `name` whose note satisfies `matches`; returns it.
 async fn wait_warning(
-    ccm: &Ccm,
+    ccm: &CcmProcess,
     events: &Api<Event>,
     name: &str,
     reason: &str,
@@ -333,19 +273,19 @@ async fn wait_warning(
             .filter_map(|e| e.message)
             .find(|n| matches(n))
     };
-    until(&format!("a {reason} Warning about {name}"), ccm, || async {
-        find().await.is_some()
-    })
-    .await;
-    find().await.unwrap()
+    ccm.eventually(
+        &format!("a {reason} Warning about {name}"),
+        WAIT,
+        || async { find().await.ok_or("none yet") },
+    )
+    .await
 }
 
-fn lb_service(name: &str, port: i32, annotations: serde_json::Value) -> Service {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": port, "targetPort": 8080}]}
-    }))
-    .unwrap()
+/// A LoadBalancer Service `name` on `port`, to the Pods' port 8080.
+fn lb_service(name: &str, port: i32) -> ServiceBuilder {
+    ServiceBuilder::load_balancer(name)
+        .port(port)
+        .target_port(8080)
 }
 
 /// Issue 16's takeover: `victim` in one namespace, `attacker` in another with a copy of the
@@ -377,7 +317,7 @@ async fn without_the_routes_extension_the_route_controller_is_not_started() {
     // One probe, answered 404; no other route request.
     assert_eq!(env.sim.handle().request_count("GET /v2/x-routes"), 1);
     assert_eq!(env.sim.handle().request_count("POST /v2/x-routes"), 0);
-    assert!(env.ccm.child_is_running());
+    assert!(env.ccm.is_running());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,13 +339,10 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
 
     // The victim converges, and its LB's ID is on it.
     services_a
-        .create(
-            &PostParams::default(),
-            &lb_service("victim", 80, serde_json::json!({})),
-        )
+        .create(&PostParams::default(), &lb_service("victim", 80).build())
         .await
         .unwrap();
-    until("the victim's ingress and ID annotation", ccm, || async {
+    ccm.eventually("the victim's ingress and ID annotation", WAIT, || async {
         let v = services_a.get("victim").await.unwrap();
         has_ingress(&v)
             && v.metadata
@@ -427,11 +364,9 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
     services_b
         .create(
             &PostParams::default(),
-            &lb_service(
-                "attacker",
-                443,
-                serde_json::json!({ANNOTATION_LOAD_BALANCER_ID: id}),
-            ),
+            &lb_service("attacker", 443)
+                .annotation(ANNOTATION_LOAD_BALANCER_ID, &id)
+                .build(),
         )
         .await
         .unwrap();
@@ -467,7 +402,7 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
         .delete("attacker", &DeleteParams::default())
         .await
         .unwrap();
-    until("the attacker's deletion", ccm, || async {
+    ccm.eventually("the attacker's deletion", WAIT, || async {
         services_b.get_opt("attacker").await.unwrap().is_none()
     })
     .await;
@@ -520,11 +455,9 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
         services_b
             .create(
                 &PostParams::default(),
-                &lb_service(
-                    name,
-                    80,
-                    serde_json::json!({ANNOTATION_LOAD_BALANCER_ID: value}),
-                ),
+                &lb_service(name, 80)
+                    .annotation(ANNOTATION_LOAD_BALANCER_ID, value)
+                    .build(),
             )
             .await
             .unwrap();
@@ -538,7 +471,7 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
-        until(&format!("{name}'s deletion"), ccm, || async {
+        ccm.eventually(&format!("{name}'s deletion"), WAIT, || async {
             services_b.get_opt(name).await.unwrap().is_none()
         })
         .await;

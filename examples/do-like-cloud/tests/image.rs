@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ccm_test::fixtures::{ServiceBuilder, is_initialized, provider_id, tainted_node};
 use ccm_test::image::{self, Container, VolumeFiles, free_port, manifest_objects};
 use ccm_test::{ControlPlane, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -137,15 +138,11 @@ async fn the_images_initialise_a_node_and_serve_a_load_balancer() {
     let mut ccm = Container::start(&archive("do-like-cloud-controller-manager"), &mounts, &args)
         .unwrap_or_else(|e| panic!("{e}"));
 
-    let node: Node = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "node-1"},
-        "spec": {"taints": [{
-            "key": ccm_core::well_known::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"
-        }]}
-    }))
-    .unwrap();
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    nodes
+        .create(&PostParams::default(), &tainted_node("node-1"))
+        .await
+        .unwrap();
     let provider_id = eventually("the image's CCM to initialise node-1", WAIT, || {
         let nodes = &nodes;
         let exited = ccm.try_wait();
@@ -155,14 +152,8 @@ async fn the_images_initialise_a_node_and_serve_a_load_balancer() {
                 return Err(format!("the CCM exited ({status}):\n{log}"));
             }
             let node = nodes.get("node-1").await.map_err(|e| e.to_string())?;
-            let spec = node.spec.unwrap_or_default();
-            let tainted = spec
-                .taints
-                .iter()
-                .flatten()
-                .any(|t| t.key == ccm_core::well_known::TAINT_UNINITIALIZED);
-            match spec.provider_id {
-                Some(id) if !tainted => Ok(id),
+            match provider_id(&node) {
+                Some(id) if is_initialized(&node) => Ok(id),
                 _ => Err(format!("not initialised; CCM log:\n{log}")),
             }
         }
@@ -170,11 +161,12 @@ async fn the_images_initialise_a_node_and_serve_a_load_balancer() {
     .await;
     assert!(provider_id.starts_with("digitalocean://"), "{provider_id}");
 
-    let service: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080, "nodePort": 30080}]}
-    }))
-    .unwrap();
+    let service = ServiceBuilder::load_balancer("web")
+        .namespace("default")
+        .port(80)
+        .target_port(8080)
+        .node_port(30080)
+        .build();
     let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
     services
         .create(&PostParams::default(), &service)

@@ -12,7 +12,8 @@ use ccm_do_like_cloud::{
     DoLikeCloud, KUBE_PROXY_HEALTH_PORT, cluster_tag, owner_tag,
 };
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec};
+use ccm_test::fixtures::{NodeBuilder, ServiceBuilder};
+use k8s_openapi::api::core::v1::{Node, Service, ServicePort};
 
 const TOKEN: &str = "dop_v1_s3cr3t-token-do-not-log";
 const CLUSTER: &str = "test-cluster";
@@ -50,39 +51,27 @@ fn lb_of(cloud: &DoLikeCloud) -> &dyn LoadBalancer {
 }
 
 fn node(name: &str, provider_id: Option<String>) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n.spec = Some(NodeSpec {
-        provider_id,
-        ..NodeSpec::default()
-    });
-    n
+    let node = NodeBuilder::new(name);
+    match provider_id {
+        Some(id) => node.provider_id(id),
+        None => node,
+    }
+    .build()
 }
 
+/// A LoadBalancer Service in `default` as the service controller passes it: port 80/TCP on
+/// node port 30080, with `annotations`.
 fn service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Service {
-    let mut s = Service::default();
-    s.metadata.namespace = Some("default".into());
-    s.metadata.name = Some(name.into());
-    s.metadata.uid = Some(uid.into());
-    if !annotations.is_empty() {
-        s.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
-        );
-    }
-    s.spec = Some(ServiceSpec {
-        type_: Some("LoadBalancer".into()),
-        ports: Some(vec![ServicePort {
-            port: 80,
-            node_port: Some(30080),
-            protocol: Some("TCP".into()),
-            ..ServicePort::default()
-        }]),
-        ..ServiceSpec::default()
-    });
-    s
+    let service = ServiceBuilder::load_balancer(name)
+        .namespace("default")
+        .uid(uid);
+    annotations
+        .iter()
+        .fold(service, |s, (key, value)| s.annotation(key, value))
+        .port(80)
+        .node_port(30080)
+        .protocol("TCP")
+        .build()
 }
 
 /// A droplet `n1` and the Node that stands for it (its provider ID set).

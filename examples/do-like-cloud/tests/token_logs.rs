@@ -8,7 +8,8 @@ use std::time::Duration;
 use ccm_core::provider::{CloudProvider, resolve_instances};
 use ccm_do_like_cloud::{ApiToken, Client, ClientOptions, DoLikeCloud};
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
-use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
+use ccm_test::fixtures::{NodeBuilder, ServiceBuilder};
+use k8s_openapi::api::core::v1::{Node, Service};
 
 const TOKEN: &str = "dop_v1_s3cr3t-token-do-not-log";
 const CLUSTER: &str = "test-cluster";
@@ -20,24 +21,15 @@ fn provider_with(sim: &RunningSimulator, token: &str) -> Arc<DoLikeCloud> {
 }
 
 fn node(name: &str) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n
+    NodeBuilder::new(name).build()
 }
 
 fn service(name: &str, uid: &str) -> Service {
-    let mut s = Service::default();
-    s.metadata.name = Some(name.into());
-    s.metadata.uid = Some(uid.into());
-    s.spec = Some(ServiceSpec {
-        ports: Some(vec![ServicePort {
-            port: 80,
-            node_port: Some(30080),
-            ..ServicePort::default()
-        }]),
-        ..ServiceSpec::default()
-    });
-    s
+    ServiceBuilder::new(name)
+        .uid(uid)
+        .port(80)
+        .node_port(30080)
+        .build()
 }
 
 /// A writer that keeps everything logged.

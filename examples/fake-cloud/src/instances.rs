@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use ccm_core::well_known::ANNOTATION_PROVIDED_NODE_IP;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
-use crate::{FakeCloud, FakeInstance, InstanceState, Method, PROVIDER_NAME, lock};
+use crate::{FakeCloud, FakeInstance, InstanceState, Method, PROVIDER_NAME};
 
 use ccm_core::provider::{node_name, node_provider_id as spec_provider_id};
 
@@ -23,7 +23,7 @@ fn parse_id(provider_id: &str) -> CloudResult<String> {
 impl FakeCloud {
     /// The instance behind `node`: by `spec.providerID` when set, else by name.
     fn instance_for_node(&self, node: &Node) -> CloudResult<Option<FakeInstance>> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let seen = addresses_seen_on(node);
         match spec_provider_id(node) {
             Some(pid) => {
@@ -37,7 +37,7 @@ impl FakeCloud {
     }
 
     fn instance_named(&self, name: &str) -> CloudResult<FakeInstance> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         self.instance_mut(&mut state, name)
             .map(|i| i.clone())
             .ok_or(CloudError::InstanceNotFound)
@@ -45,7 +45,7 @@ impl FakeCloud {
 
     fn instance_with_provider_id(&self, provider_id: &str) -> CloudResult<FakeInstance> {
         let id = parse_id(provider_id)?;
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         self.instance_by_id(&mut state, &id)
             .ok_or(CloudError::InstanceNotFound)
     }

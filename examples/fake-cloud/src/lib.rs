@@ -42,7 +42,9 @@ mod routes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -220,12 +222,6 @@ impl Default for FakeCloud {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave the state half-changed in a way that
-    // matters to a fake; keep serving.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl FakeCloud {
     /// Publishes the load balancers to the metrics, when registered.
     fn load_balancers_changed(&self, state: &State) {
@@ -319,7 +315,7 @@ impl FakeCloud {
     /// Adds an instance, or replaces the one of that name. Without addresses it gets an
     /// InternalIP from 10.0.0.0/8 and a Hostname.
     pub fn add_instance(&self, mut instance: FakeInstance) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if instance.addresses.is_empty() {
             instance.addresses = state.assign_addresses(&instance.name);
         }
@@ -334,7 +330,7 @@ impl FakeCloud {
     /// Removes (terminates) the instance named `name`; routes to it become blackholes.
     /// Returns whether it existed.
     pub fn remove_instance(&self, name: &str) -> bool {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let existed = match state.instances.remove(name) {
             Some(inst) => {
                 state.ids.remove(&inst.id);
@@ -364,7 +360,7 @@ impl FakeCloud {
     }
 
     fn set_state(&self, name: &str, to: InstanceState) -> bool {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         match self.instance_mut(&mut state, name) {
             Some(inst) => {
                 inst.state = to;
@@ -376,7 +372,7 @@ impl FakeCloud {
 
     /// Replaces the addresses of the instance named `name`. Returns whether it exists.
     pub fn set_addresses(&self, name: &str, addresses: Vec<NodeAddress>) -> bool {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         match self.instance_mut(&mut state, name) {
             Some(inst) => {
                 inst.addresses = addresses;
@@ -388,12 +384,12 @@ impl FakeCloud {
 
     /// The instance named `name`.
     pub fn instance(&self, name: &str) -> Option<FakeInstance> {
-        lock(&self.state).instances.get(name).cloned()
+        self.state.lock().instances.get(name).cloned()
     }
 
     /// Every instance, by name.
     pub fn instances(&self) -> Vec<FakeInstance> {
-        lock(&self.state).instances.values().cloned().collect()
+        self.state.lock().instances.values().cloned().collect()
     }
 
     /// The instance named `name`, created first if every Node name is an instance.
@@ -457,34 +453,35 @@ impl FakeCloud {
 
     /// Every load balancer.
     pub fn load_balancers(&self) -> Vec<FakeLoadBalancer> {
-        lock(&self.state).load_balancers.values().cloned().collect()
+        self.state.lock().load_balancers.values().cloned().collect()
     }
 
     /// The load balancer named `name`.
     pub fn load_balancer(&self, name: &str) -> Option<FakeLoadBalancer> {
-        lock(&self.state).load_balancers.get(name).cloned()
+        self.state.lock().load_balancers.get(name).cloned()
     }
 
     /// Makes every ensured load balancer report this ingress IP (`None` to stop), to test
     /// how a controller handles a provider that answers nonsense.
     pub fn set_ingress_override(&self, ip: Option<String>) {
-        lock(&self.state).ingress_override = ip;
+        self.state.lock().ingress_override = ip;
     }
 
     /// Passes every answer of `Instances::instance_metadata` through `hook`, which may change
     /// it, drop it (`Ok(None)`) or fail; `None` removes the hook. For testing how a controller
     /// takes answers a real cloud might give: an empty provider ID, a bad address, no metadata.
     pub fn set_metadata_hook(&self, hook: Option<MetadataHook>) {
-        lock(&self.state).metadata_hook = hook;
+        self.state.lock().metadata_hook = hook;
     }
 
     pub(crate) fn metadata_hook(&self) -> Option<MetadataHook> {
-        lock(&self.state).metadata_hook.clone()
+        self.state.lock().metadata_hook.clone()
     }
 
     /// The routes of `cluster_name`, by name.
     pub fn routes(&self, cluster_name: &str) -> Vec<Route> {
-        lock(&self.state)
+        self.state
+            .lock()
             .routes
             .iter()
             .filter(|((c, _), _)| c == cluster_name)
@@ -494,84 +491,85 @@ impl FakeCloud {
 
     /// Puts a route into the table directly, as another tool would (it needs a name).
     pub fn insert_route(&self, cluster_name: &str, route: Route) {
-        lock(&self.state)
+        self.state
+            .lock()
             .routes
             .insert((cluster_name.to_owned(), route.name.clone()), route);
     }
 
     /// How many `create_route` calls asked for a route the table already had.
     pub fn duplicate_route_creates(&self) -> u64 {
-        lock(&self.state).duplicate_route_creates
+        self.state.lock().duplicate_route_creates
     }
 
     /// How many `update_load_balancer` calls gave a load balancer the host set it already
     /// had: the same map of Node name to provider ID (`spec.providerID`, empty when unset),
     /// the comparison both our CCM and Go's decide an update on, so the call was wasted.
     pub fn redundant_load_balancer_updates(&self) -> u64 {
-        lock(&self.state).redundant_load_balancer_updates
+        self.state.lock().redundant_load_balancer_updates
     }
 
     // ----- test controls -----
 
     /// Every call still in the log, oldest first.
     pub fn calls(&self) -> Vec<Call> {
-        lock(&self.control).calls()
+        self.control.lock().calls()
     }
 
     /// How many calls of `method` were made since the last [`clear_calls`](Self::clear_calls).
     pub fn call_count(&self, method: Method) -> u64 {
-        lock(&self.control).count(method)
+        self.control.lock().count(method)
     }
 
     /// Call counts by method.
     pub fn call_counts(&self) -> BTreeMap<Method, u64> {
-        lock(&self.control).counts()
+        self.control.lock().counts()
     }
 
     /// Clears the call log and counters.
     pub fn clear_calls(&self) {
-        lock(&self.control).clear_calls();
+        self.control.lock().clear_calls();
     }
 
     /// Fails every call of `method` with `fault` until [`clear_faults`](Self::clear_faults).
     pub fn inject(&self, method: Method, fault: Fault) {
-        lock(&self.control).inject(method, fault, None);
+        self.control.lock().inject(method, fault, None);
     }
 
     /// Fails the next `times` calls of `method` with `fault`.
     pub fn inject_times(&self, method: Method, fault: Fault, times: u64) {
-        lock(&self.control).inject(method, fault, Some(times));
+        self.control.lock().inject(method, fault, Some(times));
     }
 
     /// Removes every injected fault.
     pub fn clear_faults(&self) {
-        lock(&self.control).clear_faults();
+        self.control.lock().clear_faults();
     }
 
     /// Adds `latency` to every call.
     pub fn set_latency(&self, latency: Duration) {
-        lock(&self.control).latency = latency;
+        self.control.lock().latency = latency;
     }
 
     /// Sets which instance interface the cloud offers.
     pub fn set_instances_shape(&self, shape: InstancesShape) {
-        lock(&self.settings).shape = shape;
+        self.settings.lock().shape = shape;
     }
 
     /// Offers or withdraws the load balancer capability.
     pub fn set_load_balancer_enabled(&self, enabled: bool) {
-        lock(&self.settings).load_balancer = enabled;
+        self.settings.lock().load_balancer = enabled;
     }
 
     /// Offers or withdraws the routes capability.
     pub fn set_routes_enabled(&self, enabled: bool) {
-        lock(&self.settings).routes = enabled;
+        self.settings.lock().routes = enabled;
     }
 
     /// Records a call, waits the injected latency, and raises an injected fault.
     async fn call(&self, method: Method, target: &str) -> CloudResult<()> {
         let (fault, latency) = {
-            let mut control = lock(&self.control);
+            let mut control = self.control.lock();
             (control.record(method, target), control.latency)
         };
         if !latency.is_zero() {
@@ -618,18 +616,18 @@ impl CloudProvider for FakeCloud {
         // Every leadership term initialises again with the same registry: register once.
         if self.metrics.get().is_none() {
             let metrics = metrics::CloudMetrics::register(&ctx.metrics);
-            metrics.load_balancers_changed(&lock(&self.state).load_balancers);
+            metrics.load_balancers_changed(&self.state.lock().load_balancers);
             let _ = self.metrics.set(metrics);
         }
         Ok(())
     }
 
     fn instances(&self) -> Option<&dyn Instances> {
-        (lock(&self.settings).shape == InstancesShape::V2).then_some(self as &dyn Instances)
+        (self.settings.lock().shape == InstancesShape::V2).then_some(self as &dyn Instances)
     }
 
     fn legacy_instances(&self) -> Option<&dyn LegacyInstances> {
-        (lock(&self.settings).shape == InstancesShape::Legacy)
+        (self.settings.lock().shape == InstancesShape::Legacy)
             .then_some(self as &dyn LegacyInstances)
     }
 
@@ -638,13 +636,14 @@ impl CloudProvider for FakeCloud {
     }
 
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
-        lock(&self.settings)
+        self.settings
+            .lock()
             .load_balancer
             .then_some(self as &dyn LoadBalancer)
     }
 
     fn routes(&self) -> Option<&dyn Routes> {
-        lock(&self.settings).routes.then_some(self as &dyn Routes)
+        self.settings.lock().routes.then_some(self as &dyn Routes)
     }
 
     fn clusters(&self) -> Option<&dyn Clusters> {
@@ -656,7 +655,7 @@ impl CloudProvider for FakeCloud {
 impl Clusters for FakeCloud {
     async fn list_clusters(&self) -> CloudResult<Vec<String>> {
         self.call(Method::ListClusters, "").await?;
-        let state = lock(&self.state);
+        let state = self.state.lock();
         let mut clusters: Vec<String> = state
             .load_balancers
             .values()

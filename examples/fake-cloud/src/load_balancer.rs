@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use ccm_core::provider::{CloudError, CloudResult, LoadBalancer, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
-use crate::{FakeCloud, Method, State, lock};
+use crate::{FakeCloud, Method, State};
 
 /// The name of the Service's load balancer, instead of `a` + its UID: a name hint a user
 /// writes, like the name annotations real clouds offer. 1 to 63 lowercase letters, digits
@@ -198,7 +198,7 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<Option<LoadBalancerStatus>> {
         self.call(Method::GetLoadBalancer, &service_key(service))
             .await?;
-        let state = lock(&self.state);
+        let state = self.state.lock();
         Ok(match lookup(&state, cluster_name, service)? {
             Lookup::Own(lb) => Some(lb.status()),
             Lookup::Missing | Lookup::TakenWithoutHint(_) => None,
@@ -224,7 +224,7 @@ impl LoadBalancer for FakeCloud {
             )));
         }
         let (name, _) = target(service)?;
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let ingress_override = state.ingress_override.clone();
         let ingress_ip = match lookup(&state, cluster_name, service)? {
             Lookup::Own(lb) => lb.ingress_ip.clone(),
@@ -276,7 +276,7 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<()> {
         self.call(Method::UpdateLoadBalancer, &service_key(service))
             .await?;
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let state = &mut *state;
         let name = match lookup(state, cluster_name, service)? {
             Lookup::Own(lb) => lb.name.clone(),
@@ -309,7 +309,7 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<()> {
         self.call(Method::EnsureLoadBalancerDeleted, &service_key(service))
             .await?;
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         // What the hint leads to, before anything changes: a load balancer that is not the
         // Service's is left alone and reported.
         let foreign = lookup(&state, cluster_name, service).err();

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use ccm_core::provider::{CloudError, CloudResult, Route, Routes};
 
-use crate::{FakeCloud, Method, lock};
+use crate::{FakeCloud, Method};
 
 #[async_trait]
 impl Routes for FakeCloud {
@@ -27,7 +27,7 @@ impl Routes for FakeCloud {
         } else {
             format!("{cluster_name}-{name_hint}")
         };
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         let duplicate = state.routes.iter().any(|((c, n), r)| {
             c == cluster_name && (*n == name || r.destination_cidr == route.destination_cidr)
         });
@@ -52,7 +52,7 @@ impl Routes for FakeCloud {
     async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
         self.call(Method::DeleteRoute, &route.destination_cidr)
             .await?;
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         match state
             .routes
             .remove(&(cluster_name.to_owned(), route.name.clone()))

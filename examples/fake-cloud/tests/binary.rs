@@ -2,79 +2,19 @@
 //! RBAC with the shipped manifests, leader election between replicas.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use ccm_test::fixtures::{ServiceBuilder, tainted_node};
+use ccm_test::net::{free_port, http_get};
+use ccm_test::process::{CcmProcess, Signal};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, Taint};
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A running controller manager; killed on drop. Its stderr goes to a file.
-struct Ccm {
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Ccm {
-    fn start(args: &[String], env: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("ccm.log");
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().unwrap();
-        Self {
-            child,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        read_log(&self.log)
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        // A check without await: it borrows the child mutably, so it answers a ready future.
-        let (child, log) = (&mut self.child, &self.log);
-        eventually("the controller manager to exit", timeout, || {
-            let exited = child.try_wait().unwrap();
-            std::future::ready(exited.ok_or_else(|| format!("running; log:\n{}", read_log(log))))
-        })
-        .await
-    }
-}
-
-/// The controller manager's log so far.
-fn read_log(log: &Path) -> String {
-    std::fs::read_to_string(log).unwrap_or_default()
-}
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A control plane of the test's own: every controller manager watches every Node, so
 /// tests that run one must not share a cluster.
@@ -100,22 +40,7 @@ fn base_args(kubeconfig: &Path, config: &Path) -> Vec<String> {
     ]
 }
 
-fn tainted_node(name: &str) -> Node {
-    let mut node = Node::default();
-    node.metadata.name = Some(name.into());
-    node.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: ccm_core::well_known::TAINT_UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        }]),
-        ..NodeSpec::default()
-    });
-    node
-}
-
-async fn wait_initialized(nodes: &Api<Node>, name: &str, ccm: &Ccm) -> Node {
+async fn wait_initialized(nodes: &Api<Node>, name: &str, ccm: &CcmProcess) -> Node {
     eventually(&format!("node {name} initialised"), WAIT, || async {
         let node = nodes.get(name).await.unwrap();
         if node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
@@ -130,50 +55,8 @@ async fn wait_initialized(nodes: &Api<Node>, name: &str, ccm: &Ccm) -> Node {
 }
 
 /// Waits until the controller manager logs that it starts a controller.
-async fn wait_started(ccm: &Ccm) {
-    eventually("a controller to start", WAIT, || async {
-        let log = ccm.log();
-        if log.contains("starting controller") {
-            Ok(())
-        } else {
-            Err(log)
-        }
-    })
-    .await;
-}
-
-/// A kubeconfig for the ServiceAccount: the admin one with the user swapped for a token.
-async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
-    let token = cp
-        .service_account_token("kube-system", "cloud-controller-manager")
-        .await
-        .unwrap();
-    let admin = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
-    let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&admin).unwrap();
-    let users = config["users"].as_sequence_mut().unwrap();
-    for user in users {
-        let mut auth = serde_yaml_ng::Mapping::new();
-        auth.insert("token".into(), token.clone().into());
-        user["user"] = serde_yaml_ng::Value::Mapping(auth);
-    }
-    let path = dir.join("sa.kubeconfig");
-    std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
-    path
-}
-
-fn kubectl_apply(cp: &ControlPlane, file: &Path) {
-    let out = cp
-        .kubectl()
-        .expect("kubectl")
-        .args(["apply", "-f"])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+async fn wait_started(ccm: &CcmProcess) {
+    ccm.wait_log("starting controller", WAIT).await;
 }
 
 #[tokio::test]
@@ -182,8 +65,12 @@ async fn runs_under_the_shipped_least_privilege_role() {
     let dir = tempfile::tempdir().unwrap();
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
     // The ServiceAccount exists before its token is minted; the manifest then binds it.
-    let kubeconfig = service_account_kubeconfig(cp, dir.path()).await;
-    kubectl_apply(cp, &manifests);
+    let kubeconfig = cp
+        .kubeconfig_for_service_account("kube-system", "cloud-controller-manager")
+        .await
+        .unwrap();
+    cp.run_kubectl(["apply", "-f", manifests.to_str().unwrap()])
+        .unwrap();
 
     // One Node backed by an instance, to initialise; one without, to delete.
     let name = unique_name("rbac");
@@ -193,7 +80,7 @@ async fn runs_under_the_shipped_least_privilege_role() {
     let mut args = base_args(&kubeconfig, &config);
     args.push("--leader-elect=true".into()); // the Role allows only the default Lease name
     args.push("--node-monitor-period=500ms".into());
-    let ccm = Ccm::start(&args, &[]);
+    let ccm = CcmProcess::start(BIN, &args);
 
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     nodes
@@ -215,11 +102,10 @@ async fn runs_under_the_shipped_least_privilege_role() {
     // A LoadBalancer Service gets its finalizer and ingress.
     let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
     let svc_name = unique_name("rbac-lb");
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": svc_name},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap();
+    let svc = ServiceBuilder::load_balancer(&svc_name)
+        .port(80)
+        .target_port(8080)
+        .build();
     services.create(&PostParams::default(), &svc).await.unwrap();
     let svc = eventually("an ingress", WAIT, || async {
         let svc = services.get(&svc_name).await.unwrap();
@@ -280,7 +166,10 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         "--leader-elect-renew-deadline=2s".to_owned(),
         "--leader-elect-retry-period=250ms".to_owned(),
     ]);
-    let mut a = Ccm::start(&args, &[("HOSTNAME", "replica-a")]);
+    let mut a = CcmProcess::builder(BIN)
+        .args(&args)
+        .env("HOSTNAME", "replica-a")
+        .spawn();
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
     wait_leader(&leases, &lease_name, "replica-a", &a, WAIT).await;
     // The standby serves its endpoints, so its cloud-call counters can be read.
@@ -295,15 +184,22 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         "--bind-address=127.0.0.1".to_owned(),
         format!("--secure-port={b_port}"),
     ]);
-    let b = Ccm::start(&b_args, &[("HOSTNAME", "replica-b")]);
+    let b = CcmProcess::builder(BIN)
+        .args(&b_args)
+        .env("HOSTNAME", "replica-b")
+        .spawn();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (status, metrics) = http_get(b_port, "/metrics");
+    let (status, metrics) = http_get(b_port, "/metrics").await;
     assert_eq!(status, 200, "{}", b.log());
     assert!(
         !metrics.contains("ccm_cloud_requests_total{"),
         "the standby made cloud calls before it led:\n{metrics}"
     );
-    assert_eq!(http_get(b_port, "/readyz").0, 200, "a standby is ready");
+    assert_eq!(
+        http_get(b_port, "/readyz").await.0,
+        200,
+        "a standby is ready"
+    );
     assert!(
         holder(&leases, &lease_name).await.starts_with("replica-a_"),
         "the standby does not steal the Lease"
@@ -315,7 +211,7 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     );
 
     // Kill the leader without a chance to release: the standby takes over within the lease.
-    a.signal("KILL");
+    a.signal(Signal::Kill);
     a.wait_exit(WAIT).await;
     // Within the lease duration (3 s) plus slack.
     let takeover = Duration::from_secs(3) + Duration::from_secs(5);
@@ -332,7 +228,7 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         .await
         .unwrap();
     wait_initialized(&nodes, &name, &b).await;
-    let (_, metrics) = http_get(b_port, "/metrics");
+    let (_, metrics) = http_get(b_port, "/metrics").await;
     assert!(
         metrics.contains("ccm_cloud_requests_total{provider=\"fake\",method=\"instance_metadata\""),
         "the new leader's cloud calls are counted:\n{metrics}"
@@ -355,7 +251,7 @@ async fn wait_leader(
     leases: &Api<Lease>,
     lease: &str,
     replica: &str,
-    ccm: &Ccm,
+    ccm: &CcmProcess,
     timeout: Duration,
 ) {
     eventually(&format!("{replica} to lead"), timeout, || async {
@@ -379,10 +275,10 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
     let lease_name = unique_name("lease");
     let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
     args.push(format!("--leader-elect-resource-name={lease_name}"));
-    let mut ccm = Ccm::start(&args, &[]);
+    let mut ccm = CcmProcess::start(BIN, &args);
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
     wait_started(&ccm).await;
-    ccm.signal("TERM");
+    ccm.signal(Signal::Term);
     let status = ccm.wait_exit(WAIT).await;
     assert!(status.success(), "exit {status:?}:\n{}", ccm.log());
     let lease = leases.get(&lease_name).await.unwrap();
@@ -404,7 +300,7 @@ async fn a_disabled_controller_does_not_run() {
         // A Go flag with no effect here: accepted, and logged once.
         "--profiling=false".to_owned(),
     ]);
-    let ccm = Ccm::start(&args, &[]);
+    let ccm = CcmProcess::start(BIN, &args);
     wait_started(&ccm).await;
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     let name = unique_name("disabled");
@@ -566,36 +462,6 @@ fn bad_flags_and_config_fail_fast_with_one_line() {
     }
 }
 
-/// A GET over plain HTTP/1.0; returns (status, body).
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_default();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn endpoints_report_readiness_and_metrics() {
     let cp = &control_plane().await;
@@ -610,7 +476,7 @@ async fn endpoints_report_readiness_and_metrics() {
         format!("--secure-port={port}"),
         format!("--leader-elect-resource-name={lease_name}"),
     ]);
-    let ccm = Ccm::start(&args, &[]);
+    let ccm = CcmProcess::start(BIN, &args);
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     let name = unique_name("metrics");
     nodes
@@ -620,22 +486,22 @@ async fn endpoints_report_readiness_and_metrics() {
     wait_initialized(&nodes, &name, &ccm).await;
 
     let body = eventually("/readyz 200", WAIT, || async {
-        match http_get(port, "/readyz") {
+        match http_get(port, "/readyz").await {
             (200, body) => Ok(body),
             (status, body) => Err(format!("not ready: {status} {body}\n{}", ccm.log())),
         }
     })
     .await;
     assert_eq!(body.trim(), "ok");
-    let (status, body) = http_get(port, "/readyz?verbose");
+    let (status, body) = http_get(port, "/readyz?verbose").await;
     assert_eq!(status, 200);
     assert!(
         body.contains("[+]leader-election ok") && body.contains("[+]informers-synced ok"),
         "{body}"
     );
-    assert_eq!(http_get(port, "/healthz").0, 200);
+    assert_eq!(http_get(port, "/healthz").await.0, 200);
 
-    let (status, metrics) = http_get(port, "/metrics");
+    let (status, metrics) = http_get(port, "/metrics").await;
     assert_eq!(status, 200);
     for needle in [
         "ccm_cloud_requests_total{provider=\"fake\",method=\"instance_metadata\",result=\"success\"} 1",
@@ -653,20 +519,18 @@ async fn endpoints_report_readiness_and_metrics() {
             "{needle} missing from /metrics:\n{metrics}"
         );
     }
-    assert_eq!(http_get(port, "/nope").0, 404);
+    assert_eq!(http_get(port, "/nope").await.0, 404);
 
     // The fake cloud's own metrics, registered by its `initialize`: one LB on our one Node.
     assert!(metrics.contains("fake_cloud_load_balancers 0"), "{metrics}");
     let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": unique_name("metrics-lb")},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
-    }))
-    .unwrap();
+    let svc = ServiceBuilder::load_balancer(&unique_name("metrics-lb"))
+        .port(80)
+        .build();
     services.create(&PostParams::default(), &svc).await.unwrap();
     let what = "the fake cloud's LB metrics to show one LB on one Node";
     let metrics = eventually(what, WAIT, || async {
-        let (_, metrics) = http_get(port, "/metrics");
+        let (_, metrics) = http_get(port, "/metrics").await;
         if metrics.contains("fake_cloud_load_balancers 1")
             && metrics.contains("fake_cloud_load_balancer_hosts_min 1")
         {
@@ -687,7 +551,7 @@ async fn a_huge_annotation_retried_never_makes_a_long_log_line() {
     let cp = &control_plane().await;
     let dir = tempfile::tempdir().unwrap();
     let config = cloud_config(dir.path());
-    let ccm = Ccm::start(&base_args(cp.kubeconfig_path(), &config), &[]);
+    let ccm = CcmProcess::start(BIN, base_args(cp.kubeconfig_path(), &config));
 
     // 250 KB of a provided node IP that is no IP (annotations may hold 256 KiB in all):
     // quoted whole, it made 500 KB warnings, written again on every retry.

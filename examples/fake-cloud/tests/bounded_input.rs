@@ -5,10 +5,11 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use ccm_test::eventually;
+use ccm_test::process::{CcmProcess, Signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
 
@@ -16,70 +17,15 @@ const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
 /// loaded machine. Before these fixes each case hung for good or for many minutes.
 const EXIT: Duration = Duration::from_secs(20);
 
-/// A controller manager process; killed on drop. Its stderr goes to a file.
-struct Ccm {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Ccm {
-    fn start(dir: &Path, args: &[String]) -> Self {
-        let log = dir.join("ccm.log");
-        let child = Command::new(BIN)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .env_remove("KUBECONFIG")
-            // No `~/.kube/config` of the machine's user is ever read.
-            .env("HOME", dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Self { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn wait_exit(&mut self) -> ExitStatus {
-        let (child, log) = (&mut self.child, &self.log);
-        eventually("the controller manager to exit", EXIT, || {
-            let exited = child.try_wait().unwrap();
-            let log = std::fs::read_to_string(log).unwrap_or_default();
-            std::future::ready(exited.ok_or_else(|| format!("running; log:\n{log}")))
-        })
-        .await
-    }
-
-    async fn wait_log(&self, line: &str) {
-        let log = &self.log;
-        eventually(&format!("the log to say {line:?}"), EXIT, || {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            std::future::ready(if text.contains(line) {
-                Ok(())
-            } else {
-                Err(text)
-            })
-        })
-        .await;
-    }
-
-    fn sigterm(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The controller manager with `args`, its log `ccm.log` in `dir`.
+fn start(dir: &Path, args: &[String]) -> CcmProcess {
+    CcmProcess::builder(BIN)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        // No `~/.kube/config` of the machine's user is ever read.
+        .env("HOME", dir)
+        .log_file(dir.join("ccm.log"))
+        .spawn()
 }
 
 fn args(extra: &[String]) -> Vec<String> {
@@ -102,8 +48,8 @@ fn fifo(dir: &Path) -> PathBuf {
 /// Runs the binary to its exit; its status and its last log line.
 async fn run_to_exit(args: &[String]) -> (ExitStatus, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut ccm = Ccm::start(dir.path(), args);
-    let status = ccm.wait_exit().await;
+    let mut ccm = start(dir.path(), args);
+    let status = ccm.wait_exit(EXIT).await;
     let log = ccm.log();
     let last = log.lines().last().unwrap_or_default().to_owned();
     (status, last)
@@ -219,9 +165,9 @@ fn silent_api_server(dir: &Path) -> (TcpListener, PathBuf) {
 }
 
 /// Waits for a clean exit after SIGTERM; the log.
-async fn exits_cleanly(mut ccm: Ccm) -> String {
-    ccm.sigterm();
-    let status = ccm.wait_exit().await;
+async fn exits_cleanly(mut ccm: CcmProcess) -> String {
+    ccm.signal(Signal::Term);
+    let status = ccm.wait_exit(EXIT).await;
     let log = ccm.log();
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(log.contains("received SIGTERM"), "{log}");
@@ -241,14 +187,14 @@ async fn sigterm_while_the_provider_is_built_ends_the_process_at_once() {
         .collect();
     std::fs::write(&config, format!("instances:\n{instances}")).unwrap();
     assert!(std::fs::metadata(&config).unwrap().len() < 1024 * 1024);
-    let ccm = Ccm::start(
+    let ccm = start(
         dir.path(),
         &args(&[
             format!("--cloud-config={}", config.display()),
             format!("--kubeconfig={}", kubeconfig.display()),
         ]),
     );
-    ccm.wait_log("building the cloud provider").await;
+    ccm.wait_log("building the cloud provider", EXIT).await;
     let log = exits_cleanly(ccm).await;
     assert!(
         [
@@ -266,7 +212,7 @@ async fn sigterm_while_the_provider_is_built_ends_the_process_at_once() {
 async fn sigterm_while_the_api_server_is_awaited_ends_the_process_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (listener, kubeconfig) = silent_api_server(dir.path());
-    let ccm = Ccm::start(
+    let ccm = start(
         dir.path(),
         &args(&[format!("--kubeconfig={}", kubeconfig.display())]),
     );
@@ -492,8 +438,8 @@ async fn every_path_flag_refuses_what_is_not_a_small_regular_file_at_once() {
                         } else {
                             bad_arg
                         };
-                        let mut ccm = Ccm::start(&case, &args(&[bad_arg]));
-                        let status = ccm.wait_exit().await;
+                        let mut ccm = start(&case, &args(&[bad_arg]));
+                        let status = ccm.wait_exit(EXIT).await;
                         (status, ccm.log())
                     };
                     assert_eq!(status.code(), Some(1), "{log}");

@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ccm_test::audit::parse_audit_log;
 use ccm_test::cluster::{CONTROL_PLANE_LABEL, PAUSE_IMAGE, UNINITIALIZED_TAINT};
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -43,19 +44,10 @@ rules:
 /// (user, verb, subresource) of each Node write in the audit log after `offset` bytes.
 fn node_writes(log: &Path, offset: usize) -> Vec<(String, String, String)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.get(offset..)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event["stage"] == "ResponseComplete")
-        .map(|event| {
-            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
-            (
-                text(&event["user"]["username"]),
-                text(&event["verb"]),
-                text(&event["objectRef"]["subresource"]),
-            )
-        })
+    parse_audit_log(text.get(offset..).unwrap_or_default())
+        .into_iter()
+        .filter(|event| event.stage == "ResponseComplete")
+        .map(|event| (event.user, event.verb, event.subresource))
         .collect()
 }
 

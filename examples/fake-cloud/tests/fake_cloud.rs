@@ -8,44 +8,29 @@ use ccm_core::provider::{
     node_address, resolve_instances,
 };
 use ccm_fake_cloud::{FakeCloud, FakeInstance, Fault, InstanceState, InstancesShape, Method};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec};
+use ccm_test::fixtures::{NodeBuilder, ServiceBuilder};
+use k8s_openapi::api::core::v1::{Node, Service};
 
 fn node(name: &str) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n
+    NodeBuilder::new(name).build()
 }
 
 fn node_with_provider_id(name: &str, provider_id: &str) -> Node {
-    let mut n = node(name);
-    n.spec = Some(NodeSpec {
-        provider_id: Some(provider_id.into()),
-        ..NodeSpec::default()
-    });
-    n
+    NodeBuilder::new(name).provider_id(provider_id).build()
 }
 
+/// A LoadBalancer Service in `default` as the service controller passes it: TCP `ports`,
+/// each on node port 30000 + port.
 fn service(name: &str, uid: &str, ports: &[i32]) -> Service {
-    let mut s = Service::default();
-    s.metadata.namespace = Some("default".into());
-    s.metadata.name = Some(name.into());
-    s.metadata.uid = Some(uid.into());
-    s.spec = Some(ServiceSpec {
-        type_: Some("LoadBalancer".into()),
-        ports: Some(
-            ports
-                .iter()
-                .map(|p| ServicePort {
-                    port: *p,
-                    node_port: Some(30000 + p),
-                    protocol: Some("TCP".into()),
-                    ..ServicePort::default()
-                })
-                .collect(),
-        ),
-        ..ServiceSpec::default()
-    });
-    s
+    let service = ServiceBuilder::load_balancer(name)
+        .namespace("default")
+        .uid(uid);
+    ports
+        .iter()
+        .fold(service, |s, p| {
+            s.port(*p).node_port(30000 + p).protocol("TCP")
+        })
+        .build()
 }
 
 fn instances(cloud: &Arc<FakeCloud>) -> Arc<dyn Instances> {
@@ -449,11 +434,6 @@ async fn a_cloud_from_config_keeps_counts_but_no_call_log_unless_asked() {
     use ccm_core::provider::Instances;
     let parse = |yaml: &str| {
         ccm_fake_cloud::FakeCloudConfig::parse(&CloudConfig::from_string("x.yaml", yaml)).unwrap()
-    };
-    let node = |name: &str| {
-        let mut n = k8s_openapi::api::core::v1::Node::default();
-        n.metadata.name = Some(name.into());
-        n
     };
     let quiet = FakeCloud::from_config(&parse("nodesAreInstances: true\n"));
     quiet.instance_exists(&node("a")).await.unwrap();

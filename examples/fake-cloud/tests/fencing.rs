@@ -8,10 +8,12 @@
 //! each cloud call starts, below the fence. Without the fence the resumed leader writes the
 //! status of the load balancers it was creating (and starts more), so this test fails.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
+use ccm_test::audit::read_audit_log;
+use ccm_test::fixtures::{ServiceBuilder, ingress_of};
+use ccm_test::process::{CcmProcess, Signal};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
@@ -31,48 +33,16 @@ const MUTATIONS: [&str; 5] = [
 /// The audit log's verbs that write.
 const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 
-/// One replica: a process with its stderr in a file, killed on drop.
-struct Replica {
-    process: Child,
-    stderr: PathBuf,
-}
-
-impl Replica {
-    fn spawn(args: &[String], hostname: &str, dir: &Path) -> Self {
-        let stderr = dir.join(format!("{hostname}.log"));
-        let process = Command::new(BIN)
-            .args(args)
-            .env("HOSTNAME", hostname)
-            // The instrumented provider's "calling the cloud" lines are at debug level.
-            .env("RUST_LOG", "info,ccm_runtime::instrumented=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Self { process, stderr }
-    }
-
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn send(&self, signal: &str) {
-        let pid = self.process.id().to_string();
-        let ok = Command::new("kill")
-            .args([signal, pid.as_str()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {signal} {pid}");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
+/// One replica: `HOSTNAME=hostname`, its log `hostname.log` in `dir`.
+fn replica(args: &[String], hostname: &str, dir: &Path) -> CcmProcess {
+    CcmProcess::builder(BIN)
+        .args(args)
+        .env("HOSTNAME", hostname)
+        // The instrumented provider's "calling the cloud" lines are at debug level.
+        .env("RUST_LOG", "info,ccm_runtime::instrumented=debug")
+        .name(hostname)
+        .log_file(dir.join(format!("{hostname}.log")))
+        .spawn()
 }
 
 /// The holder of the Lease, or "".
@@ -86,16 +56,13 @@ async fn lease_holder(leases: &Api<Lease>, name: &str) -> String {
         .unwrap_or_default()
 }
 
-async fn wait_holder(leases: &Api<Lease>, name: &str, hostname: &str, replica: &Replica) {
+async fn wait_holder(leases: &Api<Lease>, name: &str, hostname: &str, replica: &CcmProcess) {
     eventually(&format!("{hostname} to hold the Lease"), WAIT, || async {
         let holder = lease_holder(leases, name).await;
         if holder.starts_with(&format!("{hostname}_")) {
             Ok(())
         } else {
-            Err(format!(
-                "holder {holder:?}; {hostname}:\n{}",
-                replica.output()
-            ))
+            Err(format!("holder {holder:?}; {hostname}:\n{}", replica.log()))
         }
     })
     .await;
@@ -106,12 +73,7 @@ async fn with_ingress(services: &Api<Service>, names: &[String]) -> usize {
     let mut n = 0;
     for name in names {
         let service = services.get(name).await.unwrap();
-        let ingress = service
-            .status
-            .and_then(|s| s.load_balancer)
-            .and_then(|lb| lb.ingress)
-            .unwrap_or_default();
-        n += usize::from(!ingress.is_empty());
+        n += usize::from(!ingress_of(&service).is_empty());
     }
     n
 }
@@ -119,31 +81,14 @@ async fn with_ingress(services: &Api<Service>, names: &[String]) -> usize {
 /// The write requests of `user` the API server received at or after `since`, as
 /// `(verb, resource, response code)`.
 fn writes_of(audit_log: &Path, user: &str, since: Timestamp) -> Vec<(String, String, i64)> {
-    let text = std::fs::read_to_string(audit_log).unwrap();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event["user"]["username"] == user)
-        .filter(|event| WRITES.contains(&event["verb"].as_str().unwrap_or_default()))
-        .filter(|event| {
-            event["requestReceivedTimestamp"]
-                .as_str()
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .is_some_and(|t| t >= since)
-        })
+    read_audit_log(audit_log)
+        .unwrap()
+        .into_iter()
+        .filter(|event| event.user == user && WRITES.contains(&event.verb.as_str()))
+        .filter(|event| event.received.is_some_and(|t| t >= since))
         .map(|event| {
-            let resource = event["objectRef"]["resource"].as_str().unwrap_or_default();
-            let sub = event["objectRef"]["subresource"]
-                .as_str()
-                .unwrap_or_default();
-            (
-                event["verb"].as_str().unwrap_or_default().to_owned(),
-                if sub.is_empty() {
-                    resource.to_owned()
-                } else {
-                    format!("{resource}/{sub}")
-                },
-                event["responseStatus"]["code"].as_i64().unwrap_or_default(),
-            )
+            let resource = event.resource_path();
+            (event.verb, resource, event.code)
         })
         .collect()
 }
@@ -151,17 +96,11 @@ fn writes_of(audit_log: &Path, user: &str, since: Timestamp) -> Vec<(String, Str
 #[tokio::test]
 async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
-         rules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
-    )
-    .unwrap();
-    let audit_log = dir.path().join("audit.log");
     let cp = ControlPlane::builder()
-        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
-        .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        .audit_policy(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+             rules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
+        )
         .start()
         .await
         .expect(
@@ -189,21 +128,17 @@ async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
         ]
     };
     let (user_a, user_b) = (unique_name("ccm-a"), unique_name("ccm-b"));
-    let mut a = Replica::spawn(&args(&user_a), "replica-a", dir.path());
+    let mut a = replica(&args(&user_a), "replica-a", dir.path());
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
     wait_holder(&leases, &lease, "replica-a", &a).await;
-    let b = Replica::spawn(&args(&user_b), "replica-b", dir.path());
+    let b = replica(&args(&user_b), "replica-b", dir.path());
 
     // Work for the leader: ten load balancers, two at a time, 300 ms a call.
     let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
     let mut names = Vec::new();
     for _ in 0..10 {
         let name = unique_name("fenced-lb");
-        let service: Service = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name},
-            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
-        }))
-        .unwrap();
+        let service = ServiceBuilder::load_balancer(&name).port(80).build();
         services
             .create(&PostParams::default(), &service)
             .await
@@ -212,30 +147,27 @@ async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
     }
     eventually("replica-a to be at work", WAIT, || async {
         match with_ingress(&services, &names).await {
-            0 => Err(a.output()),
+            0 => Err(a.log()),
             n => Ok(n),
         }
     })
     .await;
 
     // Paused mid-call until replica-b leads, and a second more.
-    a.send("-STOP");
+    a.signal(Signal::Stop);
     let paused = tokio::time::Instant::now();
     wait_holder(&leases, &lease, "replica-b", &b).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (resumed_at, log_before) = (Timestamp::now(), a.output().len());
+    let (resumed_at, log_before) = (Timestamp::now(), a.log().len());
     println!(
         "replica-b took over; resuming replica-a after {:.1?} paused",
         paused.elapsed()
     );
-    a.send("-CONT");
-    let status = eventually("replica-a to exit", WAIT, || {
-        std::future::ready(a.process.try_wait().unwrap().ok_or_else(|| a.output()))
-    })
-    .await;
-    assert_eq!(status.code(), Some(1), "lost leadership:\n{}", a.output());
+    a.signal(Signal::Cont);
+    let status = a.wait_exit(WAIT).await;
+    assert_eq!(status.code(), Some(1), "lost leadership:\n{}", a.log());
 
-    let awake = a.output()[log_before..].to_owned();
+    let awake = a.log()[log_before..].to_owned();
     let cloud_mutations: Vec<&str> = awake
         .lines()
         .filter(|l| l.contains("calling the cloud") && MUTATIONS.iter().any(|m| l.contains(m)))
@@ -244,7 +176,7 @@ async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
     // The audit log is written as requests complete; replica-a is gone, so it is complete
     // once replica-b's next request shows up.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let writes = writes_of(&audit_log, &user_a, resumed_at);
+    let writes = writes_of(cp.audit_log_path().unwrap(), &user_a, resumed_at);
     println!(
         "replica-a after waking: {refused} refused calls, {} cloud mutations, API writes {writes:?}",
         cloud_mutations.len()
@@ -271,7 +203,7 @@ async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
     eventually("replica-b to finish the load balancers", WAIT, || async {
         match with_ingress(&services, &names).await {
             10 => Ok(()),
-            n => Err(format!("{n} of 10; replica-b:\n{}", b.output())),
+            n => Err(format!("{n} of 10; replica-b:\n{}", b.log())),
         }
     })
     .await;

@@ -3,130 +3,58 @@
 //! every controller does its work, not one request is forbidden (in the binary's log and in
 //! the API server's audit log), and the events are core/v1, listed by `kubectl get events`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
+use ccm_test::audit::read_audit_log;
+use ccm_test::fixtures::{ServiceBuilder, has_ingress, is_initialized, provider_id, tainted_node};
+use ccm_test::process::CcmProcess;
 use ccm_test::{ControlPlane, eventually, unique_name};
-use k8s_openapi::api::core::v1::{Event, Node, NodeSpec, Service, Taint};
+use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::api::{Api, ListParams, PostParams};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
 const WAIT: Duration = Duration::from_secs(30);
 const USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
 
-/// The controller manager; killed on drop. Its stderr goes to a file.
-struct Ccm {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Ccm {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A kubeconfig for the ServiceAccount: the admin one with the user swapped for its token.
-async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
-    let token = cp
-        .service_account_token("kube-system", "cloud-controller-manager")
-        .await
-        .unwrap();
-    let admin = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
-    let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&admin).unwrap();
-    for user in config["users"].as_sequence_mut().unwrap() {
-        let mut auth = serde_yaml_ng::Mapping::new();
-        auth.insert("token".into(), token.clone().into());
-        user["user"] = serde_yaml_ng::Value::Mapping(auth);
-    }
-    let path = dir.join("sa.kubeconfig");
-    std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
-    path
-}
-
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
-    let out = cp.kubectl().expect("kubectl").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// The audit log's responses to the ServiceAccount, as (verb, resource, subresource, code).
 fn audited(log: &Path) -> Vec<(String, String, String, i64)> {
-    std::fs::read_to_string(log)
+    read_audit_log(log)
         .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["user"]["username"] == USER && e["stage"] == "ResponseComplete")
-        .map(|e| {
-            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
-            (
-                text(&e["verb"]),
-                text(&e["objectRef"]["resource"]),
-                text(&e["objectRef"]["subresource"]),
-                e["responseStatus"]["code"].as_i64().unwrap_or_default(),
-            )
-        })
+        .into_iter()
+        .filter(|e| e.user == USER && e.stage == "ResponseComplete")
+        .map(|e| (e.verb, e.resource, e.subresource, e.code))
         .collect()
-}
-
-fn tainted_node(name: &str) -> Node {
-    let mut node = Node::default();
-    node.metadata.name = Some(name.into());
-    node.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: ccm_core::well_known::TAINT_UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        }]),
-        ..NodeSpec::default()
-    });
-    node
 }
 
 #[tokio::test]
 async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request() {
     let dir = tempfile::tempdir().unwrap();
-    // Every request's response, in the API server's own words.
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
-    )
-    .unwrap();
-    let audit_log = dir.path().join("audit.log");
     let cp = &ControlPlane::builder()
-        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
-        .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        // Every request's response, in the API server's own words.
+        .audit_policy(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+        )
         .start()
         .await
         .expect(
             "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
         );
 
-    let kubeconfig = service_account_kubeconfig(cp, dir.path()).await;
+    let kubeconfig = cp
+        .kubeconfig_for_service_account("kube-system", "cloud-controller-manager")
+        .await
+        .unwrap();
     let role = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/go-docs-rbac.yaml");
-    kubectl(cp, &["apply", "-f", role.to_str().unwrap()]);
+    cp.run_kubectl(["apply", "-f", role.to_str().unwrap()])
+        .unwrap();
 
     // One Node backed by an instance, to initialise; one without, to delete.
     let name = unique_name("docs");
     let gone = unique_name("docs-gone");
     let config = dir.path().join("fake.yaml");
     std::fs::write(&config, format!("instances:\n- name: {name}\n")).unwrap();
-    let log = dir.path().join("ccm.log");
-    let child = Command::new(BIN)
+    let ccm = CcmProcess::builder(BIN)
         .args([
             "--cloud-provider=fake",
             &format!("--cloud-config={}", config.display()),
@@ -137,13 +65,8 @@ async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request
             "--leader-elect=false",
             "--node-monitor-period=500ms",
         ])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let ccm = Ccm { child, log };
+        .log_file(dir.path().join("ccm.log"))
+        .spawn();
 
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     nodes
@@ -155,23 +78,17 @@ async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request
     nodes.create(&PostParams::default(), &orphan).await.unwrap();
     let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
     let svc_name = unique_name("docs-lb");
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": svc_name},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap();
+    let svc = ServiceBuilder::load_balancer(&svc_name)
+        .port(80)
+        .target_port(8080)
+        .build();
     services.create(&PostParams::default(), &svc).await.unwrap();
 
     // cloud-node: the taint is gone and the provider ID set.
     eventually("the Node initialised", WAIT, || async {
         let node = nodes.get(&name).await.unwrap();
-        let spec = node.spec.unwrap_or_default();
-        let tainted = spec
-            .taints
-            .unwrap_or_default()
-            .iter()
-            .any(|t| t.key == ccm_core::well_known::TAINT_UNINITIALIZED);
-        if !tainted && spec.provider_id.as_deref() == Some(&format!("fake://{name}")) {
+        let initialized = is_initialized(&node);
+        if initialized && provider_id(&node).as_deref() == Some(&format!("fake://{name}")) {
             Ok(())
         } else {
             Err(format!("not yet; ccm log:\n{}", ccm.log()))
@@ -189,15 +106,10 @@ async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request
     // service: the load balancer's ingress on the Service's status.
     eventually("an ingress", WAIT, || async {
         let svc = services.get(&svc_name).await.unwrap();
-        let ingress = svc
-            .status
-            .and_then(|s| s.load_balancer)
-            .and_then(|lb| lb.ingress)
-            .unwrap_or_default();
-        if ingress.is_empty() {
-            Err(format!("no ingress; ccm log:\n{}", ccm.log()))
-        } else {
+        if has_ingress(&svc) {
             Ok(())
+        } else {
+            Err(format!("no ingress; ccm log:\n{}", ccm.log()))
         }
     })
     .await;
@@ -242,17 +154,16 @@ async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request
         }
     })
     .await;
-    let table = kubectl(
-        cp,
-        &[
+    let table = cp
+        .run_kubectl([
             "get",
             "events",
             "-n",
             "default",
             "-o",
             "custom-columns=REASON:.reason,OBJECT:.involvedObject.name,SOURCE:.source.component",
-        ],
-    );
+        ])
+        .unwrap();
     for (object, reason, source) in want {
         assert!(
             table
@@ -270,7 +181,7 @@ async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request
         assert!(!log.contains(needle), "a request was refused:\n{log}");
     }
     // …and none in the API server's audit log, which did see the controllers' writes.
-    let audited = audited(&audit_log);
+    let audited = audited(cp.audit_log_path().unwrap());
     let refused: Vec<_> = audited.iter().filter(|(.., code)| *code == 403).collect();
     assert!(refused.is_empty(), "forbidden: {refused:#?}");
     let created = |resource: &str| {

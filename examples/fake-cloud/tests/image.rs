@@ -10,10 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ccm_test::fixtures::{is_initialized, provider_id, tainted_node};
 use ccm_test::image::{self, Container, VolumeFiles, free_port, manifest_objects};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSpec, Taint};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, PostParams};
 
 const IMAGE: &str = "fake-cloud-controller-manager";
@@ -73,19 +74,11 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
         .unwrap_or_else(|e| panic!("{e}"));
 
     let name = unique_name("image");
-    let mut node = Node::default();
-    node.metadata.name = Some(name.clone());
-    node.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: ccm_core::well_known::TAINT_UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        }]),
-        ..NodeSpec::default()
-    });
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    nodes
+        .create(&PostParams::default(), &tainted_node(&name))
+        .await
+        .unwrap();
 
     let node = eventually("the image's CCM to initialise the Node", WAIT, || {
         let (nodes, name) = (&nodes, &name);
@@ -96,16 +89,11 @@ async fn the_image_initialises_a_node_with_the_shipped_arguments() {
                 return Err(format!("the container exited ({status}):\n{log}"));
             }
             let node = nodes.get(name).await.map_err(|e| e.to_string())?;
-            let spec = node.spec.clone().unwrap_or_default();
-            let tainted = spec
-                .taints
-                .iter()
-                .flatten()
-                .any(|t| t.key == ccm_core::well_known::TAINT_UNINITIALIZED);
-            if tainted || spec.provider_id.is_none() {
-                Err(format!("not initialised: {spec:?}; container log:\n{log}"))
-            } else {
+            if is_initialized(&node) && provider_id(&node).is_some() {
                 Ok(node)
+            } else {
+                let spec = node.spec.unwrap_or_default();
+                Err(format!("not initialised: {spec:?}; container log:\n{log}"))
             }
         }
     })

@@ -4,8 +4,7 @@
 
 use ccm_provider::BoxError;
 
-use super::controller::{Capability, Controller, ControllerFuture};
-use super::manager::ControllerContext;
+use super::controller::{Capability, Controller, ControllerContext, ControllerFuture};
 use super::options::{FlagError, Options};
 use crate::controllers::node::{CloudNodeController, CloudNodeControllerConfig};
 use crate::controllers::node_lifecycle::{NodeLifecycleController, NodeLifecycleControllerConfig};

@@ -9,13 +9,46 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ccm_provider::{BoxError, CloudProvider};
+use ccm_provider::{BoxError, CloudProvider, MetricsRegistry};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
 
-use super::manager::ControllerContext;
 use super::options::{FlagError, Options};
+use crate::informer::Informer;
+use crate::metrics::Metrics;
+use crate::serving::Health;
 
 /// A running controller: a future that ends when its context's `cancel` token fires.
 pub type ControllerFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// What a controller gets when it starts.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ControllerContext {
+    /// The API client (rate-limited and counted): the manager's own credentials, or under
+    /// `--use-service-account-credentials` those of the controller's ServiceAccount
+    /// ([`Controller::with_service_account`]). The shared informers list and watch with
+    /// the manager's own, as in Go.
+    pub client: Client,
+    /// The cloud provider.
+    pub provider: Arc<dyn CloudProvider>,
+    /// The shared Node informer; subscribe before it runs (i.e. in the init function).
+    pub nodes: Informer<Node>,
+    /// The shared Service informer.
+    pub services: Informer<Service>,
+    /// The flags.
+    pub options: Arc<Options>,
+    /// Cancelled on shutdown or when leadership is lost.
+    pub cancel: CancellationToken,
+    /// The metrics registry served on `/metrics`: register the controller's own metrics
+    /// here, once (a controller starts again on every leadership term).
+    pub metrics: MetricsRegistry,
+    /// Readiness checks: register one for the controller if it can become unhealthy.
+    pub health: Health,
+    /// The manager's own metrics, for the built-in controllers' queues and Go's metrics.
+    pub(crate) manager_metrics: Metrics,
+}
 
 type StartFn = dyn Fn(&ControllerContext) -> Result<ControllerFuture, BoxError> + Send + Sync;
 type OptionsPredicate = dyn Fn(&Options) -> bool + Send + Sync;

@@ -20,7 +20,8 @@
 //! has not renewed for the lease duration plus a tolerance (Go's cloud-controller-manager
 //! uses 20 s), so a leader whose renewals are wedged is restarted by its liveness probe.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -140,26 +141,22 @@ impl LeaderHealthz {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HealthzState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn set_lease(&self, name: &str, duration: Duration) {
-        self.lock().lease = Some((name.to_owned(), duration));
+        self.state.lock().lease = Some((name.to_owned(), duration));
     }
 
     fn renewed(&self, at: Instant) {
-        self.lock().renewed = Some(at);
+        self.state.lock().renewed = Some(at);
     }
 
     fn not_leading(&self) {
-        self.lock().renewed = None;
+        self.state.lock().renewed = None;
     }
 
     /// `Ok` unless this replica leads and its last renewal is older than the lease duration
     /// plus the tolerance (Go's message: `failed election to renew leadership on lease X`).
     pub fn check(&self) -> Result<(), String> {
-        let state = self.lock();
+        let state = self.state.lock();
         let (Some(renewed), Some((name, duration))) = (state.renewed, &state.lease) else {
             return Ok(());
         };

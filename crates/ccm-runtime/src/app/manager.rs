@@ -22,49 +22,22 @@ use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
 use super::builtin::builtin_controllers;
-use super::controller::{Applies, Controller, ControllerFuture, controllers_help};
+use super::controller::{
+    Applies, Controller, ControllerContext, ControllerFuture, controllers_help,
+};
 use super::leader::{
     LeaderElectionConfig, LeaderElector, LeaderHealthz, LeadershipEnd, MAX_TOLERABLE_EXPIRED_LEASE,
 };
 use super::options::{BinaryVersion, FlagError, LogFormat, Options, PrintRequest};
 use super::selection::ControllerSelection;
-use super::serve::Health;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
 use crate::client::{ApiLayer, Fence, build_client, rate_limited};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
+use crate::serving::{self, Health};
 use ccm_provider::{
-    BoxError, CloudProvider, InitContext, MetricsRegistry, ProviderRegistry, RegistryError,
-    display_chain,
+    BoxError, CloudProvider, InitContext, ProviderRegistry, RegistryError, display_chain,
 };
-
-/// What a controller gets when it starts.
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct ControllerContext {
-    /// The API client (rate-limited and counted): the manager's own credentials, or under
-    /// `--use-service-account-credentials` those of the controller's ServiceAccount
-    /// ([`Controller::with_service_account`]). The shared informers list and watch with
-    /// the manager's own, as in Go.
-    pub client: Client,
-    /// The cloud provider.
-    pub provider: Arc<dyn CloudProvider>,
-    /// The shared Node informer; subscribe before it runs (i.e. in the init function).
-    pub nodes: Informer<Node>,
-    /// The shared Service informer.
-    pub services: Informer<Service>,
-    /// The flags.
-    pub options: Arc<Options>,
-    /// Cancelled on shutdown or when leadership is lost.
-    pub cancel: CancellationToken,
-    /// The metrics registry served on `/metrics`: register the controller's own metrics
-    /// here, once (a controller starts again on every leadership term).
-    pub metrics: MetricsRegistry,
-    /// Readiness checks: register one for the controller if it can become unhealthy.
-    pub health: Health,
-    /// The manager's own metrics, for the built-in controllers' queues and Go's metrics.
-    pub(crate) manager_metrics: Metrics,
-}
 
 /// What every part of a running manager shares.
 #[derive(Clone)]
@@ -98,14 +71,35 @@ pub enum AppError {
     /// The provider could not be picked or built.
     #[error("{}", display_chain(.0))]
     Provider(#[from] RegistryError),
-    /// The API server could not be reached or configured, or the endpoints not served.
-    /// The message carries the whole cause chain (e.g. the OS error of a failed bind).
+    /// The API server could not be reached or configured. The message carries the whole
+    /// cause chain.
     #[error("{context}: {}", display_chain(&**source))]
     Kube {
         /// What was being done.
         context: String,
         /// Why it failed.
         source: BoxError,
+    },
+    /// The provider's `initialize` failed.
+    #[error("initializing the cloud provider: {}", .0.chain_to_string())]
+    Initialize(#[source] ccm_provider::CloudError),
+    /// The endpoints could not be served (e.g. the address is in use).
+    #[error("{context}: {}", display_chain(source))]
+    Serve {
+        /// What was being done: `--secure-port: cannot serve on <address>`.
+        context: String,
+        /// Why it failed.
+        #[source]
+        source: serving::ServeError,
+    },
+    /// A start-up step could not run (a thread could not be started).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
     },
     /// A controller failed to start.
     #[error("controller {name}: {}", display_chain(&**source))]
@@ -118,6 +112,16 @@ pub enum AppError {
     /// The leader Lease was lost.
     #[error("leader election lost")]
     LostLeadership,
+}
+
+impl From<serving::StartError> for AppError {
+    fn from(e: serving::StartError) -> Self {
+        match e {
+            serving::StartError::Flag(e) => Self::Flag(e),
+            serving::StartError::File(e) => Self::File(e),
+            serving::StartError::Serve { context, source } => Self::Serve { context, source },
+        }
+    }
 }
 
 /// The builder of a cloud-controller-manager binary.
@@ -299,12 +303,12 @@ impl CloudControllerManager {
         // (status 0), whatever step it was at.
         let serving = options.serving.clone();
         let checked = off_the_runtime("serving-files", &shutdown, move || {
-            super::serving_options::check_files(&serving)
+            serving::check_files(&serving)
         })
         .await
-        .map_err(|e| AppError::Kube {
+        .map_err(|source| AppError::Io {
             context: "reading the serving files".into(),
-            source: Box::new(e),
+            source,
         })?;
         let Some(checked) = checked else {
             tracing::info!("shutting down while the serving files were read");
@@ -326,7 +330,14 @@ impl CloudControllerManager {
         }
 
         let metrics = Metrics::new();
-        let provider = metrics.instrument(provider);
+        // Under leader election, closed while this replica cannot prove it holds the Lease:
+        // no cloud mutation (the one provider wrapper) and no API write (the client layer).
+        let fence = if options.leader_election.leader_elect {
+            Fence::leased(options.leader_election.leader_elect_renew_deadline)
+        } else {
+            Fence::open()
+        };
+        let provider = metrics.wrap(provider, fence.clone());
         let health = Health::new();
 
         // The flags of the controllers that will run are checked now, before the cluster
@@ -363,19 +374,13 @@ impl CloudControllerManager {
             tokio::runtime::Handle::current().block_on(kube_config(&kube_options))
         })
         .await
-        .map_err(|e| AppError::Kube {
+        .map_err(|source| AppError::Io {
             context: "reading the kubeconfig".into(),
-            source: Box::new(e),
+            source,
         })?;
         let Some(kube_config) = configured.transpose()? else {
             tracing::info!("shutting down before the Kubernetes client was configured");
             return Ok(());
-        };
-        // Under leader election, closed while this replica cannot prove it holds the Lease.
-        let fence = if options.leader_election.leader_elect {
-            Fence::leased(options.leader_election.leader_elect_renew_deadline)
-        } else {
-            Fence::open()
         };
         let api = ApiLayer::new()
             .with_rate_limit(
@@ -431,7 +436,7 @@ impl CloudControllerManager {
 
         // The endpoints come up before the election, so a standby answers its probes too.
         let started = shutdown
-            .run_until_cancelled(super::serving_options::start_server(
+            .run_until_cancelled(serving::start_server(
                 &options.serving,
                 &lease_client,
                 metrics.clone(),
@@ -490,8 +495,6 @@ impl CloudControllerManager {
         shared: Shared,
         shutdown: CancellationToken,
     ) -> Result<(), AppError> {
-        // No cloud mutation while the fence is closed (the client checks API writes).
-        let provider = crate::instrumented::fence(provider, shared.fence.clone());
         if !options.leader_election.leader_elect {
             return lead(controllers, client, provider, options, shared, shutdown).await;
         }
@@ -605,10 +608,7 @@ async fn lead(
                 .with_metrics(shared.metrics.registry().clone()),
         )
         .await
-        .map_err(|e| AppError::Kube {
-            context: "initializing the cloud provider".into(),
-            source: Box::new(e),
-        })?;
+        .map_err(AppError::Initialize)?;
     let nodes = Informer::new(
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),

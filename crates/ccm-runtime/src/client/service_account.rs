@@ -22,10 +22,11 @@
 //! # Ok(()) }
 //! ```
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -257,7 +258,7 @@ impl Inner {
     /// token. Each call bounded by [`CALL_TIMEOUT`]. Returns the token and its lifetime.
     async fn token(&self, name: &str) -> Result<(String, Duration), String> {
         let accounts: Api<ServiceAccount> = Api::namespaced(self.root.clone(), &self.namespace);
-        let existing = bounded("get the ServiceAccount", accounts.get_opt(name)).await?;
+        let existing = with_timeout("get the ServiceAccount", accounts.get_opt(name)).await?;
         if existing.is_none() {
             let account = ServiceAccount {
                 metadata: ObjectMeta {
@@ -267,7 +268,7 @@ impl Inner {
                 },
                 ..ServiceAccount::default()
             };
-            match bounded(
+            match with_timeout(
                 "create the ServiceAccount",
                 accounts.create(&PostParams::default(), &account),
             )
@@ -279,7 +280,7 @@ impl Inner {
                     "created the controller's ServiceAccount"
                 ),
                 // Someone else created it meanwhile.
-                Err(BoundedError::Api(409, _)) => {}
+                Err(CallError::Api(409, _)) => {}
                 Err(e) => return Err(e.to_string()),
             }
         }
@@ -291,7 +292,7 @@ impl Inner {
             ..TokenRequest::default()
         };
         let asked = Instant::now();
-        let answer = bounded(
+        let answer = with_timeout(
             "request a token",
             accounts.create_token_request(name, &PostParams::default(), &request),
         )
@@ -312,7 +313,7 @@ impl Inner {
 
 /// A failed API call of a token request.
 #[derive(Debug, thiserror::Error)]
-enum BoundedError {
+enum CallError {
     /// The API server answered with this status code; the message says what was done.
     #[error("{1}")]
     Api(u16, String),
@@ -321,24 +322,24 @@ enum BoundedError {
     Other(&'static str, String),
 }
 
-impl From<BoundedError> for String {
-    fn from(e: BoundedError) -> Self {
+impl From<CallError> for String {
+    fn from(e: CallError) -> Self {
         e.to_string()
     }
 }
 
 /// `call`, given up after [`CALL_TIMEOUT`]; errors name `what` was being done.
-async fn bounded<T>(
+async fn with_timeout<T>(
     what: &'static str,
     call: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, BoundedError> {
+) -> Result<T, CallError> {
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(kube::Error::Api(status))) => {
-            Err(BoundedError::Api(status.code, format!("{what}: {status}")))
+            Err(CallError::Api(status.code, format!("{what}: {status}")))
         }
-        Ok(Err(e)) => Err(BoundedError::Other(what, e.to_string())),
-        Err(_) => Err(BoundedError::Other(
+        Ok(Err(e)) => Err(CallError::Other(what, e.to_string())),
+        Err(_) => Err(CallError::Other(
             what,
             format!("no answer within {CALL_TIMEOUT:?}"),
         )),
@@ -424,7 +425,7 @@ impl TokenSlot {
         match HeaderValue::from_str(&format!("Bearer {token}")) {
             Ok(mut value) => {
                 value.set_sensitive(true);
-                *self.header.write().unwrap_or_else(PoisonError::into_inner) = Some(value);
+                *self.header.write() = Some(value);
             }
             Err(_) => {
                 tracing::warn!("the API server gave a token that is no header value; ignored")
@@ -433,10 +434,7 @@ impl TokenSlot {
     }
 
     fn current(&self) -> Option<HeaderValue> {
-        self.header
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.header.read().clone()
     }
 
     /// The API server answered `401` to a request that carried `used`: a refresh, unless a
@@ -546,12 +544,12 @@ mod tests {
     async fn requests_carry_the_current_token_and_a_401_asks_for_a_new_one() {
         let slot = Arc::new(TokenSlot::default());
         slot.set("one");
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let mut svc = BearerLayer { slot: slot.clone() }.layer(tower::service_fn({
             let seen = seen.clone();
             move |req: Request<()>| {
                 let auth = req.headers().get(AUTHORIZATION).cloned();
-                seen.lock().unwrap().push(auth.clone());
+                seen.lock().push(auth.clone());
                 async move {
                     let status =
                         if auth.as_ref().and_then(|v| v.to_str().ok()) == Some("Bearer one") {
@@ -581,7 +579,7 @@ mod tests {
                 .await
                 .is_err()
         );
-        let seen = seen.lock().unwrap();
+        let seen = seen.lock();
         assert_eq!(seen[0].as_ref().unwrap(), "Bearer one");
         assert!(seen[0].as_ref().unwrap().is_sensitive());
         assert_eq!(seen[1].as_ref().unwrap(), "Bearer two");

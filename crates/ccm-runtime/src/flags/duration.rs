@@ -7,7 +7,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use ccm_runtime::app::duration::parse_go_duration;
+/// use ccm_runtime::flags::duration::parse_go_duration;
 /// assert_eq!(parse_go_duration("5m0s"), Ok(Duration::from_secs(300)));
 /// assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5400)));
 /// assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1500)));

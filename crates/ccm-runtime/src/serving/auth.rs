@@ -15,10 +15,9 @@
 //! so a failing API server fails requests instead of wedging the server; the always-allowed
 //! paths never wait for it.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
-use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use http::{HeaderMap, Response, StatusCode, header};
@@ -34,10 +33,7 @@ use rustls::pki_types::CertificateDer;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::AppError;
-use super::options::FlagError;
-use super::serving_options::ServingOptions;
-use super::tls::{self, ChainVerifier, ClientCas};
+use super::tls::{self, ChainVerifier};
 
 /// How long one `TokenReview` or `SubjectAccessReview` may take (Go's 10 s client timeouts).
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -154,7 +150,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
 
     /// The value of `key` if it has not expired.
     pub fn get(&self, key: &K) -> Option<V> {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = self.entries.lock();
         match entries.get(key) {
             Some((v, expires)) if *expires > Instant::now() => Some(v.clone()),
             Some(_) => {
@@ -171,7 +167,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
             return;
         }
         let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = self.entries.lock();
         if entries.len() >= self.capacity && !entries.contains_key(&key) {
             entries.retain(|_, (_, expires)| *expires > now);
             if entries.len() >= self.capacity
@@ -188,10 +184,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
 
     /// The number of entries, expired ones included.
     pub fn len(&self) -> usize {
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.entries.lock().len()
     }
 
     /// Whether the cache is empty.
@@ -498,7 +491,7 @@ impl DelegatedAuth {
         };
         let api: Api<TokenReview> = Api::all(client.clone());
         let reviewed = self
-            .bounded(async { api.create(&PostParams::default(), &review).await })
+            .review(async { api.create(&PostParams::default(), &review).await })
             .await?;
         let status = reviewed.status.unwrap_or_default();
         let user = if status.authenticated == Some(true) {
@@ -517,7 +510,7 @@ impl DelegatedAuth {
     }
 
     /// Runs one review under the concurrency bound and the timeout.
-    async fn bounded<T>(
+    async fn review<T>(
         &self,
         review: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, String> {
@@ -569,7 +562,7 @@ impl DelegatedAuth {
         };
         let api: Api<SubjectAccessReview> = Api::all(client.clone());
         let reviewed = self
-            .bounded(async { api.create(&PostParams::default(), &review).await })
+            .review(async { api.create(&PostParams::default(), &review).await })
             .await?;
         let status = reviewed.status.unwrap_or_default();
         let (decision, ttl) = if status.allowed {
@@ -672,39 +665,6 @@ fn status_response(
     response
 }
 
-fn flag_error(flag: &'static str, message: impl Into<String>) -> FlagError {
-    FlagError {
-        flag,
-        message: message.into(),
-    }
-}
-
-/// A client from `--authentication-kubeconfig` / `--authorization-kubeconfig`: the file and
-/// every file it names read off the runtime (see [`crate::files::kubeconfig`]).
-async fn client_from_kubeconfig(flag: &'static str, path: &Path) -> Result<kube::Client, AppError> {
-    let invalid = |e: String| flag_error(flag, format!("{}: {e}", path.display()));
-    let owned = path.to_owned();
-    let kubeconfig = crate::files::off_thread("read-kubeconfig", move || {
-        crate::files::kubeconfig(flag, &owned)
-    })
-    .await
-    .map_err(|e| invalid(e.to_string()))?
-    .map_err(|e| match e {
-        crate::files::KubeconfigError::Read(e) => AppError::File(e),
-        crate::files::KubeconfigError::Invalid { source, .. } => invalid(source.to_string()).into(),
-    })?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| invalid(e.to_string()))?;
-    Ok(
-        crate::client::build_client(config, &crate::client::ApiLayer::new())
-            .map_err(|e| invalid(e.to_string()))?,
-    )
-}
-
 /// What kube-apiserver publishes in `kube-system/extension-apiserver-authentication`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterAuthentication {
@@ -799,7 +759,7 @@ pub enum LookupError {
 impl LookupError {
     /// What to do about it, as the start of a sentence: granting the Role helps only when
     /// the server refused.
-    fn hint(&self) -> &'static str {
+    pub(crate) fn hint(&self) -> &'static str {
         match self {
             Self::NoAnswer => "check that the API server is reachable, or ",
             Self::Forbidden(_) => "grant the Role extension-apiserver-authentication-reader, or ",
@@ -808,304 +768,5 @@ impl LookupError {
     }
 }
 
-/// Builds the delegated authenticator and authorizer from the flags, as Go's `ApplyTo`
-/// does: `client` (the manager's own, unfenced) reviews tokens and access unless the
-/// `--authentication-kubeconfig` / `--authorization-kubeconfig` name another cluster, and
-/// the client CA and request-header settings missing from the flags are read from
-/// `kube-system/extension-apiserver-authentication` unless `--authentication-skip-lookup`.
-/// Returns the authorities that client certificates are requested for.
-///
-/// # Errors
-///
-/// A flag's value is wrong, or a file it names cannot be read.
-pub async fn from_options(
-    options: &ServingOptions,
-    client: &kube::Client,
-) -> Result<(DelegatedAuth, ClientCas), AppError> {
-    let token_client = match options.authentication_kubeconfig() {
-        Some(path) => client_from_kubeconfig("--authentication-kubeconfig", &path).await?,
-        None => client.clone(),
-    };
-    let access_client = match options.authorization_kubeconfig() {
-        Some(path) => client_from_kubeconfig("--authorization-kubeconfig", &path).await?,
-        None => client.clone(),
-    };
-    let read_ca = async |flag: &'static str, path: &Path| {
-        let bytes = crate::files::read(flag, path, tls::MAX_PEM_BYTES).await?;
-        tls::certs_from_pem(&bytes)
-            .map_err(|e| AppError::from(flag_error(flag, format!("{}: {e}", path.display()))))
-    };
-    let [
-        allowed_names,
-        username_headers,
-        uid_headers,
-        group_headers,
-        extra_prefixes,
-    ] = options.request_header_lists();
-    let mut cas = ClientCas::default();
-    let mut request_header = None;
-    if let Some(path) = options.client_ca_file() {
-        cas.client_ca = read_ca("--client-ca-file", &path).await?;
-    }
-    if let Some(path) = options.requestheader_client_ca_file() {
-        cas.requestheader_ca = read_ca("--requestheader-client-ca-file", &path).await?;
-        request_header = Some(RequestHeaderConfig::new(
-            allowed_names,
-            username_headers,
-            uid_headers,
-            group_headers,
-            extra_prefixes,
-        ));
-    }
-    let missing = cas.client_ca.is_empty() || request_header.is_none();
-    if missing && !options.authentication_skip_lookup {
-        match ClusterAuthentication::lookup(&token_client).await {
-            Ok(found) => {
-                if cas.client_ca.is_empty()
-                    && let Some(pem) = &found.client_ca
-                {
-                    cas.client_ca = tls::certs_from_pem(pem.as_bytes()).map_err(|e| {
-                        flag_error("--client-ca-file", format!("client-ca-file of kube-system/extension-apiserver-authentication: {e}"))
-                    })?;
-                }
-                if request_header.is_none()
-                    && let Some(pem) = &found.requestheader_ca
-                {
-                    cas.requestheader_ca = tls::certs_from_pem(pem.as_bytes()).map_err(|e| {
-                        flag_error("--requestheader-client-ca-file", format!("requestheader-client-ca-file of kube-system/extension-apiserver-authentication: {e}"))
-                    })?;
-                    request_header = Some(found.request_header);
-                }
-                tracing::info!(
-                    client_ca = !cas.client_ca.is_empty(),
-                    request_header = request_header.is_some(),
-                    "read the client CA and request-header settings from kube-system/extension-apiserver-authentication"
-                );
-            }
-            Err(e) if options.authentication_tolerate_lookup_failure => {
-                tracing::warn!(error = %e, "error looking up in-cluster authentication configuration; continuing without it (--authentication-tolerate-lookup-failure): client certificates may not authenticate");
-            }
-            Err(e) => {
-                return Err(flag_error(
-                    "--authentication-tolerate-lookup-failure",
-                    format!(
-                        "unable to read kube-system/extension-apiserver-authentication ({e}); {}set --authentication-skip-lookup or --authentication-tolerate-lookup-failure",
-                        e.hint()
-                    ),
-                )
-                .into());
-            }
-        }
-    }
-    let paths = PathMatcher::new(&options.always_allow_paths())
-        .map_err(|m| flag_error("--authorization-always-allow-paths", m))?;
-    let mut auth = DelegatedAuth::new(paths)
-        .with_token_reviews(token_client, options.authentication_token_webhook_cache_ttl)
-        .with_access_reviews(
-            access_client,
-            options.authorization_webhook_cache_authorized_ttl,
-            options.authorization_webhook_cache_unauthorized_ttl,
-        );
-    if !cas.client_ca.is_empty() {
-        let verifier =
-            ChainVerifier::new(&cas.client_ca).map_err(|e| flag_error("--client-ca-file", e))?;
-        auth = auth.with_client_ca(verifier);
-    }
-    if let Some(config) = request_header
-        && !cas.requestheader_ca.is_empty()
-    {
-        let verifier = ChainVerifier::new(&cas.requestheader_ca)
-            .map_err(|e| flag_error("--requestheader-client-ca-file", e))?;
-        auth = auth.with_request_header(verifier, config);
-    }
-    Ok((auth, cas))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    #[test]
-    fn always_allowed_paths_match_as_go() {
-        let m = PathMatcher::new(&strings(&["/healthz", "readyz", "/debug/*", "/"])).unwrap();
-        for yes in [
-            "/healthz",
-            "healthz",
-            "/readyz",
-            "/debug/",
-            "/debug/pprof/heap",
-            "/",
-            "",
-        ] {
-            assert!(m.matches(yes), "{yes}");
-        }
-        for no in ["/healthz/ping", "/healthzx", "/metrics", "/debug", "/livez"] {
-            assert!(!m.matches(no), "{no}");
-        }
-        let all = PathMatcher::new(&strings(&["*"])).unwrap();
-        assert!(all.matches("/metrics") && all.matches("/"));
-        assert_eq!(
-            PathMatcher::new(&strings(&["/a*b*"])).unwrap_err(),
-            "only trailing * allowed in \"a*b*\""
-        );
-        let none = PathMatcher::new(&[]).unwrap();
-        assert!(!none.matches("/healthz"));
-    }
-
-    #[test]
-    fn bearer_tokens_are_read_as_go() {
-        let h = |v: &str| {
-            let mut m = HeaderMap::new();
-            m.insert(header::AUTHORIZATION, v.parse().unwrap());
-            m
-        };
-        assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
-        assert_eq!(bearer_token(&h("bearer abc extra")), Some("abc"));
-        assert_eq!(bearer_token(&h("  Bearer abc  ")), Some("abc"));
-        assert_eq!(bearer_token(&h("Basic abc")), None);
-        assert_eq!(bearer_token(&h("Bearer")), None);
-        assert_eq!(
-            bearer_token(&h("Bearer  abc")),
-            None,
-            "Go splits on single spaces"
-        );
-        assert_eq!(bearer_token(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn request_headers_make_a_user() {
-        let config = RequestHeaderConfig::new(
-            vec![],
-            strings(&["X-Remote-User", "X-Other-User"]),
-            strings(&["X-Remote-Uid"]),
-            strings(&["X-Remote-Group"]),
-            strings(&["X-Remote-Extra-"]),
-        );
-        let mut h = HeaderMap::new();
-        assert_eq!(
-            config.user(&h),
-            None,
-            "no user name: not this authenticator"
-        );
-        h.insert("x-other-user", "bob".parse().unwrap());
-        h.append("x-remote-group", "a".parse().unwrap());
-        h.append("x-remote-group", "b".parse().unwrap());
-        h.insert("x-remote-uid", "42".parse().unwrap());
-        h.insert("x-remote-extra-scopes%2fone", "s1".parse().unwrap());
-        let user = config.user(&h).unwrap();
-        assert_eq!(user.name, "bob");
-        assert_eq!(user.uid, "42");
-        assert_eq!(user.groups, ["a", "b"]);
-        assert_eq!(user.extra["scopes/one"], ["s1"]);
-        assert_eq!(
-            user.authenticated().groups,
-            ["a", "b", "system:authenticated"]
-        );
-    }
-
-    #[test]
-    fn cache_is_bounded_and_expires() {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap()
-            .block_on(async {
-                let cache = TtlCache::new(3);
-                cache.insert(1, "a", Duration::from_secs(10));
-                cache.insert(2, "b", Duration::from_secs(20));
-                cache.insert(3, "c", Duration::from_secs(30));
-                cache.insert(4, "d", Duration::from_secs(40));
-                assert_eq!(cache.len(), 3);
-                assert_eq!(cache.get(&1), None, "the one closest to expiry went");
-                assert_eq!(cache.get(&4), Some("d"));
-                cache.insert(5, "e", Duration::ZERO);
-                assert_eq!(cache.get(&5), None, "a zero TTL is not cached");
-                tokio::time::advance(Duration::from_secs(25)).await;
-                assert_eq!(cache.get(&2), None, "expired");
-                assert_eq!(cache.get(&3), Some("c"));
-                cache.insert(6, "f", Duration::from_secs(1));
-                cache.insert(7, "g", Duration::from_secs(1));
-                assert!(cache.len() <= 3);
-                assert_eq!(cache.get(&4), Some("d"));
-            });
-    }
-
-    #[test]
-    fn configmap_data_is_read() {
-        let data: BTreeMap<String, String> = [
-            ("client-ca-file", "PEM"),
-            ("requestheader-client-ca-file", ""),
-            ("requestheader-username-headers", "[\"X-Remote-User\"]"),
-            ("requestheader-allowed-names", "[\"front-proxy-client\"]"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let found = ClusterAuthentication::from_data(&data).unwrap();
-        assert_eq!(found.client_ca.as_deref(), Some("PEM"));
-        assert_eq!(found.requestheader_ca, None);
-        assert_eq!(found.request_header.username_headers, ["X-Remote-User"]);
-        assert_eq!(found.request_header.allowed_names, ["front-proxy-client"]);
-        let mut bad = data;
-        bad.insert("requestheader-group-headers".to_owned(), "nope".to_owned());
-        assert!(
-            ClusterAuthentication::from_data(&bad)
-                .unwrap_err()
-                .starts_with("requestheader-group-headers")
-        );
-    }
-
-    #[tokio::test]
-    async fn anonymous_and_always_allowed_without_a_cluster() {
-        let auth = DelegatedAuth::new(PathMatcher::new(&strings(&["/healthz"])).unwrap());
-        let headers = HeaderMap::new();
-        let user = auth.authenticate(&headers, &[]).await.unwrap();
-        assert_eq!(user, UserInfo::anonymous());
-        assert_eq!(
-            auth.authorize(&user, "/healthz", "get").await,
-            Ok(Decision::Allow)
-        );
-        assert_eq!(
-            auth.authorize(&user, "/metrics", "get").await,
-            Ok(Decision::Deny(String::new()))
-        );
-        let masters = UserInfo {
-            name: "admin".to_owned(),
-            groups: strings(&["system:masters"]),
-            ..UserInfo::default()
-        };
-        assert_eq!(
-            auth.authorize(&masters, "/metrics", "get").await,
-            Ok(Decision::Allow)
-        );
-        let response = auth
-            .check(&headers, &[], &http::Method::GET, "/metrics")
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::FORBIDDEN);
-        use http_body_util::BodyExt as _;
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(
-            std::str::from_utf8(&body).unwrap(),
-            "{\"apiVersion\":\"v1\",\"code\":403,\"details\":{},\"kind\":\"Status\",\"message\":\"forbidden: User \\\"system:anonymous\\\" cannot get path \\\"/metrics\\\"\",\"metadata\":{},\"reason\":\"Forbidden\",\"status\":\"Failure\"}\n"
-        );
-        assert!(
-            auth.check(&headers, &[], &http::Method::GET, "/healthz")
-                .await
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("a%2Fb"), "a/b");
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("%zz"), "%zz");
-        assert_eq!(percent_decode("%"), "%");
-    }
-}
+mod tests;

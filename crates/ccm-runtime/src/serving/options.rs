@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use super::duration::parse_go_duration;
-use super::goflag;
-use super::options::FlagError;
 use super::tls::{self, TlsSettings};
+use crate::flags::FlagError;
+use crate::flags::duration::parse_go_duration;
+use crate::flags::goflag;
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
@@ -28,7 +28,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 /// A pflag list flag as given on the command line: each occurrence is one CSV record (an
 /// empty value is an empty list), and occurrences add up. The value parsers refuse what is
 /// not CSV; a value set in code that is not is an error naming the flag.
-fn go_list(flag: &'static str, values: &[String]) -> Result<Vec<String>, FlagError> {
+fn list_flag_values(flag: &'static str, values: &[String]) -> Result<Vec<String>, FlagError> {
     let mut items = Vec::new();
     for value in values {
         items.extend(goflag::go_string_slice(value).map_err(|m| bad(flag, m))?);
@@ -36,9 +36,9 @@ fn go_list(flag: &'static str, values: &[String]) -> Result<Vec<String>, FlagErr
     Ok(items)
 }
 
-/// [`go_list`] for the accessors, which cannot fail: a value that is not CSV (only possible
+/// [`list_flag_values`] for the accessors, which cannot fail: a value that is not CSV (only possible
 /// when set in code, and refused by [`ServingOptions::validate`]) adds nothing.
-fn go_list_lenient(values: &[String]) -> Vec<String> {
+fn list_flag_values_lenient(values: &[String]) -> Vec<String> {
     values
         .iter()
         .flat_map(|v| goflag::go_string_slice(v).unwrap_or_default())
@@ -46,7 +46,7 @@ fn go_list_lenient(values: &[String]) -> Vec<String> {
 }
 
 /// The serving and delegated authentication/authorization flags of Go's
-/// `cloud-controller-manager`, flattened into [`Options`](super::Options).
+/// `cloud-controller-manager`, flattened into the app's `Options`.
 #[derive(Clone, Debug, Args)]
 #[non_exhaustive]
 pub struct ServingOptions {
@@ -320,7 +320,7 @@ impl ServingOptions {
     /// `--authorization-always-allow-paths` as a list.
     #[must_use]
     pub fn always_allow_paths(&self) -> Vec<String> {
-        go_list_lenient(&self.authorization_always_allow_paths)
+        list_flag_values_lenient(&self.authorization_always_allow_paths)
     }
 
     /// The request-header lists: allowed names, username, UID and group headers, extra
@@ -328,11 +328,11 @@ impl ServingOptions {
     #[must_use]
     pub fn request_header_lists(&self) -> [Vec<String>; 5] {
         [
-            go_list_lenient(&self.requestheader_allowed_names),
-            go_list_lenient(&self.requestheader_username_headers),
-            go_list_lenient(&self.requestheader_uid_headers),
-            go_list_lenient(&self.requestheader_group_headers),
-            go_list_lenient(&self.requestheader_extra_headers_prefix),
+            list_flag_values_lenient(&self.requestheader_allowed_names),
+            list_flag_values_lenient(&self.requestheader_username_headers),
+            list_flag_values_lenient(&self.requestheader_uid_headers),
+            list_flag_values_lenient(&self.requestheader_group_headers),
+            list_flag_values_lenient(&self.requestheader_extra_headers_prefix),
         ]
     }
 
@@ -340,13 +340,14 @@ impl ServingOptions {
     /// the warnings to log for Go values rustls does not implement.
     pub fn tls_settings(&self) -> Result<(TlsSettings, Vec<String>), FlagError> {
         // pflag's int32Slice takes any base (`0x17`); the mapping knows the decimal IDs.
-        let curves: Vec<String> = go_list("--tls-curve-preferences", &self.tls_curve_preferences)?
-            .into_iter()
-            .map(|id| goflag::go_int32(id.trim()).map_or(id, |v| v.to_string()))
-            .collect();
+        let curves: Vec<String> =
+            list_flag_values("--tls-curve-preferences", &self.tls_curve_preferences)?
+                .into_iter()
+                .map(|id| goflag::go_int32(id.trim()).map_or(id, |v| v.to_string()))
+                .collect();
         tls::settings(
             &self.tls_min_version,
-            &go_list("--tls-cipher-suites", &self.tls_cipher_suites)?,
+            &list_flag_values("--tls-cipher-suites", &self.tls_cipher_suites)?,
             &curves,
             &self.tls_sni_cert_key,
         )
@@ -413,7 +414,7 @@ impl ServingOptions {
             ),
         ];
         for (flag, values) in lists {
-            let items = go_list(flag, values)?;
+            let items = list_flag_values(flag, values)?;
             if items.len() > MAX_LIST_ITEMS {
                 return Err(bad(
                     flag,
@@ -433,7 +434,7 @@ impl ServingOptions {
                 return Err(bad(flag, format!("{h:?} is not a valid HTTP header name")));
             }
         }
-        let uid = go_list_lenient(&self.requestheader_uid_headers);
+        let uid = list_flag_values_lenient(&self.requestheader_uid_headers);
         if !uid.is_empty() && !uid.iter().any(|h| h.eq_ignore_ascii_case("X-Remote-Uid")) {
             return Err(bad(
                 "--requestheader-uid-headers",
@@ -445,146 +446,6 @@ impl ServingOptions {
         self.tls_settings()?;
         Ok(())
     }
-}
-
-/// Starts the endpoint server as the flags say (the manager's step before the election):
-/// HTTPS with delegated authentication and authorization through `client` (or the
-/// `--authentication-kubeconfig` / `--authorization-kubeconfig` clusters), or, with
-/// `--insecure-serving`, plain HTTP open to anyone, with a warning. `None` when
-/// `--secure-port` is 0.
-pub(crate) async fn start_server(
-    options: &ServingOptions,
-    client: &kube::Client,
-    metrics: crate::metrics::Metrics,
-    health: super::serve::Health,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> Result<Option<super::serve::EndpointServer>, super::AppError> {
-    use super::serve::{EndpointServer, ServeOptions, Serving};
-    let Some(port) = options.port() else {
-        tracing::info!("--secure-port is 0: not serving health and metrics endpoints");
-        return Ok(None);
-    };
-    let (tls_settings, warnings) = options.tls_settings()?;
-    for warning in warnings {
-        tracing::warn!("{warning}");
-    }
-    let serving = match (options.tls_cert_file(), options.tls_private_key_file()) {
-        _ if options.insecure_serving => Serving::Http,
-        (Some(cert_file), Some(key_file)) => Serving::Https {
-            cert_file,
-            key_file,
-        },
-        _ => Serving::HttpsSelfSigned,
-    };
-    let mut serve_options = ServeOptions::new(options.bind_address, port, serving)
-        .with_tls(tls_settings)
-        .with_cert_dir(options.cert_dir())
-        .with_socket_sharing(options.permit_port_sharing, options.permit_address_sharing);
-    if options.insecure_serving {
-        tracing::warn!(
-            "--insecure-serving: serving /metrics, /healthz, /livez and /readyz over plain HTTP \
-             to anyone, without authentication or authorization. For local demos only; never in a cluster"
-        );
-    } else {
-        let (auth, cas) = super::auth::from_options(options, client).await?;
-        tracing::info!(
-            ?auth,
-            "delegated authentication and authorization configured"
-        );
-        serve_options = serve_options.with_auth(std::sync::Arc::new(auth), cas);
-    }
-    EndpointServer::start(&serve_options, metrics, health, shutdown)
-        .await
-        .map_err(|e| serve_error(e, options))
-}
-
-/// A server error at startup: a file's error under its flag, anything else under
-/// `--secure-port`.
-fn serve_error(e: super::serve::ServeError, options: &ServingOptions) -> super::AppError {
-    use super::serve::ServeError;
-    match e {
-        ServeError::File(e) => super::AppError::File(e),
-        ServeError::Pem {
-            flag,
-            what,
-            path,
-            reason,
-        } => FlagError {
-            flag,
-            message: format!("cannot load {what} from {}: {reason}", path.display()),
-        }
-        .into(),
-        e => super::AppError::Kube {
-            context: format!(
-                "--secure-port: cannot serve on {}:{}",
-                options.bind_address, options.secure_port
-            ),
-            source: Box::new(e),
-        },
-    }
-}
-
-/// Reads every file the serving flags name (the certificate and key, the SNI pairs, the
-/// `--cert-dir` pair, the client CAs, the delegated-auth kubeconfigs and the files they
-/// name), as Go's options do before anything else starts: a wrong path stops the process
-/// at once with its flag named, before the provider is built or the cluster reached. The
-/// server reads them again, through the same readers, when it starts. Blocking.
-pub(crate) fn check_files(options: &ServingOptions) -> Result<(), super::AppError> {
-    if options.port().is_none() || options.insecure_serving {
-        return Ok(());
-    }
-    let (settings, _) = options.tls_settings()?;
-    let serving = match (options.tls_cert_file(), options.tls_private_key_file()) {
-        (Some(cert_file), Some(key_file)) => super::serve::Serving::Https {
-            cert_file,
-            key_file,
-        },
-        _ => super::serve::Serving::HttpsSelfSigned,
-    };
-    super::serve::load_tls(
-        &serving,
-        &settings,
-        options.bind_address,
-        options.cert_dir().as_deref(),
-    )
-    .map_err(|e| serve_error(e, options))?;
-    for (flag, path) in [
-        ("--client-ca-file", options.client_ca_file()),
-        (
-            "--requestheader-client-ca-file",
-            options.requestheader_client_ca_file(),
-        ),
-    ] {
-        if let Some(path) = path {
-            let bytes = ccm_provider::file::read_named(flag, &path, tls::MAX_PEM_BYTES)?;
-            tls::certs_from_pem(&bytes).map_err(|e| FlagError {
-                flag,
-                message: format!("{}: {e}", path.display()),
-            })?;
-        }
-    }
-    for (flag, path) in [
-        (
-            "--authentication-kubeconfig",
-            options.authentication_kubeconfig(),
-        ),
-        (
-            "--authorization-kubeconfig",
-            options.authorization_kubeconfig(),
-        ),
-    ] {
-        if let Some(path) = path {
-            crate::files::kubeconfig(flag, &path).map_err(|e| match e {
-                crate::files::KubeconfigError::Read(e) => super::AppError::File(e),
-                crate::files::KubeconfigError::Invalid { source, .. } => FlagError {
-                    flag,
-                    message: format!("{}: {source}", path.display()),
-                }
-                .into(),
-            })?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

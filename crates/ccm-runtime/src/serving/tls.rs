@@ -27,8 +27,8 @@ use rustls::{
     SupportedProtocolVersion,
 };
 
-use super::options::FlagError;
-use super::serve::ServeError;
+use super::ServeError;
+use crate::flags::FlagError;
 
 /// Go's `PairName` for the cloud-controller-manager: `--cert-dir` holds
 /// `cloud-controller-manager.crt` and `cloud-controller-manager.key`.

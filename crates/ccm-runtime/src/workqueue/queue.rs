@@ -6,10 +6,11 @@
 //! Keys can also be added after a delay (the earliest pending deadline wins) or after the
 //! key's [`RateLimit`] backoff. Time is [`tokio::time`], so paused-clock tests work.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -118,7 +119,7 @@ impl<K: QueueKey> Queue<K> {
     /// Queues `key` unless it is already waiting. If a worker holds it, it is queued again
     /// when that worker finishes. Does nothing once the queue is shut down.
     pub fn add(&self, key: K) {
-        let mut state = self.inner.lock();
+        let mut state = self.inner.state.lock();
         self.inner.insert(&mut state, key, Instant::now());
     }
 
@@ -130,7 +131,7 @@ impl<K: QueueKey> Queue<K> {
         }
         let now = Instant::now();
         let deadline = now.checked_add(delay).unwrap_or_else(|| far_future(now));
-        let mut state = self.inner.lock();
+        let mut state = self.inner.state.lock();
         if state.shutting_down {
             return;
         }
@@ -154,7 +155,7 @@ impl<K: QueueKey> Queue<K> {
     pub fn add_rate_limited(&self, key: K) {
         let now = Instant::now();
         let delay = {
-            let mut state = self.inner.lock();
+            let mut state = self.inner.state.lock();
             if state.shutting_down {
                 return;
             }
@@ -175,13 +176,19 @@ impl<K: QueueKey> Queue<K> {
     /// not remove the key from the queue. Call it for a key that is gone for good, too:
     /// failure counts are kept until forgotten.
     pub fn forget(&self, key: &K) {
-        self.inner.lock().failures.remove(key);
+        self.inner.state.lock().failures.remove(key);
     }
 
     /// How many failures `key` has had since it was last forgotten.
     #[must_use]
     pub fn num_requeues(&self, key: &K) -> u32 {
-        self.inner.lock().failures.get(key).copied().unwrap_or(0)
+        self.inner
+            .state
+            .lock()
+            .failures
+            .get(key)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Waits for a key and hands it out, or returns `None` once the queue is shut down.
@@ -195,7 +202,7 @@ impl<K: QueueKey> Queue<K> {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let next_deadline = {
-                let mut state = self.inner.lock();
+                let mut state = self.inner.state.lock();
                 if state.shutting_down {
                     return None;
                 }
@@ -227,7 +234,7 @@ impl<K: QueueKey> Queue<K> {
     /// Keys waiting to be handed out, as [`QueueMetrics::depth`].
     #[must_use]
     pub fn len(&self) -> usize {
-        let mut state = self.inner.lock();
+        let mut state = self.inner.state.lock();
         self.inner.promote_due(&mut state, Instant::now());
         state.dirty.len()
     }
@@ -242,7 +249,7 @@ impl<K: QueueKey> Queue<K> {
     /// and waiting and delayed keys are dropped. Keys held by workers stay theirs until
     /// they finish.
     pub fn shut_down(&self) {
-        let mut state = self.inner.lock();
+        let mut state = self.inner.state.lock();
         state.shutting_down = true;
         state.ready.clear();
         state.dirty.clear();
@@ -256,13 +263,13 @@ impl<K: QueueKey> Queue<K> {
     /// Whether [`shut_down`](Self::shut_down) was called.
     #[must_use]
     pub fn is_shut_down(&self) -> bool {
-        self.inner.lock().shutting_down
+        self.inner.state.lock().shutting_down
     }
 
     /// Releases a key held by a worker; queues it again if it was added meanwhile.
     fn done(&self, key: &K) {
         let now = Instant::now();
-        let mut state = self.inner.lock();
+        let mut state = self.inner.state.lock();
         if let Some(taken) = state.processing.remove(key) {
             self.inner.metrics.work_duration().observe(now - taken);
         }
@@ -276,11 +283,6 @@ impl<K: QueueKey> Queue<K> {
 }
 
 impl<K: QueueKey> Inner<K> {
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
-        // The state is consistent between statements, so a panic elsewhere cannot break it.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The heart of [`Queue::add`].
     fn insert(&self, state: &mut State<K>, key: K, now: Instant) {
         if state.shutting_down || state.dirty.contains_key(&key) {

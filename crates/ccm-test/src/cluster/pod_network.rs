@@ -146,24 +146,17 @@ fn set_up_pod_network(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    use k8s_openapi::api::core::v1::NodeSpec;
 
     use super::*;
-    use crate::cluster::UNINITIALIZED_TAINT;
+    use crate::fixtures::uninitialized_taint;
 
     fn node(cidr: Option<&str>, uninitialised: bool) -> Node {
         Node {
             spec: Some(NodeSpec {
                 pod_cidr: cidr.map(str::to_owned),
                 pod_cidrs: cidr.map(|c| vec![c.to_owned()]),
-                taints: uninitialised.then(|| {
-                    vec![Taint {
-                        key: UNINITIALIZED_TAINT.to_owned(),
-                        value: Some("true".to_owned()),
-                        effect: "NoSchedule".to_owned(),
-                        ..Taint::default()
-                    }]
-                }),
+                taints: uninitialised.then(|| vec![uninitialized_taint()]),
                 ..NodeSpec::default()
             }),
             ..Node::default()

@@ -4,11 +4,12 @@
 //! a short-TTL cache of the droplet list.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ccm_core::provider::echo;
+use parking_lot::{Mutex, MutexGuard};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -377,13 +378,12 @@ impl Client {
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let list = Arc::new(self.list_droplets().await?);
-        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((Instant::now(), list.clone()));
+        *self.cache.lock() = Some((Instant::now(), list.clone()));
         Ok(list)
     }
 
     fn fresh(&self, max_age: Duration) -> Option<Arc<Vec<Droplet>>> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = self.cache.lock();
         cache
             .as_ref()
             .filter(|(at, _)| at.elapsed() < max_age)
@@ -392,7 +392,7 @@ impl Client {
 
     /// Forgets the cached droplet list.
     pub fn invalidate(&self) {
-        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.cache.lock() = None;
     }
 
     /// Cache hit and miss counts.
@@ -558,7 +558,7 @@ impl Pacer {
     }
 
     fn state(&self) -> MutexGuard<'_, PaceState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Waits for this request's slot. A hold set while it waits (a 429 to another request)

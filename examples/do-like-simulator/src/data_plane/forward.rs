@@ -15,8 +15,10 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -163,23 +165,20 @@ impl Pool {
     }
 
     fn targets(&self) -> MutexGuard<'_, Vec<Target>> {
-        self.targets.lock().unwrap_or_else(|e| e.into_inner())
+        self.targets.lock()
     }
 
     pub(crate) fn set_algorithm(&self, algorithm: Algorithm) {
-        *self.algorithm.lock().unwrap_or_else(|e| e.into_inner()) = algorithm;
+        *self.algorithm.lock() = algorithm;
     }
 
     pub(crate) fn set_firewall(&self, firewall: Firewall) {
-        *self.firewall.lock().unwrap_or_else(|e| e.into_inner()) = firewall;
+        *self.firewall.lock() = firewall;
     }
 
     /// Whether the firewall lets `client` in.
     pub(crate) fn admits(&self, client: std::net::IpAddr) -> bool {
-        self.firewall
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .admits(client)
+        self.firewall.lock().admits(client)
     }
 
     /// Makes the targets exactly `addresses`, keeping the health of those already known
@@ -229,7 +228,7 @@ impl Pool {
         client: std::net::IpAddr,
         tried: &[Ipv4Addr],
     ) -> Option<Lease> {
-        let algorithm = *self.algorithm.lock().unwrap_or_else(|e| e.into_inner());
+        let algorithm = *self.algorithm.lock();
         let mut targets = self.targets();
         // With no healthy target at all, every target is a candidate ("panic" routing, as
         // Envoy does below its panic threshold): the health checks lag behind the targets,

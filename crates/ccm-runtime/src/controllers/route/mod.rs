@@ -29,8 +29,9 @@ mod config;
 mod decision;
 mod table;
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -228,14 +229,10 @@ impl Inner {
         self.provider.routes().ok_or(CloudError::NotImplemented)
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, RouteTable> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Lists the cluster's routes into the table; `None` when listing failed (logged).
     async fn list(&self) -> Option<Vec<Route>> {
         let cluster = self.config.cluster_name();
-        self.table().listing();
+        self.table.lock().listing();
         let at = Instant::now();
         let listed = match self.routes() {
             Ok(routes) => routes.list_routes(cluster).await,
@@ -244,10 +241,10 @@ impl Inner {
         match listed {
             Ok(routes) => {
                 self.syncs.inc();
-                Some(self.table().listed(routes, at))
+                Some(self.table.lock().listed(routes, at))
             }
             Err(err) => {
-                self.table().listing_failed();
+                self.table.lock().listing_failed();
                 tracing::warn!(cluster, error = %err.chain_to_string(), "couldn't reconcile node routes: error listing routes");
                 None
             }
@@ -263,7 +260,10 @@ impl Inner {
         // recorded there before its mark goes), never neither.
         let mut busy = self.in_flight.keys();
         let cached = match cause {
-            Cause::NodeChange => self.table().cached(self.config.reconciliation_period()),
+            Cause::NodeChange => self
+                .table
+                .lock()
+                .cached(self.config.reconciliation_period()),
             Cause::Period => None,
         };
         let mut listed = cached.is_none();
@@ -378,7 +378,7 @@ impl Inner {
         };
         match result {
             Ok(took) => {
-                self.table().deleted(&d.route);
+                self.table.lock().deleted(&d.route);
                 tracing::info!(
                     route = d.route.name,
                     cidr = d.route.destination_cidr,
@@ -388,7 +388,7 @@ impl Inner {
                 None
             }
             Err(err) => {
-                self.table().invalidate();
+                self.table.lock().invalidate();
                 // As in Go, a failed delete is only logged; the next reconcile tries again.
                 tracing::warn!(route = d.route.name, cidr = d.route.destination_cidr, error = %err.chain_to_string(), "could not delete route");
                 Some(d.key)
@@ -447,12 +447,12 @@ impl Inner {
         };
         match result {
             Ok(()) => {
-                self.table().created(&c.route);
+                self.table.lock().created(&c.route);
                 tracing::info!(node, cidr, name_hint = uid, took = ?started.elapsed(), "created route");
                 true
             }
             Err(err) => {
-                self.table().invalidate();
+                self.table.lock().invalidate();
                 let msg = format!(
                     "Could not create route {uid} {cidr} for node {node} after {:?}: {}",
                     started.elapsed(),
@@ -481,10 +481,7 @@ impl Inner {
         let _writer = self.condition_writes.acquire().await.ok();
         let Some(node) = self.nodes.store().get(&ObjectRef::new(name)) else {
             // Deleted meanwhile.
-            self.written
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|(n, _), _| n != name);
+            self.written.lock().retain(|(n, _), _| n != name);
             return;
         };
         let key = (
@@ -494,17 +491,14 @@ impl Inner {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let Some(condition) = network_condition(&node, routes_created, &now) else {
             // The cache shows the condition as wanted: anything we wrote has arrived.
-            self.written
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&key);
+            self.written.lock().remove(&key);
             return;
         };
         let wanted = (condition.status.clone(), condition.reason.clone());
         {
             // Checked and claimed under one lock: of two writers racing for one Node (a
             // reconcile, and the job whose create just returned), one writes.
-            let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut written = self.written.lock();
             let already = written
                 .get(&key)
                 .is_some_and(|(w, at)| *w == wanted && at.elapsed() < WRITTEN_TTL);
@@ -528,7 +522,7 @@ impl Inner {
             // Stays claimed until the cache shows it.
             Ok(_) => {}
             Err(err) => {
-                let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut written = self.written.lock();
                 if written.get(&key).is_some_and(|(w, _)| *w == wanted) {
                     written.remove(&key);
                 }
@@ -617,8 +611,8 @@ impl InFlight {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, usize>> {
+        self.0.lock()
     }
 }
 

@@ -1,0 +1,403 @@
+//! The handlers of `/v2` (droplets, load balancers, the routes extension) and `/admin`,
+//! each a thin function over the shared state: paging, checks, the wire types.
+
+use super::*;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PageQuery {
+    page: Option<usize>,
+    per_page: Option<usize>,
+    tag_name: Option<String>,
+}
+
+pub(super) async fn unknown_path() -> Response {
+    not_found()
+}
+
+/// A list answer: one page of `items` under `key`, with DigitalOcean's `links.pages` (absolute
+/// URLs: `first` and `prev` from the second page, `next` and `last` before the last) and
+/// `meta.total`.
+pub(super) fn page<T: Serialize>(
+    h: &SimulatorHandle,
+    key: &str,
+    path: &str,
+    items: Vec<T>,
+    q: &PageQuery,
+) -> Response {
+    let per_page = q.per_page.unwrap_or(20).clamp(1, 200);
+    let page = q.page.unwrap_or(1).max(1);
+    let total = items.len();
+    let pages = total.div_ceil(per_page).max(1);
+    let slice: Vec<T> = items
+        .into_iter()
+        .skip((page - 1).saturating_mul(per_page))
+        .take(per_page)
+        .collect();
+    let url = |n: usize| {
+        format!(
+            "http://{}{path}?page={n}&per_page={per_page}",
+            h.shared.addr
+        )
+    };
+    let links = Links {
+        pages: Pages {
+            first: (page > 1).then(|| url(1)),
+            prev: (page > 1).then(|| url((page - 1).min(pages))),
+            next: (page < pages).then(|| url(page + 1)),
+            last: (page < pages).then(|| url(pages)),
+        },
+    };
+    let meta = Meta {
+        total: total as u64,
+    };
+    Json(json!({key: slice, "links": links, "meta": meta})).into_response()
+}
+
+pub(super) async fn list_droplets(
+    State(h): State<SimulatorHandle>,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let items: Vec<Droplet> = h
+        .droplets()
+        .into_iter()
+        .filter(|d| q.tag_name.as_ref().is_none_or(|t| d.tags.contains(t)))
+        .collect();
+    page(&h, "droplets", "/v2/droplets", items, &q)
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CreateDroplet {
+    name: String,
+    #[serde(default)]
+    size: Option<String>,
+    #[serde(default)]
+    region: Option<String>,
+    /// Admin only: the private address of a machine that exists (see
+    /// [`SimulatorHandle::create_droplet_at`]); `POST /v2/droplets` refuses it.
+    #[serde(default)]
+    private_ip_address: Option<std::net::Ipv4Addr>,
+}
+
+pub(super) fn make_droplet(h: &SimulatorHandle, body: CreateDroplet) -> Response {
+    if body.name.is_empty() {
+        return unprocessable("name is required");
+    }
+    let d = h.create_droplet_at(
+        &body.name,
+        body.size.as_deref().unwrap_or("s-2vcpu-4gb"),
+        body.region.as_deref().unwrap_or("nyc1"),
+        body.private_ip_address,
+    );
+    (StatusCode::ACCEPTED, Json(json!({"droplet": d}))).into_response()
+}
+
+/// `POST /v2/droplets`: DigitalOcean requires a known region and size (the image is not
+/// simulated and not required).
+pub(super) async fn create_droplet(
+    State(h): State<SimulatorHandle>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let b: CreateDroplet = match body(&bytes) {
+        Ok(b) => b,
+        Err(m) => return bad_request(m),
+    };
+    if b.private_ip_address.is_some() {
+        return unprocessable("private_ip_address is not an attribute of a droplet request");
+    }
+    match b.region.as_deref() {
+        None | Some("") => return unprocessable("region is required"),
+        Some(r) if catalog::region(r).is_none() => {
+            return unprocessable(format!("region {r} is not available"));
+        }
+        Some(_) => {}
+    }
+    match b.size.as_deref() {
+        None | Some("") => return unprocessable("size is required"),
+        Some(s) if catalog::size(s).is_none() => {
+            return unprocessable(format!("size {s} is not available"));
+        }
+        Some(_) => {}
+    }
+    make_droplet(&h, b)
+}
+
+pub(super) async fn admin_create_droplet(
+    State(h): State<SimulatorHandle>,
+    Json(b): Json<CreateDroplet>,
+) -> Response {
+    make_droplet(&h, b)
+}
+
+pub(super) async fn get_droplet(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<String>,
+) -> Response {
+    let Ok(id) = id.parse::<u64>() else {
+        return not_found();
+    };
+    match h.inner().data.droplets.get(&id) {
+        Some(d) => Json(json!({"droplet": d})).into_response(),
+        None => not_found(),
+    }
+}
+
+pub(super) async fn delete_droplet(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<String>,
+) -> Response {
+    match id.parse::<u64>() {
+        Ok(id) if h.delete_droplet(id) => StatusCode::NO_CONTENT.into_response(),
+        _ => not_found(),
+    }
+}
+
+pub(super) async fn admin_delete_droplet(
+    State(h): State<SimulatorHandle>,
+    p: Path<String>,
+) -> Response {
+    delete_droplet(State(h), p).await
+}
+
+pub(super) async fn admin_power_off(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<u64>,
+) -> Response {
+    if h.set_droplet_status(id, "off") {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        not_found()
+    }
+}
+
+pub(super) async fn admin_power_on(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<u64>,
+) -> Response {
+    if h.set_droplet_status(id, "active") {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        not_found()
+    }
+}
+
+pub(super) async fn admin_faults(
+    State(h): State<SimulatorHandle>,
+    Json(f): Json<Faults>,
+) -> Response {
+    h.set_faults(f);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+pub(super) async fn admin_stats(State(h): State<SimulatorHandle>) -> Response {
+    let health: BTreeMap<String, Vec<serde_json::Value>> = h
+        .shared
+        .health
+        .lock()
+        .iter()
+        .map(|(id, targets)| {
+            let targets = targets
+                .iter()
+                .map(|(ip, healthy)| json!({"ip": ip.to_string(), "healthy": healthy}))
+                .collect();
+            (id.clone(), targets)
+        })
+        .collect();
+    Json(json!({"requests": h.request_counts(), "load_balancer_targets": health})).into_response()
+}
+
+/// The load balancer `req` describes, as the API shows it: the region as an object, and
+/// what the request leaves out filled in as DigitalOcean does (a size unit, the round-robin
+/// algorithm, a TCP health check on port 80, no sticky sessions, the region's VPC). `id`,
+/// `ip`, `ipv6`, `status` and `created_at` come from `was` (an update) or start afresh.
+pub(super) fn lb_object(
+    id: String,
+    req: LoadBalancerRequest,
+    was: Option<&LoadBalancerObject>,
+) -> LoadBalancerObject {
+    let region = catalog::region(&req.region).unwrap_or_default();
+    let size_unit = req
+        .size_unit
+        .or_else(|| req.size.as_deref().and_then(validate::slug_units))
+        .or(Some(1));
+    LoadBalancerObject {
+        id,
+        name: req.name,
+        ip: was.map(|w| w.ip.clone()).unwrap_or_default(),
+        ipv6: was.map(|w| w.ipv6.clone()).unwrap_or_default(),
+        size: req.size,
+        size_unit,
+        status: was.map_or_else(|| "new".to_owned(), |w| w.status.clone()),
+        created_at: was.map_or_else(|| catalog::rfc3339(now_ms()), |w| w.created_at.clone()),
+        algorithm: req.algorithm.unwrap_or_else(|| "round_robin".into()),
+        vpc_uuid: req
+            .vpc_uuid
+            .unwrap_or_else(|| catalog::vpc_uuid(&region.slug)),
+        region,
+        forwarding_rules: req.forwarding_rules,
+        health_check: Some(req.health_check.unwrap_or(HealthCheck {
+            protocol: "tcp".into(),
+            port: 80,
+            path: String::new(),
+            check_interval_seconds: 10,
+            response_timeout_seconds: 5,
+            healthy_threshold: 5,
+            unhealthy_threshold: 3,
+        })),
+        sticky_sessions: Some(req.sticky_sessions.unwrap_or_default()),
+        droplet_ids: req.droplet_ids,
+        tag: req.tag.unwrap_or_default(),
+        tags: req.tags,
+        redirect_http_to_https: req.redirect_http_to_https,
+        enable_proxy_protocol: req.enable_proxy_protocol,
+        firewall: req
+            .firewall
+            .filter(|f| !f.allow.is_empty() || !f.deny.is_empty()),
+    }
+}
+
+pub(super) async fn list_lbs(
+    State(h): State<SimulatorHandle>,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    page(
+        &h,
+        "load_balancers",
+        "/v2/load_balancers",
+        h.load_balancers(),
+        &q,
+    )
+}
+
+pub(super) async fn create_lb(
+    State(h): State<SimulatorHandle>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let b: LoadBalancerRequest = match body(&bytes) {
+        Ok(b) => b,
+        Err(m) => return bad_request(m),
+    };
+    if let Err(message) = validate::load_balancer(&b) {
+        return unprocessable(message);
+    }
+    let mut inner = h.inner();
+    inner.data.next_id += 1;
+    let id = format!("4de7ac8b-495b-4884-9a69-{:012x}", inner.data.next_id);
+    let lb = lb_object(id.clone(), b, None);
+    inner.data.load_balancers.insert(id.clone(), lb.clone());
+    let at = now_ms() + h.shared.config.lb_activation_delay.as_millis() as u64;
+    inner.data.lb_activate_at.insert(id, at);
+    activate_due(
+        &mut inner.data,
+        h.shared.config.load_balancer_addresses.as_ref(),
+    );
+    h.persist(&inner);
+    let lb = inner.data.load_balancers.get(&lb.id).cloned().unwrap_or(lb);
+    (StatusCode::ACCEPTED, Json(json!({"load_balancer": lb}))).into_response()
+}
+
+pub(super) async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
+    let mut inner = h.inner();
+    activate_due(
+        &mut inner.data,
+        h.shared.config.load_balancer_addresses.as_ref(),
+    );
+    match inner.data.load_balancers.get(&id) {
+        Some(lb) => Json(json!({"load_balancer": lb})).into_response(),
+        None => not_found(),
+    }
+}
+
+pub(super) async fn update_lb(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<String>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let b: LoadBalancerRequest = match body(&bytes) {
+        Ok(b) => b,
+        Err(m) => return bad_request(m),
+    };
+    if let Err(message) = validate::load_balancer(&b) {
+        return unprocessable(message);
+    }
+    let mut inner = h.inner();
+    activate_due(
+        &mut inner.data,
+        h.shared.config.load_balancer_addresses.as_ref(),
+    );
+    let Some(lb) = inner.data.load_balancers.get_mut(&id) else {
+        return not_found();
+    };
+    if lb.region.slug != b.region {
+        return unprocessable("the region of a load balancer cannot be changed");
+    }
+    *lb = lb_object(id.clone(), b, Some(lb));
+    let lb = lb.clone();
+    h.persist(&inner);
+    Json(json!({"load_balancer": lb})).into_response()
+}
+
+pub(super) async fn delete_lb(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<String>,
+) -> Response {
+    let mut inner = h.inner();
+    inner.data.lb_activate_at.remove(&id);
+    if inner.data.load_balancers.remove(&id).is_none() {
+        return not_found();
+    }
+    h.persist(&inner);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+pub(super) async fn list_routes(
+    State(h): State<SimulatorHandle>,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    page(&h, "routes", "/v2/x-routes", h.routes(), &q)
+}
+
+pub(super) async fn create_route(
+    State(h): State<SimulatorHandle>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let mut r: XRoute = match body(&bytes) {
+        Ok(r) => r,
+        Err(m) => return bad_request(m),
+    };
+    let mut inner = h.inner();
+    if let Some(existing) = inner
+        .data
+        .routes
+        .values()
+        .find(|e| e.destination == r.destination)
+    {
+        return error(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "a route to {} exists (id {})",
+                existing.destination, existing.id
+            ),
+        );
+    }
+    inner.data.next_id += 1;
+    r.id = inner.data.next_id;
+    inner.data.routes.insert(r.id, r.clone());
+    h.persist(&inner);
+    (StatusCode::CREATED, Json(json!({"route": r}))).into_response()
+}
+
+pub(super) async fn delete_route(
+    State(h): State<SimulatorHandle>,
+    Path(id): Path<String>,
+) -> Response {
+    let mut inner = h.inner();
+    let Ok(id) = id.parse::<u64>() else {
+        return not_found();
+    };
+    if inner.data.routes.remove(&id).is_none() {
+        return not_found();
+    }
+    h.persist(&inner);
+    StatusCode::NO_CONTENT.into_response()
+}

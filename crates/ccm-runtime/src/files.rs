@@ -44,20 +44,6 @@ pub(crate) async fn off_thread<T: Send + 'static>(
     }
 }
 
-/// [`file::read_named`] on a thread of its own.
-///
-/// # Errors
-///
-/// As [`file::read`], named by `origin`.
-pub(crate) async fn read(origin: &str, path: &Path, max_bytes: u64) -> Result<Vec<u8>, FileError> {
-    let (name, owned) = (origin.to_owned(), path.to_owned());
-    off_thread("read-file", move || {
-        file::read_named(&name, &owned, max_bytes)
-    })
-    .await
-    .unwrap_or_else(|e| Err(FileError::new(origin, path, e)))
-}
-
 /// Why a kubeconfig could not be used.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum KubeconfigError {
@@ -331,16 +317,5 @@ mod tests {
     async fn a_panic_resumes_in_the_caller() {
         let answer = tokio::spawn(off_thread("panics", || panic!("boom"))).await;
         assert!(answer.unwrap_err().is_panic());
-    }
-
-    #[tokio::test]
-    async fn reads_off_the_runtime_and_names_the_flag() {
-        let err = read("--client-ca-file", Path::new("/dev/zero"), 64)
-            .await
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "--client-ca-file: cannot read /dev/zero: is a character device, not a regular file"
-        );
     }
 }

@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use rustls::pki_types::CertificateDer;
+
 use super::StartError;
 use super::auth::{ClusterAuthentication, DelegatedAuth, PathMatcher, RequestHeaderConfig};
 use super::options::ServingOptions;
@@ -18,23 +20,52 @@ fn flag_error(flag: &'static str, message: impl Into<String>) -> FlagError {
     }
 }
 
+/// Reads the delegated-auth kubeconfig `flag` names, with every file it names inlined (see
+/// [`crate::files::kubeconfig`]). Blocking: the start-up check calls it as it is, the server
+/// off the runtime.
+pub(crate) fn load_kubeconfig(
+    flag: &'static str,
+    path: &Path,
+) -> Result<kube::config::Kubeconfig, StartError> {
+    crate::files::kubeconfig(flag, path).map_err(|e| match e {
+        crate::files::KubeconfigError::Read(e) => StartError::File(e),
+        crate::files::KubeconfigError::Invalid { source, .. } => {
+            flag_error(flag, format!("{}: {source}", path.display())).into()
+        }
+    })
+}
+
+/// Reads the client CA bundle `flag` names: at least one certificate. Blocking, as
+/// [`load_kubeconfig`].
+pub(crate) fn load_client_ca(
+    flag: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, StartError> {
+    let bytes = ccm_provider::file::read_named(flag, path, tls::MAX_PEM_BYTES)?;
+    tls::certs_from_pem(&bytes)
+        .map_err(|e| flag_error(flag, format!("{}: {e}", path.display())).into())
+}
+
+/// Runs a blocking loader of `flag`'s file off the runtime.
+async fn off_runtime<T: Send + 'static>(
+    flag: &'static str,
+    path: &Path,
+    load: fn(&'static str, &Path) -> Result<T, StartError>,
+) -> Result<T, StartError> {
+    let owned = path.to_owned();
+    crate::files::off_thread("read-serving-file", move || load(flag, &owned))
+        .await
+        .map_err(|e| StartError::from(flag_error(flag, format!("{}: {e}", path.display()))))?
+}
+
 /// A client from `--authentication-kubeconfig` / `--authorization-kubeconfig`: the file and
-/// every file it names read off the runtime (see [`crate::files::kubeconfig`]).
+/// every file it names read off the runtime.
 async fn client_from_kubeconfig(
     flag: &'static str,
     path: &Path,
 ) -> Result<kube::Client, StartError> {
     let invalid = |e: String| flag_error(flag, format!("{}: {e}", path.display()));
-    let owned = path.to_owned();
-    let kubeconfig = crate::files::off_thread("read-kubeconfig", move || {
-        crate::files::kubeconfig(flag, &owned)
-    })
-    .await
-    .map_err(|e| invalid(e.to_string()))?
-    .map_err(|e| match e {
-        crate::files::KubeconfigError::Read(e) => StartError::File(e),
-        crate::files::KubeconfigError::Invalid { source, .. } => invalid(source.to_string()).into(),
-    })?;
+    let kubeconfig = off_runtime(flag, path, load_kubeconfig).await?;
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
@@ -69,11 +100,6 @@ pub async fn from_options(
         Some(path) => client_from_kubeconfig("--authorization-kubeconfig", &path).await?,
         None => client.clone(),
     };
-    let read_ca = async |flag: &'static str, path: &Path| {
-        let bytes = crate::files::read(flag, path, tls::MAX_PEM_BYTES).await?;
-        tls::certs_from_pem(&bytes)
-            .map_err(|e| StartError::from(flag_error(flag, format!("{}: {e}", path.display()))))
-    };
     let [
         allowed_names,
         username_headers,
@@ -84,10 +110,11 @@ pub async fn from_options(
     let mut cas = ClientCas::default();
     let mut request_header = None;
     if let Some(path) = options.client_ca_file() {
-        cas.client_ca = read_ca("--client-ca-file", &path).await?;
+        cas.client_ca = off_runtime("--client-ca-file", &path, load_client_ca).await?;
     }
     if let Some(path) = options.requestheader_client_ca_file() {
-        cas.requestheader_ca = read_ca("--requestheader-client-ca-file", &path).await?;
+        cas.requestheader_ca =
+            off_runtime("--requestheader-client-ca-file", &path, load_client_ca).await?;
         request_header = Some(RequestHeaderConfig::new(
             allowed_names,
             username_headers,

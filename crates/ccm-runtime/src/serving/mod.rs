@@ -188,11 +188,7 @@ pub(crate) fn check_files(options: &ServingOptions) -> Result<(), StartError> {
         ),
     ] {
         if let Some(path) = path {
-            let bytes = ccm_provider::file::read_named(flag, &path, tls::MAX_PEM_BYTES)?;
-            tls::certs_from_pem(&bytes).map_err(|e| FlagError {
-                flag,
-                message: format!("{}: {e}", path.display()),
-            })?;
+            delegation::load_client_ca(flag, &path)?;
         }
     }
     for (flag, path) in [
@@ -206,14 +202,7 @@ pub(crate) fn check_files(options: &ServingOptions) -> Result<(), StartError> {
         ),
     ] {
         if let Some(path) = path {
-            crate::files::kubeconfig(flag, &path).map_err(|e| match e {
-                crate::files::KubeconfigError::Read(e) => StartError::File(e),
-                crate::files::KubeconfigError::Invalid { source, .. } => FlagError {
-                    flag,
-                    message: format!("{}: {source}", path.display()),
-                }
-                .into(),
-            })?;
+            delegation::load_kubeconfig(flag, &path)?;
         }
     }
     Ok(())

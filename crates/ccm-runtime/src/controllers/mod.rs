@@ -6,6 +6,7 @@
 pub(crate) mod debounce;
 pub(crate) mod guarded_patch;
 pub mod node;
+pub mod node_ipam;
 pub mod node_lifecycle;
 pub(crate) mod node_util;
 pub(crate) mod patch;

@@ -62,6 +62,19 @@ impl Cidr {
         Ok(Self { addr, prefix_len })
     }
 
+    /// The block of `addr` with `prefix_len` bits of network, or `None` when `prefix_len`
+    /// is longer than the address family allows (32 for IPv4, 128 for IPv6).
+    ///
+    /// ```
+    /// use ccm_runtime::controllers::route::Cidr;
+    /// let cidr = Cidr::new("10.244.3.0".parse().unwrap(), 24).unwrap();
+    /// assert_eq!(cidr.to_string(), "10.244.3.0/24");
+    /// assert!(Cidr::new("10.0.0.0".parse().unwrap(), 33).is_none());
+    /// ```
+    pub fn new(addr: IpAddr, prefix_len: u8) -> Option<Self> {
+        (prefix_len <= width(addr)).then_some(Self { addr, prefix_len })
+    }
+
     /// The address as written (host bits included).
     pub fn addr(&self) -> IpAddr {
         self.addr

@@ -21,11 +21,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccm_core::provider::default_load_balancer_name;
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
+use ccm_test::process::{CcmProcess, Signal};
 use ccm_test::{ControlPlane, Server};
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -105,6 +105,18 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// The outcome of `experiment` so far: `services` Services created, those `churn`
+    /// deleted, `disruptions` made.
+    fn new(experiment: &'static str, services: usize, churn: &Churn, disruptions: usize) -> Self {
+        Self {
+            experiment,
+            services,
+            deleted: churn.deleted,
+            disruptions,
+            ..Self::default()
+        }
+    }
+
     fn clean(&self) -> bool {
         self.converged_secs.is_some()
             && self.orphans == 0
@@ -149,46 +161,8 @@ impl Rng {
     }
 }
 
-/// One CCM process; SIGKILLed on drop. Its stderr goes to a file.
-struct Ccm {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Ccm {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, signal: &str) -> Result<()> {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.pid().to_string()])
-            .stderr(Stdio::null())
-            .status()?;
-        if !status.success() {
-            return Err(format!("kill -{signal} {} failed", self.pid()).into());
-        }
-        Ok(())
-    }
-
-    fn exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-}
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        let _ = self.signal("CONT");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The lines of a CCM's log quoted in a report.
+const LOG_TAIL: usize = 20;
 
 /// A control plane, the simulator with one droplet per Node, and the Nodes.
 struct Cluster {
@@ -259,11 +233,11 @@ impl Cluster {
         })
     }
 
-    /// Starts a CCM with the common flags and `extra`.
-    fn ccm(&mut self, extra: &[String]) -> Result<Ccm> {
+    /// Starts a CCM with the common flags and `extra`; SIGKILLed when dropped.
+    fn ccm(&mut self, extra: &[String]) -> Result<CcmProcess> {
         self.started += 1;
         let log = self.dir.path().join(format!("ccm-{}.log", self.started));
-        let child = Command::new(&self.ccm_binary)
+        let ccm = CcmProcess::builder(&self.ccm_binary)
             .args([
                 "--cloud-provider=digitalocean".to_owned(),
                 format!("--cloud-config={}", self.config.display()),
@@ -274,13 +248,9 @@ impl Cluster {
                 "--concurrent-service-syncs=4".to_owned(),
             ])
             .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .map_err(|e| format!("{}: {e}", self.ccm_binary.display()))?;
-        Ok(Ccm { child, log })
+            .log_file(log)
+            .try_spawn()?;
+        Ok(ccm)
     }
 
     fn services(&self) -> Result<Api<Service>> {
@@ -404,7 +374,7 @@ impl Cluster {
         outcome: &mut Outcome,
         since: Instant,
         timeout: Duration,
-        ccm: &Ccm,
+        ccm: &CcmProcess,
     ) -> Result<()> {
         loop {
             if self.inspect(outcome).await? {
@@ -415,7 +385,7 @@ impl Cluster {
                 eprintln!(
                     "{}: did not converge; CCM log tail:\n{}",
                     outcome.experiment,
-                    ccm.log_tail()
+                    ccm.log_tail(LOG_TAIL)
                 );
                 return Ok(());
             }
@@ -459,6 +429,7 @@ impl Churn {
 /// SIGKILL and restart the CCM at random points while Services come and go.
 async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let timeout = Duration::from_secs(opts.timeout_secs);
     let flags = ["--leader-elect=false".to_owned()];
     let mut rng = Rng(opts.seed.max(1));
     let mut kill_at: BTreeSet<usize> = BTreeSet::new();
@@ -470,27 +441,16 @@ async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     for i in 0..opts.services {
         churn.step(&cluster, i, opts.services, &mut rng).await?;
         if kill_at.contains(&i) {
-            ccm.child.kill()?;
-            ccm.child.wait()?;
+            ccm.signal(Signal::Kill);
+            ccm.wait_exit(timeout).await;
             // Down for up to a second, as a crash-looping pod would be.
             tokio::time::sleep(Duration::from_millis(rng.below(1000))).await;
             ccm = cluster.ccm(&flags)?;
         }
     }
-    let mut outcome = Outcome {
-        experiment: "kill",
-        services: opts.services,
-        deleted: churn.deleted,
-        disruptions: kill_at.len(),
-        ..Outcome::default()
-    };
+    let mut outcome = Outcome::new("kill", opts.services, &churn, kill_at.len());
     cluster
-        .converge(
-            &mut outcome,
-            Instant::now(),
-            Duration::from_secs(opts.timeout_secs),
-            &ccm,
-        )
+        .converge(&mut outcome, Instant::now(), timeout, &ccm)
         .await?;
     Ok(outcome)
 }
@@ -499,6 +459,7 @@ async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
 async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let ccm = cluster.ccm(&["--leader-elect=false".to_owned()])?;
+    let timeout = Duration::from_secs(opts.timeout_secs);
     let mut rng = Rng(opts.seed.max(1).wrapping_add(1));
     let mut faults = Faults::default();
     faults.error_rate = 0.3;
@@ -513,20 +474,9 @@ async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     let remaining = until.saturating_duration_since(Instant::now());
     tokio::time::sleep(remaining).await;
     cluster.sim.handle().set_faults(Faults::default());
-    let mut outcome = Outcome {
-        experiment: "faults",
-        services: opts.services,
-        deleted: churn.deleted,
-        disruptions: 1,
-        ..Outcome::default()
-    };
+    let mut outcome = Outcome::new("faults", opts.services, &churn, 1);
     cluster
-        .converge(
-            &mut outcome,
-            Instant::now(),
-            Duration::from_secs(opts.timeout_secs),
-            &ccm,
-        )
+        .converge(&mut outcome, Instant::now(), timeout, &ccm)
         .await?;
     Ok(outcome)
 }
@@ -585,20 +535,14 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     for i in 0..opts.services {
         churn.step(&cluster, i, opts.services, &mut rng).await?;
     }
-    let mut outcome = Outcome {
-        experiment: "pause",
-        services: opts.services,
-        deleted: churn.deleted,
-        disruptions: 1,
-        ..Outcome::default()
-    };
+    let mut outcome = Outcome::new("pause", opts.services, &churn, 1);
     cluster
         .converge(&mut outcome, Instant::now(), timeout, &leader)
         .await?;
 
     // Work the paused leader will find queued when it wakes: Services created while it
     // sleeps reach it as watch events after SIGCONT.
-    leader.signal("STOP")?;
+    leader.signal(Signal::Stop);
     let stopped = Instant::now();
     for i in opts.services..opts.services + 3 {
         cluster.create_service(&format!("svc-{i}")).await?;
@@ -623,20 +567,20 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
         }
         quiet = now;
     }
-    leader.signal("CONT")?;
+    leader.signal(Signal::Cont);
     // The resumed replica finds out it lost the Lease and exits; anything it sent to the
     // cloud before that counts (the new leader is quiet: nothing has changed).
     let _ = wait_for(Duration::from_secs(lease * 2), || {
-        let exited = leader.exited();
+        let exited = !leader.is_running();
         async move { Ok(exited.then_some(())) }
     })
     .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     outcome.mutations_after_resume = Some(cluster.mutations() - quiet);
-    if !leader.exited() {
+    if leader.is_running() {
         eprintln!(
             "pause: the resumed leader did not exit; its log tail:\n{}",
-            leader.log_tail()
+            leader.log_tail(LOG_TAIL)
         );
     }
     drop(standby);
@@ -655,16 +599,12 @@ async fn outage(opts: &Options, ccm_binary: &Path, server: Server) -> Result<Out
     for i in 0..before {
         churn.step(&cluster, i, before, &mut rng).await?;
     }
-    let mut outcome = Outcome {
-        experiment: if server == Server::Etcd {
-            "etcd"
-        } else {
-            "apiserver"
-        },
-        services: opts.services,
-        disruptions: 1,
-        ..Outcome::default()
+    let experiment = if server == Server::Etcd {
+        "etcd"
+    } else {
+        "apiserver"
     };
+    let mut outcome = Outcome::new(experiment, opts.services, &churn, 1);
     cluster
         .converge(&mut outcome, Instant::now(), timeout, &ccm)
         .await?;

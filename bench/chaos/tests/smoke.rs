@@ -4,12 +4,16 @@
 //! behind (nothing), never how long anything took.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::time::Duration;
+
+use ccm_test::process::CcmProcess;
 
 const CHAOS: &str = env!("CARGO_BIN_EXE_ccm-chaos");
+/// How long the whole suite may take: a hang detector, far above its minutes.
+const RUN: Duration = Duration::from_secs(30 * 60);
 
-#[test]
-fn every_experiment_runs_small_and_leaves_nothing_behind() {
+#[tokio::test]
+async fn every_experiment_runs_small_and_leaves_nothing_behind() {
     let ccm = PathBuf::from(CHAOS).with_file_name("do-like-cloud-controller-manager");
     // A missing part fails the test; it never skips.
     assert!(
@@ -19,7 +23,7 @@ fn every_experiment_runs_small_and_leaves_nothing_behind() {
     );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("chaos.json");
-    let output = Command::new(CHAOS)
+    let run = CcmProcess::builder(CHAOS)
         .args(["--services", "6", "--kills", "2", "--fault-secs", "3"])
         .args([
             "--lease-secs",
@@ -33,13 +37,13 @@ fn every_experiment_runs_small_and_leaves_nothing_behind() {
         .arg(&ccm)
         .arg("--out")
         .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .run(RUN)
+        .await;
     assert!(
-        output.status.success(),
-        "ccm-chaos reported something left behind:\n{stdout}\n{stderr}"
+        run.status.success(),
+        "ccm-chaos reported something left behind:\n{}\n{}",
+        run.stdout,
+        run.log
     );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();

@@ -48,6 +48,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccm_test::ControlPlane;
+use ccm_test::fixtures::has_ingress;
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -55,8 +56,8 @@ use kube::api::{Api, PostParams};
 
 use crate::audit::AuditLog;
 use crate::objects::{
-    lb_service, node_has_route, node_initialised, poll_lb_hosts, route_node, service_has_ingress,
-    tainted_node, watch_done,
+    lb_service, node_has_route, node_initialised, poll_lb_hosts, route_node, tainted_node,
+    watch_done,
 };
 use crate::process::{
     API_REQUESTS, DUPLICATE_ROUTE_CREATES, Process, REDUNDANT_LB_UPDATES, RssSampler, Scrape, delta,
@@ -369,7 +370,7 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
             "LBs with ingress",
             m,
             create_all(services.clone(), m, lb_service),
-            watch_done(services.clone(), service_has_ingress),
+            watch_done(services.clone(), has_ingress),
         )
         .await?;
         going = record(&mut result, "load_balancers", s2);

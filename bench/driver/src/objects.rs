@@ -5,52 +5,33 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Node, NodeCondition, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec, Taint,
+use ccm_test::fixtures::{
+    NodeBuilder, ServiceBuilder, addresses, is_initialized, node_condition, provider_id,
 };
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Service};
 use kube::api::Api;
 use kube::runtime::watcher;
 
 use crate::process::{Endpoint, LOAD_BALANCER_HOSTS_MIN, LOAD_BALANCERS};
-
-const TAINT_UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 /// A Node as a kubelet with `--cloud-provider=external` registers it: tainted, and Ready
 /// (a kubelet reports Ready within seconds; a Node that is not Ready would have both CCMs'
 /// lifecycle controllers ask the cloud about it every period, which no real cluster at
 /// rest does). The API server takes a Node's status on create.
 pub(crate) fn tainted_node(prefix: &str, i: usize) -> Node {
-    let mut node = ready_node();
-    node.metadata.name = Some(format!("{prefix}-{i:05}"));
-    node.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: TAINT_UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        }]),
-        ..NodeSpec::default()
-    });
-    node
+    ready(NodeBuilder::new(&format!("{prefix}-{i:05}")).uninitialized())
 }
 
 /// A Node with a podCIDR (from the cluster CIDR 10.128.0.0/9) and no taint, as a
 /// kubelet registers it once initialised; its route is the route controller's work.
 pub(crate) fn route_node(i: usize) -> Node {
     let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
-    let mut node = ready_node();
-    node.metadata.name = Some(format!("bench-route-node-{i:05}"));
-    node.spec = Some(NodeSpec {
-        pod_cidr: Some(cidr.clone()),
-        pod_cidrs: Some(vec![cidr]),
-        ..NodeSpec::default()
-    });
-    node
+    ready(NodeBuilder::new(&format!("bench-route-node-{i:05}")).pod_cidrs(&[&cidr]))
 }
 
-/// A Node whose kubelet reports Ready.
-fn ready_node() -> Node {
+/// The Node `node` describes, its kubelet reporting Ready.
+fn ready(node: NodeBuilder) -> Node {
     Node {
         status: Some(NodeStatus {
             conditions: Some(vec![NodeCondition {
@@ -62,24 +43,16 @@ fn ready_node() -> Node {
             }]),
             ..NodeStatus::default()
         }),
-        ..Node::default()
+        ..node.build()
     }
 }
 
 /// A `LoadBalancer` Service with one TCP port.
 pub(crate) fn lb_service(i: usize) -> Service {
-    let mut svc = Service::default();
-    svc.metadata.name = Some(format!("bench-lb-{i:05}"));
-    svc.spec = Some(ServiceSpec {
-        type_: Some("LoadBalancer".into()),
-        ports: Some(vec![ServicePort {
-            port: 80,
-            protocol: Some("TCP".into()),
-            ..ServicePort::default()
-        }]),
-        ..ServiceSpec::default()
-    });
-    svc
+    ServiceBuilder::load_balancer(&format!("bench-lb-{i:05}"))
+        .port(80)
+        .protocol("TCP")
+        .build()
 }
 
 /// Initialised: the taint gone, a provider ID and the cloud's addresses set. Both CCMs
@@ -87,27 +60,9 @@ pub(crate) fn lb_service(i: usize) -> Service {
 /// the addresses next, ours the other way round (no Pod lands on a Node without addresses);
 /// only all three make the Node usable.
 pub(crate) fn node_initialised(node: &Node) -> bool {
-    let spec = node.spec.as_ref();
-    spec.and_then(|s| s.provider_id.as_deref())
-        .is_some_and(|id| !id.is_empty())
-        && !spec
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|t| t.iter().any(|t| t.key == TAINT_UNINITIALIZED))
-        && node
-            .status
-            .as_ref()
-            .and_then(|s| s.addresses.as_ref())
-            .is_some_and(|a| !a.is_empty())
-}
-
-/// An ingress IP or hostname in the status.
-pub(crate) fn service_has_ingress(service: &Service) -> bool {
-    service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|i| !i.is_empty())
+    provider_id(node).is_some_and(|id| !id.is_empty())
+        && is_initialized(node)
+        && !addresses(node).is_empty()
 }
 
 /// The route controller marks a Node's network available once its route exists.
@@ -117,14 +72,7 @@ pub(crate) fn node_has_route(node: &Node) -> bool {
         .name
         .as_deref()
         .is_some_and(|n| n.starts_with("bench-route-node-"))
-        && node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
-            })
+        && node_condition(node, "NetworkUnavailable").is_some_and(|(status, _)| status == "False")
 }
 
 /// A stream of "how many objects are done", from a watch of `api`.

@@ -2,28 +2,26 @@
 //! what its `/metrics` says (API requests, cloud calls, the fake cloud's state).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ccm_test::net::free_port;
+use ccm_test::process::CcmProcess;
+
 use crate::{Options, Result};
+
+/// The lines of a CCM's log quoted in an error.
+const LOG_TAIL: usize = 30;
 
 /// A running CCM; killed on drop.
 pub(crate) struct Process {
     /// `rust` or `go`.
     pub(crate) name: String,
-    child: Child,
+    process: CcmProcess,
     /// Where its `/metrics` is served.
     pub(crate) endpoint: Endpoint,
-    log: PathBuf,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Process {
@@ -41,7 +39,7 @@ impl Process {
             &config,
             format!("nodesAreInstances: true\nlatencyMs: {}\n", opts.latency_ms),
         )?;
-        let port = free_port()?;
+        let port = free_port();
         let mut args = vec![
             "--cloud-provider=fake".to_owned(),
             format!("--cloud-config={}", config.display()),
@@ -76,31 +74,29 @@ impl Process {
         } else {
             args.push("--insecure-serving".to_owned());
         }
-        let log = dir.join(format!("{name}-ccm.log"));
-        let child = Command::new(binary)
+        let builder = CcmProcess::builder(binary)
             .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
+            .log_file(dir.join(format!("{name}-ccm.log")));
+        // Ours logs as its flags say (`-v`) unless the user set `RUST_LOG`.
+        let builder = match std::env::var_os("RUST_LOG") {
+            Some(filter) => builder.env("RUST_LOG", filter),
+            None => builder.env_remove("RUST_LOG"),
+        };
         Ok(Self {
             name: name.to_owned(),
-            child,
+            process: builder.try_spawn()?,
             endpoint: Endpoint { port, https },
-            log,
         })
     }
 
     /// The process ID.
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.id()
     }
 
-    /// The last 30 lines of its log.
+    /// The last lines of its log.
     pub(crate) fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        self.process.log_tail(LOG_TAIL)
     }
 
     /// Reads `/metrics` once.
@@ -120,7 +116,7 @@ impl Process {
 
     /// An error with the log's tail if the process has exited.
     pub(crate) fn check_running(&mut self) -> Result<()> {
-        if let Some(status) = self.child.try_wait()? {
+        if let Some(status) = self.process.try_wait() {
             return Err(format!("the CCM exited ({status}); log:\n{}", self.log_tail()).into());
         }
         Ok(())
@@ -295,13 +291,6 @@ impl Drop for RssSampler {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-/// A free loopback port (bound, read, released).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// CPU seconds (user + system) of `pid` so far, from `/proc/<pid>/stat`.

@@ -6,9 +6,13 @@
 //! too (built by `bench/build-go-reference.sh`, which needs Go).
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::time::Duration;
+
+use ccm_test::process::CcmProcess;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_ccm-bench");
+/// How long a run may take: a hang detector, far above its minutes.
+const RUN: Duration = Duration::from_secs(30 * 60);
 
 /// Our debug CCM, beside the driver; a missing one fails the test, it never skips.
 fn rust_ccm() -> PathBuf {
@@ -23,9 +27,9 @@ fn rust_ccm() -> PathBuf {
 
 /// Runs the driver with `args` against our CCM, its JSON and picture in `dir`; asserts it
 /// succeeded and returns its stdout, stderr and the JSON report.
-fn run_bench(args: &[&str], dir: &std::path::Path) -> (String, String, serde_json::Value) {
+async fn run_bench(args: &[&str], dir: &std::path::Path) -> (String, String, serde_json::Value) {
     let out = dir.join("results.json");
-    let output = Command::new(BENCH)
+    let run = CcmProcess::builder(BENCH)
         .args(args)
         .arg("--rust-ccm")
         .arg(rust_ccm())
@@ -33,17 +37,17 @@ fn run_bench(args: &[&str], dir: &std::path::Path) -> (String, String, serde_jso
         .arg(&out)
         .arg("--svg")
         .arg(dir.join("progress.svg"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "ccm-bench failed:\n{stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        // The CCMs log as their flags say.
+        .env_remove("RUST_LOG")
+        .run(RUN)
+        .await;
+    assert!(run.status.success(), "ccm-bench failed:\n{}", run.log);
     let report = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    (stdout, stderr, report)
+    (run.stdout, run.log, report)
 }
 
-#[test]
-fn the_driver_runs_at_a_small_n() {
+#[tokio::test]
+async fn the_driver_runs_at_a_small_n() {
     let go = std::env::var_os("CCM_BENCH_GO").is_some_and(|v| v == "1");
     let dir = tempfile::tempdir().unwrap();
     let (stdout, _, report) = run_bench(
@@ -64,7 +68,8 @@ fn the_driver_runs_at_a_small_n() {
             if go { "rust,go" } else { "rust" },
         ],
         dir.path(),
-    );
+    )
+    .await;
     for row in [
         "node_init: seconds",
         "routes: cloud calls per object: create_route",
@@ -126,8 +131,8 @@ fn the_driver_runs_at_a_small_n() {
 /// A CCM that cannot finish a scenario in `--timeout-secs` (here: 200 Nodes at 1 API
 /// request a second in 3 s) does not end the run: the scenario is recorded as incomplete,
 /// the later ones are skipped, and the table says so.
-#[test]
-fn a_scenario_that_times_out_is_recorded_and_the_run_goes_on() {
+#[tokio::test]
+async fn a_scenario_that_times_out_is_recorded_and_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let (stdout, stderr, report) = run_bench(
         &[
@@ -147,7 +152,8 @@ fn a_scenario_that_times_out_is_recorded_and_the_run_goes_on() {
             "rust",
         ],
         dir.path(),
-    );
+    )
+    .await;
     assert!(stderr.contains("TIMED OUT"), "{stderr}");
     assert!(stdout.contains("timed out: "), "{stdout}");
     assert!(stdout.contains("(rust timed out)"), "{stdout}");

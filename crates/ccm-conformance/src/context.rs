@@ -373,15 +373,18 @@ impl Ctx {
         }
     }
 
+    /// A new running instance under a name of this run, and that name.
+    async fn new_instance(&self) -> Result<(String, Node), Stop> {
+        let name = self.shared.unique_name();
+        let call = self.shared.cloud.create_instance(&name);
+        let step = format!("TestCloud::create_instance({name:?})");
+        let node = self.test_cloud(step, call).await?;
+        Ok((name, node))
+    }
+
     /// A new running instance, deleted when the check ends.
     pub(crate) async fn create_instance(&self) -> Result<Node, Stop> {
-        let name = self.shared.unique_name();
-        let node = self
-            .test_cloud(
-                format!("TestCloud::create_instance({name:?})"),
-                self.shared.cloud.create_instance(&name),
-            )
-            .await?;
+        let (name, node) = self.new_instance().await?;
         if node_name(&node) != name {
             return Err(Stop::Error(format!(
                 "TestCloud::create_instance({name:?}) returned a Node named {:?}",
@@ -464,13 +467,7 @@ impl Ctx {
     pub(crate) async fn pool(&self, n: usize) -> Result<Vec<Node>, Stop> {
         let mut pool = self.shared.pool.lock().await;
         while pool.len() < n {
-            let name = self.shared.unique_name();
-            let node = self
-                .test_cloud(
-                    format!("TestCloud::create_instance({name:?})"),
-                    self.shared.cloud.create_instance(&name),
-                )
-                .await?;
+            let (_, node) = self.new_instance().await?;
             let node = match resolve_instances(&self.shared.provider) {
                 Some(instances) if spec_provider_id(&node).is_none() => {
                     match self.known_provider_id(&*instances, &node).await {

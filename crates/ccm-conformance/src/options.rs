@@ -9,6 +9,22 @@ use std::time::Duration;
 
 use crate::Check;
 
+/// `with_field(field: Type);` becomes `pub fn with_field(self, field: Type) -> Self`, which
+/// sets the field (`impl Into<T>` converts first), documented as "Sets [`field`]".
+macro_rules! setters {
+    ($($setter:ident($field:ident: $($ty:tt)+);)*) => {
+        $(
+            #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
+            pub fn $setter(mut self, $field: $($ty)+) -> Self {
+                self.$field = setters!(@value $field: $($ty)+);
+                self
+            }
+        )*
+    };
+    (@value $field:ident: impl Into<$ty:ty>) => { $field.into() };
+    (@value $field:ident: $ty:ty) => { $field };
+}
+
 /// Options of a conformance run.
 ///
 /// ```
@@ -75,45 +91,18 @@ impl Options {
         }
     }
 
-    /// Sets [`check_timeout`](Self::check_timeout).
-    pub fn with_check_timeout(mut self, timeout: Duration) -> Self {
-        self.check_timeout = timeout;
-        self
-    }
-
-    /// Sets [`settle_timeout`](Self::settle_timeout).
-    pub fn with_settle_timeout(mut self, timeout: Duration) -> Self {
-        self.settle_timeout = timeout;
-        self
-    }
-
-    /// Sets [`poll_interval`](Self::poll_interval).
-    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// Sets [`name_prefix`](Self::name_prefix).
-    pub fn with_name_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.name_prefix = prefix.into();
-        self
-    }
-
-    /// Sets [`route_cidr`](Self::route_cidr).
-    pub fn with_route_cidr(mut self, cidr: impl Into<String>) -> Self {
-        self.route_cidr = cidr.into();
-        self
+    setters! {
+        with_check_timeout(check_timeout: Duration);
+        with_settle_timeout(settle_timeout: Duration);
+        with_poll_interval(poll_interval: Duration);
+        with_name_prefix(name_prefix: impl Into<String>);
+        with_route_cidr(route_cidr: impl Into<String>);
+        with_strict(strict: bool);
     }
 
     /// Adds `check` to [`skip`](Self::skip).
     pub fn skipping(mut self, check: Check) -> Self {
         self.skip.push(check);
-        self
-    }
-
-    /// Sets [`strict`](Self::strict).
-    pub fn with_strict(mut self, strict: bool) -> Self {
-        self.strict = strict;
         self
     }
 }

@@ -9,6 +9,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod cli;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -42,24 +44,10 @@ fn main() -> ExitCode {
         }
     }
 
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "ccm_test=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    cli::init_logging();
+    let runtime = match cli::runtime(&mut tokio::runtime::Builder::new_current_thread()) {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the Tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(run(copy_to.as_deref()))
 }

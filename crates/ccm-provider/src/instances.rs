@@ -324,6 +324,31 @@ mod tests {
         resolve_instances(&cloud).expect("legacy instances are adapted")
     }
 
+    /// The adapter's `instance_exists` for Node `n1` with this `spec.providerID`.
+    async fn exists(legacy: MockLegacyInstances, provider_id: Option<&str>) -> CloudResult<bool> {
+        adapter(legacy, None)
+            .instance_exists(&node("n1", provider_id))
+            .await
+    }
+
+    /// The adapter's `instance_shutdown` for Node `n1` with this `spec.providerID`.
+    async fn shutdown(legacy: MockLegacyInstances, provider_id: Option<&str>) -> CloudResult<bool> {
+        adapter(legacy, None)
+            .instance_shutdown(&node("n1", provider_id))
+            .await
+    }
+
+    /// The adapter's `instance_metadata` for Node `n1` with this `spec.providerID`.
+    async fn metadata(
+        legacy: MockLegacyInstances,
+        zones: Option<MockZones>,
+        provider_id: Option<&str>,
+    ) -> CloudResult<Option<InstanceMetadata>> {
+        adapter(legacy, zones)
+            .instance_metadata(&node("n1", provider_id))
+            .await
+    }
+
     #[test]
     fn nothing_to_resolve_without_instances() {
         let cloud: Arc<dyn CloudProvider> = Arc::new(MockCloud::new("acme"));
@@ -342,12 +367,7 @@ mod tests {
             .with(eq("acme://i-1"))
             .times(1)
             .returning(|_| Ok(true));
-        assert!(
-            adapter(legacy, None)
-                .instance_exists(&node("n1", None))
-                .await
-                .unwrap()
-        );
+        assert!(exists(legacy, None).await.unwrap());
     }
 
     #[tokio::test]
@@ -357,12 +377,7 @@ mod tests {
             .expect_instance_id()
             .returning(|_| Err(CloudError::InstanceNotFound));
         legacy.expect_instance_exists_by_provider_id().never();
-        assert!(
-            !adapter(legacy, None)
-                .instance_exists(&node("n1", None))
-                .await
-                .unwrap()
-        );
+        assert!(!exists(legacy, None).await.unwrap());
     }
 
     #[tokio::test]
@@ -371,10 +386,7 @@ mod tests {
         legacy
             .expect_instance_id()
             .returning(|_| Err(CloudError::msg("API down")));
-        let err = adapter(legacy, None)
-            .instance_exists(&node("n1", None))
-            .await
-            .unwrap_err();
+        let err = exists(legacy, None).await.unwrap_err();
         assert!(matches!(err, CloudError::Provider { .. }));
         assert_eq!(
             err.chain_to_string(),
@@ -384,10 +396,7 @@ mod tests {
         legacy
             .expect_instance_id()
             .returning(|_| Err(CloudError::NotImplemented));
-        let err = adapter(legacy, None)
-            .instance_exists(&node("n1", None))
-            .await
-            .unwrap_err();
+        let err = exists(legacy, None).await.unwrap_err();
         assert!(
             err.is_not_implemented(),
             "Go skips the node on NotImplemented: {err:?}"
@@ -402,12 +411,7 @@ mod tests {
             .expect_instance_exists_by_provider_id()
             .with(eq("acme://from-spec"))
             .returning(|_| Ok(false));
-        assert!(
-            !adapter(legacy, None)
-                .instance_exists(&node("n1", Some("acme://from-spec")))
-                .await
-                .unwrap()
-        );
+        assert!(!exists(legacy, Some("acme://from-spec")).await.unwrap());
     }
 
     #[tokio::test]
@@ -416,23 +420,13 @@ mod tests {
         legacy
             .expect_instance_shutdown_by_provider_id()
             .returning(|_| Err(CloudError::NotImplemented));
-        assert!(
-            !adapter(legacy, None)
-                .instance_shutdown(&node("n1", Some("acme://x")))
-                .await
-                .unwrap()
-        );
+        assert!(!shutdown(legacy, Some("acme://x")).await.unwrap());
         let mut legacy = MockLegacyInstances::new();
         legacy
             .expect_instance_shutdown_by_provider_id()
             .with(eq("acme://x"))
             .returning(|_| Ok(true));
-        assert!(
-            adapter(legacy, None)
-                .instance_shutdown(&node("n1", Some("acme://x")))
-                .await
-                .unwrap()
-        );
+        assert!(shutdown(legacy, Some("acme://x")).await.unwrap());
     }
 
     #[tokio::test]
@@ -459,11 +453,7 @@ mod tests {
             .expect_get_zone_by_node_name()
             .with(eq("n1"))
             .returning(|_| Ok(Zone::new("z1", "r1")));
-        let meta = adapter(legacy, Some(zones))
-            .instance_metadata(&node("n1", None))
-            .await
-            .unwrap()
-            .unwrap();
+        let meta = metadata(legacy, Some(zones), None).await.unwrap().unwrap();
         assert_eq!(meta.provider_id, "acme://i-1");
         assert_eq!(meta.instance_type, "big");
         assert_eq!(
@@ -483,11 +473,7 @@ mod tests {
         legacy.expect_instance_type().returning(|_| Ok("t".into()));
         legacy.expect_node_addresses_by_provider_id().never();
         legacy.expect_node_addresses().returning(|_| Ok(vec![]));
-        let meta = adapter(legacy, None)
-            .instance_metadata(&node("n1", None))
-            .await
-            .unwrap()
-            .unwrap();
+        let meta = metadata(legacy, None, None).await.unwrap().unwrap();
         assert_eq!(
             meta.provider_id, "",
             "the controller then needs spec.providerID"
@@ -504,8 +490,7 @@ mod tests {
         legacy
             .expect_instance_type()
             .returning(|_| Err(CloudError::msg("by-name failed")));
-        let err = adapter(legacy, None)
-            .instance_metadata(&node("n1", Some("acme://i-1")))
+        let err = metadata(legacy, None, Some("acme://i-1"))
             .await
             .unwrap_err();
         assert_eq!(
@@ -520,10 +505,7 @@ mod tests {
         legacy
             .expect_instance_id()
             .returning(|_| Err(CloudError::InstanceNotFound));
-        let err = adapter(legacy, None)
-            .instance_metadata(&node("n1", None))
-            .await
-            .unwrap_err();
+        let err = metadata(legacy, None, None).await.unwrap_err();
         assert!(err.is_instance_not_found());
     }
 

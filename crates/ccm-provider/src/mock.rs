@@ -37,6 +37,20 @@ pub use crate::routes::MockRoutes;
 pub use crate::zones::{MockClusters, MockZones};
 use crate::{CloudProvider, Clusters, Instances, LegacyInstances, LoadBalancer, Routes, Zones};
 
+/// `with_x(field: MockX) for X;` becomes `MockCloud::with_x(self, mock: MockX) -> Self`,
+/// which supports capability `X` with that mock (sets `field`).
+macro_rules! with_mocks {
+    ($($setter:ident($field:ident: $mock:ty) for $trait:ident;)*) => {
+        $(
+            #[doc = concat!("Supports [`", stringify!($trait), "`] with this mock.")]
+            pub fn $setter(mut self, mock: $mock) -> Self {
+                self.$field = Some(mock);
+                self
+            }
+        )*
+    };
+}
+
 /// A [`CloudProvider`] made of mocks: each capability is supported when its mock is set.
 #[derive(Default)]
 pub struct MockCloud {
@@ -86,40 +100,13 @@ impl MockCloud {
         self
     }
 
-    /// Supports [`Instances`] with this mock.
-    pub fn with_instances(mut self, mock: MockInstances) -> Self {
-        self.instances = Some(mock);
-        self
-    }
-
-    /// Supports [`LegacyInstances`] with this mock.
-    pub fn with_legacy_instances(mut self, mock: MockLegacyInstances) -> Self {
-        self.legacy_instances = Some(mock);
-        self
-    }
-
-    /// Supports [`Zones`] with this mock.
-    pub fn with_zones(mut self, mock: MockZones) -> Self {
-        self.zones = Some(mock);
-        self
-    }
-
-    /// Supports [`LoadBalancer`] with this mock.
-    pub fn with_load_balancer(mut self, mock: MockLoadBalancer) -> Self {
-        self.load_balancer = Some(mock);
-        self
-    }
-
-    /// Supports [`Routes`] with this mock.
-    pub fn with_routes(mut self, mock: MockRoutes) -> Self {
-        self.routes = Some(mock);
-        self
-    }
-
-    /// Supports [`Clusters`] with this mock.
-    pub fn with_clusters(mut self, mock: MockClusters) -> Self {
-        self.clusters = Some(mock);
-        self
+    with_mocks! {
+        with_instances(instances: MockInstances) for Instances;
+        with_legacy_instances(legacy_instances: MockLegacyInstances) for LegacyInstances;
+        with_zones(zones: MockZones) for Zones;
+        with_load_balancer(load_balancer: MockLoadBalancer) for LoadBalancer;
+        with_routes(routes: MockRoutes) for Routes;
+        with_clusters(clusters: MockClusters) for Clusters;
     }
 }
 

@@ -196,31 +196,20 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
+        use ProviderIdError::{EmptyId, InvalidProvider, MissingSeparator};
         assert_eq!("".parse::<ProviderId>(), Err(ProviderIdError::Empty));
-        assert!(matches!(
-            "node-1".parse::<ProviderId>(),
-            Err(ProviderIdError::MissingSeparator(_))
-        ));
-        assert!(matches!(
-            "fake:/x".parse::<ProviderId>(),
-            Err(ProviderIdError::MissingSeparator(_))
-        ));
-        assert!(matches!(
-            "://x".parse::<ProviderId>(),
-            Err(ProviderIdError::InvalidProvider(_))
-        ));
-        assert!(matches!(
-            "fa ke://x".parse::<ProviderId>(),
-            Err(ProviderIdError::InvalidProvider(_))
-        ));
-        assert!(matches!(
-            "fake://".parse::<ProviderId>(),
-            Err(ProviderIdError::EmptyId(_))
-        ));
-        assert!(matches!(
-            "fake:///".parse::<ProviderId>(),
-            Err(ProviderIdError::EmptyId(_))
-        ));
+        // Each error names the whole value.
+        let errors = [
+            ("node-1", MissingSeparator as fn(String) -> _),
+            ("fake:/x", MissingSeparator),
+            ("://x", InvalidProvider),
+            ("fa ke://x", InvalidProvider),
+            ("fake://", EmptyId),
+            ("fake:///", EmptyId),
+        ];
+        for (s, error) in errors {
+            assert_eq!(s.parse::<ProviderId>(), Err(error(s.to_owned())), "{s}");
+        }
         assert!(ProviderId::new("", "x").is_err());
         assert!(ProviderId::new("fake", "").is_err());
         assert!(ProviderId::new("fake", "///").is_err());

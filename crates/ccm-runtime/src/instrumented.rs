@@ -211,35 +211,18 @@ impl WrappedProvider {
         }
         self.calls.observe(method, call).await
     }
+}
 
-    // Each accessor answers `NotImplemented` if the inner provider stopped offering the
-    // capability after the wrapper said it had it: a provider should not do that.
-
-    fn instances_impl(&self) -> CloudResult<&dyn Instances> {
-        self.inner.instances().ok_or(CloudError::NotImplemented)
-    }
-
-    fn legacy_impl(&self) -> CloudResult<&dyn LegacyInstances> {
-        self.inner
-            .legacy_instances()
-            .ok_or(CloudError::NotImplemented)
-    }
-
-    fn zones_impl(&self) -> CloudResult<&dyn Zones> {
-        self.inner.zones().ok_or(CloudError::NotImplemented)
-    }
-
-    fn load_balancer_impl(&self) -> CloudResult<&dyn LoadBalancer> {
-        self.inner.load_balancer().ok_or(CloudError::NotImplemented)
-    }
-
-    fn routes_impl(&self) -> CloudResult<&dyn Routes> {
-        self.inner.routes().ok_or(CloudError::NotImplemented)
-    }
-
-    fn clusters_impl(&self) -> CloudResult<&dyn Clusters> {
-        self.inner.clusters().ok_or(CloudError::NotImplemented)
-    }
+/// [`CloudProvider`]'s capability accessors for [`WrappedProvider`], one line each
+/// (`accessor: Trait`): `Some(self)` where the inner provider answers `Some`.
+macro_rules! offer_what_inner_offers {
+    ($($accessor:ident: $trait:ident,)*) => {
+        $(
+            fn $accessor(&self) -> Option<&dyn $trait> {
+                self.inner.$accessor().and(Some(self))
+            }
+        )*
+    };
 }
 
 #[async_trait]
@@ -257,274 +240,111 @@ impl CloudProvider for WrappedProvider {
             .await
     }
 
-    fn instances(&self) -> Option<&dyn Instances> {
-        self.inner.instances().map(|_| self as &dyn Instances)
-    }
-
-    fn legacy_instances(&self) -> Option<&dyn LegacyInstances> {
-        self.inner
-            .legacy_instances()
-            .map(|_| self as &dyn LegacyInstances)
-    }
-
-    fn zones(&self) -> Option<&dyn Zones> {
-        self.inner.zones().map(|_| self as &dyn Zones)
-    }
-
-    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
-        self.inner
-            .load_balancer()
-            .map(|_| self as &dyn LoadBalancer)
-    }
-
-    fn routes(&self) -> Option<&dyn Routes> {
-        self.inner.routes().map(|_| self as &dyn Routes)
-    }
-
-    fn clusters(&self) -> Option<&dyn Clusters> {
-        self.inner.clusters().map(|_| self as &dyn Clusters)
+    // Each capability the inner provider offers, the wrapper offers too, as itself.
+    offer_what_inner_offers! {
+        instances: Instances,
+        legacy_instances: LegacyInstances,
+        zones: Zones,
+        load_balancer: LoadBalancer,
+        routes: Routes,
+        clusters: Clusters,
     }
 }
 
-#[async_trait]
-impl Instances for WrappedProvider {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        self.call("instance_exists", Read, async {
-            self.instances_impl()?.instance_exists(node).await
-        })
-        .await
-    }
+/// Implements capability `$trait` for [`WrappedProvider`]: each listed method goes through
+/// the one hook ([`WrappedProvider::call`]) to the inner provider's capability, which its
+/// accessor `$accessor` returns. One line a method, as the trait declares it without `&self`
+/// and `CloudResult`: `Read fn name(arg: Type, …) -> Output;` (or `Mutation`, which the
+/// leader fence guards). A call answers `NotImplemented` if the inner provider stopped
+/// offering the capability after the wrapper said it had it: a provider should not do that.
+/// The items of an `also { … }` block after the list go into the `impl` as written: the
+/// methods that are not forwarded.
+macro_rules! forward {
+    (
+        impl $trait:ident via $accessor:ident {
+            $( $kind:ident fn $method:ident($($arg:ident: $ty:ty),*) -> $output:ty; )*
+        }
+        $(also { $($rest:tt)* })?
+    ) => {
+        #[async_trait]
+        impl $trait for WrappedProvider {
+            $(
+                async fn $method(&self, $($arg: $ty),*) -> CloudResult<$output> {
+                    let call = async {
+                        let capability = self.inner.$accessor().ok_or(CloudError::NotImplemented)?;
+                        capability.$method($($arg),*).await
+                    };
+                    self.call(stringify!($method), $kind, call).await
+                }
+            )*
+            $($($rest)*)?
+        }
+    };
+}
 
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
-        self.call("instance_shutdown", Read, async {
-            self.instances_impl()?.instance_shutdown(node).await
-        })
-        .await
-    }
-
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<Option<InstanceMetadata>> {
-        self.call("instance_metadata", Read, async {
-            self.instances_impl()?.instance_metadata(node).await
-        })
-        .await
+forward! {
+    impl Instances via instances {
+        Read fn instance_exists(node: &Node) -> bool;
+        Read fn instance_shutdown(node: &Node) -> bool;
+        Read fn instance_metadata(node: &Node) -> Option<InstanceMetadata>;
     }
 }
 
-#[async_trait]
-impl LegacyInstances for WrappedProvider {
-    async fn node_addresses(&self, node_name: &str) -> CloudResult<Vec<NodeAddress>> {
-        self.call("node_addresses", Read, async {
-            self.legacy_impl()?.node_addresses(node_name).await
-        })
-        .await
-    }
-
-    async fn node_addresses_by_provider_id(
-        &self,
-        provider_id: &str,
-    ) -> CloudResult<Vec<NodeAddress>> {
-        self.call("node_addresses_by_provider_id", Read, async {
-            self.legacy_impl()?
-                .node_addresses_by_provider_id(provider_id)
-                .await
-        })
-        .await
-    }
-
-    async fn instance_id(&self, node_name: &str) -> CloudResult<String> {
-        self.call("instance_id", Read, async {
-            self.legacy_impl()?.instance_id(node_name).await
-        })
-        .await
-    }
-
-    async fn instance_type(&self, node_name: &str) -> CloudResult<String> {
-        self.call("instance_type", Read, async {
-            self.legacy_impl()?.instance_type(node_name).await
-        })
-        .await
-    }
-
-    async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String> {
-        self.call("instance_type_by_provider_id", Read, async {
-            self.legacy_impl()?
-                .instance_type_by_provider_id(provider_id)
-                .await
-        })
-        .await
-    }
-
-    async fn add_ssh_key_to_all_instances(&self, user: &str, key: &[u8]) -> CloudResult<()> {
-        self.call("add_ssh_key_to_all_instances", Read, async {
-            self.legacy_impl()?
-                .add_ssh_key_to_all_instances(user, key)
-                .await
-        })
-        .await
-    }
-
-    async fn current_node_name(&self, hostname: &str) -> CloudResult<String> {
-        self.call("current_node_name", Read, async {
-            self.legacy_impl()?.current_node_name(hostname).await
-        })
-        .await
-    }
-
-    async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
-        self.call("instance_exists_by_provider_id", Read, async {
-            self.legacy_impl()?
-                .instance_exists_by_provider_id(provider_id)
-                .await
-        })
-        .await
-    }
-
-    async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
-        self.call("instance_shutdown_by_provider_id", Read, async {
-            self.legacy_impl()?
-                .instance_shutdown_by_provider_id(provider_id)
-                .await
-        })
-        .await
+forward! {
+    impl LegacyInstances via legacy_instances {
+        Read fn node_addresses(node_name: &str) -> Vec<NodeAddress>;
+        Read fn node_addresses_by_provider_id(provider_id: &str) -> Vec<NodeAddress>;
+        Read fn instance_id(node_name: &str) -> String;
+        Read fn instance_type(node_name: &str) -> String;
+        Read fn instance_type_by_provider_id(provider_id: &str) -> String;
+        Read fn add_ssh_key_to_all_instances(user: &str, key: &[u8]) -> ();
+        Read fn current_node_name(hostname: &str) -> String;
+        Read fn instance_exists_by_provider_id(provider_id: &str) -> bool;
+        Read fn instance_shutdown_by_provider_id(provider_id: &str) -> bool;
     }
 }
 
-#[async_trait]
-impl Zones for WrappedProvider {
-    async fn get_zone(&self) -> CloudResult<Zone> {
-        self.call("get_zone", Read, async {
-            self.zones_impl()?.get_zone().await
-        })
-        .await
-    }
-
-    async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
-        self.call("get_zone_by_provider_id", Read, async {
-            self.zones_impl()?
-                .get_zone_by_provider_id(provider_id)
-                .await
-        })
-        .await
-    }
-
-    async fn get_zone_by_node_name(&self, node_name: &str) -> CloudResult<Zone> {
-        self.call("get_zone_by_node_name", Read, async {
-            self.zones_impl()?.get_zone_by_node_name(node_name).await
-        })
-        .await
+forward! {
+    impl Zones via zones {
+        Read fn get_zone() -> Zone;
+        Read fn get_zone_by_provider_id(provider_id: &str) -> Zone;
+        Read fn get_zone_by_node_name(node_name: &str) -> Zone;
     }
 }
 
-#[async_trait]
-impl LoadBalancer for WrappedProvider {
-    async fn get_load_balancer(
-        &self,
-        cluster_name: &str,
-        service: &Service,
-    ) -> CloudResult<Option<LoadBalancerStatus>> {
-        self.call("get_load_balancer", Read, async {
-            self.load_balancer_impl()?
-                .get_load_balancer(cluster_name, service)
-                .await
-        })
-        .await
+forward! {
+    impl LoadBalancer via load_balancer {
+        Read fn get_load_balancer(cluster_name: &str, service: &Service)
+            -> Option<LoadBalancerStatus>;
+        Mutation fn ensure_load_balancer(cluster_name: &str, service: &Service, nodes: &[Arc<Node>])
+            -> LoadBalancerStatus;
+        Mutation fn update_load_balancer(cluster_name: &str, service: &Service, nodes: &[Arc<Node>])
+            -> ();
+        Mutation fn ensure_load_balancer_deleted(cluster_name: &str, service: &Service) -> ();
     }
-
-    // A synchronous call, not counted and not fenced.
-    fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
-        match self.inner.load_balancer() {
-            Some(lb) => lb.get_load_balancer_name(cluster_name, service),
-            None => ccm_provider::default_load_balancer_name(service),
+    also {
+        // A synchronous call, not counted and not fenced.
+        fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
+            match self.inner.load_balancer() {
+                Some(lb) => lb.get_load_balancer_name(cluster_name, service),
+                None => ccm_provider::default_load_balancer_name(service),
+            }
         }
     }
+}
 
-    async fn ensure_load_balancer(
-        &self,
-        cluster_name: &str,
-        service: &Service,
-        nodes: &[Arc<Node>],
-    ) -> CloudResult<LoadBalancerStatus> {
-        self.call("ensure_load_balancer", Mutation, async {
-            self.load_balancer_impl()?
-                .ensure_load_balancer(cluster_name, service, nodes)
-                .await
-        })
-        .await
-    }
-
-    async fn update_load_balancer(
-        &self,
-        cluster_name: &str,
-        service: &Service,
-        nodes: &[Arc<Node>],
-    ) -> CloudResult<()> {
-        self.call("update_load_balancer", Mutation, async {
-            self.load_balancer_impl()?
-                .update_load_balancer(cluster_name, service, nodes)
-                .await
-        })
-        .await
-    }
-
-    async fn ensure_load_balancer_deleted(
-        &self,
-        cluster_name: &str,
-        service: &Service,
-    ) -> CloudResult<()> {
-        self.call("ensure_load_balancer_deleted", Mutation, async {
-            self.load_balancer_impl()?
-                .ensure_load_balancer_deleted(cluster_name, service)
-                .await
-        })
-        .await
+forward! {
+    impl Routes via routes {
+        Read fn list_routes(cluster_name: &str) -> Vec<Route>;
+        Mutation fn create_route(cluster_name: &str, name_hint: &str, route: &Route) -> ();
+        Mutation fn delete_route(cluster_name: &str, route: &Route) -> ();
     }
 }
 
-#[async_trait]
-impl Routes for WrappedProvider {
-    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
-        self.call("list_routes", Read, async {
-            self.routes_impl()?.list_routes(cluster_name).await
-        })
-        .await
-    }
-
-    async fn create_route(
-        &self,
-        cluster_name: &str,
-        name_hint: &str,
-        route: &Route,
-    ) -> CloudResult<()> {
-        self.call("create_route", Mutation, async {
-            self.routes_impl()?
-                .create_route(cluster_name, name_hint, route)
-                .await
-        })
-        .await
-    }
-
-    async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
-        self.call("delete_route", Mutation, async {
-            self.routes_impl()?.delete_route(cluster_name, route).await
-        })
-        .await
-    }
-}
-
-#[async_trait]
-impl Clusters for WrappedProvider {
-    async fn list_clusters(&self) -> CloudResult<Vec<String>> {
-        self.call("list_clusters", Read, async {
-            self.clusters_impl()?.list_clusters().await
-        })
-        .await
-    }
-
-    async fn master(&self, cluster_name: &str) -> CloudResult<String> {
-        self.call("master", Read, async {
-            self.clusters_impl()?.master(cluster_name).await
-        })
-        .await
+forward! {
+    impl Clusters via clusters {
+        Read fn list_clusters() -> Vec<String>;
+        Read fn master(cluster_name: &str) -> String;
     }
 }
 

@@ -19,6 +19,30 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+/// Builder setters, written as their signatures without `self`: each
+/// `$(#[attr])* vis fn with_x(field: Type);` becomes a method that sets `self.field` and
+/// returns `self` (`field: impl Into<T>` converts first). Doc comments and attributes such
+/// as `#[must_use]` go on the method. Defined before the modules, so every one can use it.
+macro_rules! setters {
+    () => {};
+    ($(#[$attr:meta])* $vis:vis fn $setter:ident($field:ident: impl Into<$ty:ty>); $($rest:tt)*) => {
+        $(#[$attr])*
+        $vis fn $setter(mut self, $field: impl Into<$ty>) -> Self {
+            self.$field = $field.into();
+            self
+        }
+        setters!($($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis fn $setter:ident($field:ident: $ty:ty); $($rest:tt)*) => {
+        $(#[$attr])*
+        $vis fn $setter(mut self, $field: $ty) -> Self {
+            self.$field = $field;
+            self
+        }
+        setters!($($rest)*);
+    };
+}
+
 pub mod app;
 pub mod client;
 pub mod controllers;

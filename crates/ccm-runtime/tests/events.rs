@@ -40,6 +40,19 @@ fn message(e: &Event) -> &str {
     e.message.as_deref().unwrap_or_default()
 }
 
+/// A harness, a Node of its run named after `prefix`, its name, and a recorder for
+/// `component` with the controllers' (counted) client.
+async fn node_and_recorder(
+    prefix: &str,
+    component: &str,
+) -> (Harness, Node, String, EventRecorder) {
+    let h = Harness::new(FakeCloud::new()).await;
+    let node = h.create_node(&h.new_node(prefix)).await;
+    let name = node.metadata.name.clone().unwrap();
+    let recorder = EventRecorder::new(h.client.clone(), component);
+    (h, node, name, recorder)
+}
+
 fn writes(h: &Harness) -> (u64, u64) {
     let c = h.api.counters();
     (c.count("POST", "events"), c.count("PATCH", "events"))
@@ -47,15 +60,12 @@ fn writes(h: &Harness) -> (u64, u64) {
 
 #[tokio::test]
 async fn events_are_core_v1_in_the_objects_namespace_with_client_gos_fields() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("ev-fields")).await;
-    let node_name = node.metadata.name.clone().unwrap();
+    let (h, node, node_name, recorder) = node_and_recorder("ev-fields", "test-controller").await;
     let ns = h.cp.create_namespace("ev-fields").await.unwrap();
     let services: Api<Service> = Api::namespaced(h.admin.clone(), &ns);
     // A ClusterIP Service (the API server's default type).
     let svc = ServiceBuilder::new("web").port(80).build();
     let svc = services.create(&PostParams::default(), &svc).await.unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
 
     let before = Timestamp::now();
     recorder.warning(
@@ -118,10 +128,7 @@ async fn events_are_core_v1_in_the_objects_namespace_with_client_gos_fields() {
 
 #[tokio::test]
 async fn repeats_bump_count_and_last_timestamp_of_one_event() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("ev-repeat")).await;
-    let name = node.metadata.name.clone().unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+    let (h, node, name, recorder) = node_and_recorder("ev-repeat", "test-controller").await;
 
     recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
     let first = wait_events(&h, "default", &name, "the first", |e| e.len() == 1).await;
@@ -156,10 +163,7 @@ async fn repeats_bump_count_and_last_timestamp_of_one_event() {
 
 #[tokio::test]
 async fn the_tenth_message_of_one_reason_is_combined_as_client_go_does() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("ev-combine")).await;
-    let name = node.metadata.name.clone().unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+    let (h, node, name, recorder) = node_and_recorder("ev-combine", "test-controller").await;
 
     for i in 0..12 {
         recorder.warning(&node, "SyncFailed", "Sync", format!("error {i}"));
@@ -190,10 +194,7 @@ async fn the_tenth_message_of_one_reason_is_combined_as_client_go_does() {
 
 #[tokio::test]
 async fn the_spam_filter_bounds_a_flood() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("ev-flood")).await;
-    let name = node.metadata.name.clone().unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-flood");
+    let (h, node, name, recorder) = node_and_recorder("ev-flood", "test-flood").await;
 
     for _ in 0..200 {
         recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");
@@ -221,10 +222,7 @@ async fn the_spam_filter_bounds_a_flood() {
 
 #[tokio::test]
 async fn a_repeat_of_an_event_deleted_on_the_server_creates_it_again() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.create_node(&h.new_node("ev-gone")).await;
-    let name = node.metadata.name.clone().unwrap();
-    let recorder = EventRecorder::new(h.client.clone(), "test-controller");
+    let (h, node, name, recorder) = node_and_recorder("ev-gone", "test-controller").await;
     let api: Api<Event> = Api::namespaced(h.admin.clone(), "default");
 
     recorder.warning(&node, "SyncFailed", "Sync", "cloud API unavailable");

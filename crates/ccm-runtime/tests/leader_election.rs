@@ -25,6 +25,14 @@ fn config(name: &str, identity: &str) -> LeaderElectionConfig {
         )
 }
 
+/// A new Lease's name, and the elector `a` that has acquired it.
+async fn a_leads(h: &Harness) -> (String, LeaderElector) {
+    let lease = unique_name("lease");
+    let mut a = LeaderElector::new(h.client.clone(), config(&lease, "a"));
+    assert!(a.acquire(&CancellationToken::new()).await);
+    (lease, a)
+}
+
 async fn holder(h: &Harness, name: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(h.admin.clone(), "kube-system");
     leases
@@ -112,9 +120,7 @@ async fn a_dead_leader_is_replaced_after_the_lease_duration() {
 #[tokio::test]
 async fn leadership_is_lost_when_another_holder_takes_the_lease() {
     let h = Harness::new(FakeCloud::new()).await;
-    let lease = unique_name("lease");
-    let mut a = LeaderElector::new(h.client.clone(), config(&lease, "a"));
-    assert!(a.acquire(&CancellationToken::new()).await);
+    let (lease, mut a) = a_leads(&h).await;
     let hold = tokio::spawn(async move { a.hold(&CancellationToken::new(), |_| {}).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -124,9 +130,7 @@ async fn leadership_is_lost_when_another_holder_takes_the_lease() {
 #[tokio::test]
 async fn shutdown_releases_the_lease() {
     let h = Harness::new(FakeCloud::new()).await;
-    let lease = unique_name("lease");
-    let mut a = LeaderElector::new(h.client.clone(), config(&lease, "a"));
-    assert!(a.acquire(&CancellationToken::new()).await);
+    let (lease, mut a) = a_leads(&h).await;
     let stop = CancellationToken::new();
     let hold = {
         let stop = stop.clone();
@@ -173,9 +177,7 @@ async fn the_fence_is_open_only_while_the_lease_is_renewed() {
 #[tokio::test]
 async fn releasing_closes_the_fence() {
     let h = Harness::new(FakeCloud::new()).await;
-    let lease = unique_name("lease");
-    let mut a = LeaderElector::new(h.client.clone(), config(&lease, "a"));
-    assert!(a.acquire(&CancellationToken::new()).await);
+    let (lease, mut a) = a_leads(&h).await;
     let fence = a.fence().clone();
     assert!(fence.is_open());
     a.release().await;

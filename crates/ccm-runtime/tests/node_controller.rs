@@ -17,7 +17,7 @@ use ccm_runtime::controllers::node::{
 };
 use ccm_test::eventually;
 use ccm_test::fixtures::{addresses, is_initialized, label, own_taint_keys, provider_id};
-use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::*;
@@ -35,15 +35,84 @@ fn start(h: &Harness, config: CloudNodeControllerConfig) {
     tokio::spawn(controller.run(cancel));
 }
 
+/// A new (not yet created) Node of this run, named after `prefix`, and its name.
+fn new_node(h: &Harness, prefix: &str) -> (Node, String) {
+    let node = h.new_node(prefix);
+    let name = node.metadata.name.clone().unwrap();
+    (node, name)
+}
+
+/// A harness over `cloud`, and a new (not yet created) Node of its run with its name.
+async fn harness_with_node(cloud: FakeCloud, prefix: &str) -> (Harness, Node, String) {
+    let h = Harness::new(cloud).await;
+    let (node, name) = new_node(&h, prefix);
+    (h, node, name)
+}
+
+/// How many times the controller asked the cloud for an instance's metadata.
+fn metadata_calls(h: &Harness) -> u64 {
+    h.cloud.call_count(Method::InstanceMetadata)
+}
+
+/// Creates a Node of this run, named after `prefix`, as a kubelet registers it; returns its
+/// name.
+async fn create_node(h: &Harness, prefix: &str) -> String {
+    let (node, name) = new_node(h, prefix);
+    h.create_node(&node).await;
+    name
+}
+
+/// Sets the Node's status addresses to `addresses` (type, address), as a kubelet reports
+/// them.
+async fn report_addresses(h: &Harness, name: &str, addresses: &[(&str, &str)]) {
+    let addresses: Vec<_> = addresses
+        .iter()
+        .map(|(type_, address)| json!({"type": type_, "address": address}))
+        .collect();
+    let patch = json!({"status": {"addresses": addresses}});
+    h.nodes()
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+/// (type, address) pairs as [`addresses`] returns them.
+fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+/// Creates a Node (named after `prefix`), starts the controller and waits for the Node's
+/// InitializationFailed warning; asserts that the taint stays. Returns the Node's name, the
+/// warning's note, and the Node as it is then.
+async fn initialization_fails(h: &Harness, prefix: &str) -> (String, String, Node) {
+    let name = create_node(h, prefix).await;
+    start(h, fast());
+    let note = h
+        .wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
+        .await;
+    let node = h.nodes().get(&name).await.unwrap();
+    assert!(!is_initialized(&node), "the taint stays");
+    (name, note, node)
+}
+
+/// Lets the cloud answer as it does by default and waits until the Node `name` is
+/// initialised, with the fake cloud's provider ID.
+async fn initialized_once_the_cloud_answers(h: &Harness, name: &str) {
+    h.cloud.set_metadata_hook(None);
+    let node = h.wait_node(name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+}
+
 fn fast() -> CloudNodeControllerConfig {
     CloudNodeControllerConfig::default().with_workers(4)
 }
 
 #[tokio::test]
 async fn initializes_a_node_in_three_requests() {
-    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
-    let mut node = h.new_node("init");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(FakeCloud::nodes_are_instances(), "init").await;
     node.spec.as_mut().unwrap().taints.as_mut().unwrap().insert(
         0,
         Taint {
@@ -64,16 +133,7 @@ async fn initializes_a_node_in_three_requests() {
     );
     h.create_node(&node).await;
     // The kubelet reports its hostname.
-    h.nodes()
-        .patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"addresses": [{"type": "Hostname", "address": "host-1"}]}}),
-            ),
-        )
-        .await
-        .unwrap();
+    report_addresses(&h, &name, &[("Hostname", "host-1")]).await;
     start(&h, fast());
 
     let node = h.wait_node(&name, WAIT, is_initialized).await;
@@ -95,11 +155,11 @@ async fn initializes_a_node_in_three_requests() {
     }
     assert_eq!(
         addresses(&node),
-        vec![
-            ("InternalIP".to_owned(), "10.1.2.3".to_owned()),
-            ("ExternalIP".to_owned(), "203.0.113.9".to_owned()),
-            ("Hostname".to_owned(), "host-1".to_owned()),
-        ],
+        owned(&[
+            ("InternalIP", "10.1.2.3"),
+            ("ExternalIP", "203.0.113.9"),
+            ("Hostname", "host-1"),
+        ]),
         "addresses are written, and the kubelet's Hostname kept"
     );
     h.wait_event(&name, REASON_SYNCED, WAIT).await;
@@ -113,7 +173,7 @@ async fn initializes_a_node_in_three_requests() {
         0,
         "no re-read: the watch cache suffices"
     );
-    assert_eq!(h.cloud.call_count(Method::InstanceMetadata), 1);
+    assert_eq!(metadata_calls(&h), 1);
 }
 
 #[tokio::test]
@@ -130,19 +190,13 @@ async fn many_nodes_are_initialized_once_each() {
         let node = h.wait_node(name, WAIT, is_initialized).await;
         assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
     }
-    assert_eq!(
-        h.cloud.call_count(Method::InstanceMetadata),
-        20,
-        "one metadata call per Node"
-    );
+    assert_eq!(metadata_calls(&h), 20, "one metadata call per Node");
     assert_eq!(h.api.counters().count("PATCH", "nodes"), 20);
 }
 
 #[tokio::test]
 async fn existing_provider_id_is_kept() {
-    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
-    let mut node = h.new_node("keep-id");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(FakeCloud::nodes_are_instances(), "keep-id").await;
     node.spec.as_mut().unwrap().provider_id = Some("fake://from-kubelet".into());
     h.create_node(&node).await;
     start(&h, fast());
@@ -162,55 +216,36 @@ async fn no_provider_id_anywhere_keeps_the_taint_and_retries() {
         meta.provider_id.clear();
         Ok(Some(meta))
     })));
-    let node = h.new_node("no-id");
-    let name = node.metadata.name.clone().unwrap();
-    h.create_node(&node).await;
-    start(&h, fast());
-
-    let note = h
-        .wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
-        .await;
+    let (name, note, node) = initialization_fails(&h, "no-id").await;
     assert!(note.contains("does not set node provider ID"), "{note}");
-    let node = h.nodes().get(&name).await.unwrap();
-    assert!(!is_initialized(&node), "the taint stays");
     assert_eq!(provider_id(&node), None);
 
     // Retried with backoff: once the cloud answers properly, the Node is initialised.
-    h.cloud.set_metadata_hook(None);
-    let node = h.wait_node(&name, WAIT, is_initialized).await;
-    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
-    assert!(h.cloud.call_count(Method::InstanceMetadata) >= 2);
+    initialized_once_the_cloud_answers(&h, &name).await;
+    assert!(metadata_calls(&h) >= 2);
 }
 
 #[tokio::test]
 async fn nil_metadata_leaves_the_node_alone() {
     let h = Harness::new(FakeCloud::nodes_are_instances()).await;
     h.cloud.set_metadata_hook(Some(Arc::new(|_, _| Ok(None))));
-    let node = h.new_node("nil-meta");
-    let name = node.metadata.name.clone().unwrap();
-    h.create_node(&node).await;
+    let name = create_node(&h, "nil-meta").await;
     start(&h, fast());
     eventually("the controller to ask the cloud", WAIT, || async {
-        h.cloud.call_count(Method::InstanceMetadata) > 0
+        metadata_calls(&h) > 0
     })
     .await;
     // Then nothing more for a while: not a wait for something to happen.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let node = h.nodes().get(&name).await.unwrap();
     assert!(!is_initialized(&node));
-    assert_eq!(
-        h.cloud.call_count(Method::InstanceMetadata),
-        1,
-        "no requeue"
-    );
+    assert_eq!(metadata_calls(&h), 1, "no requeue");
     assert_eq!(h.api.counters().count("PATCH", "nodes"), 0);
 }
 
 #[tokio::test]
 async fn invalid_provided_node_ip_keeps_the_taint_with_a_warning() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let mut node = h.new_node("bad-ip");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(FakeCloud::new(), "bad-ip").await;
     // The cloud knows the instance by other addresses than the kubelet was given.
     h.cloud.add_instance(
         FakeInstance::new(&name).with_addresses(vec![node_address("InternalIP", "10.0.0.1")]),
@@ -236,9 +271,7 @@ async fn invalid_provided_node_ip_keeps_the_taint_with_a_warning() {
 
 #[tokio::test]
 async fn provided_node_ip_is_put_first() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let mut node = h.new_node("node-ip");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(FakeCloud::new(), "node-ip").await;
     node.metadata.annotations = Some(
         [(
             ANNOTATION_PROVIDED_NODE_IP.to_owned(),
@@ -257,18 +290,13 @@ async fn provided_node_ip_is_put_first() {
     let node = h.wait_node(&name, WAIT, is_initialized).await;
     assert_eq!(
         addresses(&node),
-        vec![
-            ("InternalIP".to_owned(), "10.0.0.2".to_owned()),
-            ("ExternalIP".to_owned(), "203.0.113.2".to_owned())
-        ]
+        owned(&[("InternalIP", "10.0.0.2"), ("ExternalIP", "203.0.113.2")])
     );
 }
 
 #[tokio::test]
 async fn additional_labels_are_filtered_and_never_overwrite() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let mut node = h.new_node("labels");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(FakeCloud::new(), "labels").await;
     node.metadata
         .labels
         .as_mut()
@@ -292,23 +320,12 @@ async fn additional_labels_are_filtered_and_never_overwrite() {
 
 #[tokio::test]
 async fn addresses_are_refreshed_periodically() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let node = h.new_node("refresh");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, node, name) = harness_with_node(FakeCloud::new(), "refresh").await;
     h.cloud.add_instance(
         FakeInstance::new(&name).with_addresses(vec![node_address("InternalIP", "10.5.0.1")]),
     );
     h.create_node(&node).await;
-    h.nodes()
-        .patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"addresses": [{"type": "Hostname", "address": "host-r"}]}}),
-            ),
-        )
-        .await
-        .unwrap();
+    report_addresses(&h, &name, &[("Hostname", "host-r")]).await;
     start(
         &h,
         fast().with_status_update_frequency(Duration::from_millis(500)),
@@ -324,20 +341,14 @@ async fn addresses_are_refreshed_periodically() {
         .await;
     assert_eq!(
         addresses(&node),
-        vec![
-            ("InternalIP".to_owned(), "10.5.0.2".to_owned()),
-            ("Hostname".to_owned(), "host-r".to_owned())
-        ],
+        owned(&[("InternalIP", "10.5.0.2"), ("Hostname", "host-r")]),
         "the Hostname the cloud omits is kept"
     );
     // Unchanged addresses are not rewritten.
     let writes = h.api.counters().count("PATCH", "nodes/status");
-    let calls = h.cloud.call_count(Method::InstanceMetadata);
+    let calls = metadata_calls(&h);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        h.cloud.call_count(Method::InstanceMetadata) > calls,
-        "the loop kept asking"
-    );
+    assert!(metadata_calls(&h) > calls, "the loop kept asking");
     assert_eq!(
         h.api.counters().count("PATCH", "nodes/status"),
         writes,
@@ -353,12 +364,10 @@ async fn cloud_errors_are_retried_with_warnings() {
         Fault::Error("cloud API unavailable".into()),
         3,
     );
-    let node = h.new_node("flaky");
-    let name = node.metadata.name.clone().unwrap();
-    h.create_node(&node).await;
+    let name = create_node(&h, "flaky").await;
     start(&h, fast());
     h.wait_node(&name, WAIT, is_initialized).await;
-    assert_eq!(h.cloud.call_count(Method::InstanceMetadata), 4);
+    assert_eq!(metadata_calls(&h), 4);
     let events = h.events_for(&name).await;
     let warning = events
         .iter()
@@ -379,9 +388,7 @@ async fn odd_addresses_from_the_cloud_are_written_with_a_warning() {
                 .with_address(node_address("PrivateDNS", "vm-9.cloud")),
         ))
     })));
-    let node = h.new_node("odd-addr");
-    let name = node.metadata.name.clone().unwrap();
-    h.create_node(&node).await;
+    let name = create_node(&h, "odd-addr").await;
     start(&h, fast());
 
     let node = h.wait_node(&name, WAIT, is_initialized).await;
@@ -440,9 +447,7 @@ async fn a_kubelet_s_provider_id_without_a_scheme_is_kept_and_the_node_initializ
     // (as Go's `getNodeAddressesByProviderIDOrName`).
     let cloud = FakeCloud::new();
     cloud.set_instances_shape(InstancesShape::Legacy);
-    let h = Harness::new(cloud).await;
-    let mut node = h.new_node("no-scheme");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(cloud, "no-scheme").await;
     node.spec.as_mut().unwrap().provider_id = Some("no-scheme-id".into());
     h.cloud.add_instance(
         FakeInstance::new(&name)
@@ -455,10 +460,7 @@ async fn a_kubelet_s_provider_id_without_a_scheme_is_kept_and_the_node_initializ
     let node = h.wait_node(&name, WAIT, is_initialized).await;
     assert_eq!(provider_id(&node).as_deref(), Some("no-scheme-id"), "kept");
     assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("old"));
-    assert_eq!(
-        addresses(&node),
-        vec![("InternalIP".to_owned(), "10.6.0.1".to_owned())]
-    );
+    assert_eq!(addresses(&node), owned(&[("InternalIP", "10.6.0.1")]));
     let note = h
         .wait_event(&name, REASON_INVALID_NODE_PROVIDER_ID, WAIT)
         .await;
@@ -473,16 +475,8 @@ async fn a_malformed_provider_id_from_the_cloud_keeps_the_taint() {
         meta.provider_id = "fake:/half-a-scheme".into();
         Ok(Some(meta))
     })));
-    let node = h.new_node("bad-id");
-    let name = node.metadata.name.clone().unwrap();
-    h.create_node(&node).await;
-    start(&h, fast());
-    let note = h
-        .wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
-        .await;
+    let (name, note, node) = initialization_fails(&h, "bad-id").await;
     assert!(note.contains("fake:/half-a-scheme"), "{note}");
-    let node = h.nodes().get(&name).await.unwrap();
-    assert!(!is_initialized(&node), "the taint stays");
     assert_eq!(
         provider_id(&node),
         None,
@@ -493,31 +487,23 @@ async fn a_malformed_provider_id_from_the_cloud_keeps_the_taint() {
         "nothing written"
     );
     // Once the cloud answers properly, the Node is initialised.
-    h.cloud.set_metadata_hook(None);
-    let node = h.wait_node(&name, WAIT, is_initialized).await;
-    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+    initialized_once_the_cloud_answers(&h, &name).await;
 }
 
 #[tokio::test]
 async fn addresses_are_refreshed_at_start_not_one_period_later() {
     let h = Harness::new(FakeCloud::new()).await;
     // A Node initialised before a restart, whose addresses changed in the cloud meanwhile.
-    let mut node = h.new_node("restart");
-    let name = node.metadata.name.clone().unwrap();
+    let (mut node, name) = new_node(&h, "restart");
     node.spec.as_mut().unwrap().taints = None;
     node.spec.as_mut().unwrap().provider_id = Some(format!("fake://{name}"));
     h.create_node(&node).await;
-    h.nodes()
-        .patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"addresses": [
-                {"type": "InternalIP", "address": "10.7.0.1"},
-                {"type": "Hostname", "address": "host-s"}
-            ]}})),
-        )
-        .await
-        .unwrap();
+    report_addresses(
+        &h,
+        &name,
+        &[("InternalIP", "10.7.0.1"), ("Hostname", "host-s")],
+    )
+    .await;
     h.cloud.add_instance(
         FakeInstance::new(&name).with_addresses(vec![node_address("InternalIP", "10.7.0.2")]),
     );
@@ -530,21 +516,16 @@ async fn addresses_are_refreshed_at_start_not_one_period_later() {
         .await;
     assert_eq!(
         addresses(&node),
-        vec![
-            ("InternalIP".to_owned(), "10.7.0.2".to_owned()),
-            ("Hostname".to_owned(), "host-s".to_owned())
-        ]
+        owned(&[("InternalIP", "10.7.0.2"), ("Hostname", "host-s")])
     );
-    assert_eq!(h.cloud.call_count(Method::InstanceMetadata), 1, "one pass");
+    assert_eq!(metadata_calls(&h), 1, "one pass");
 }
 
 #[tokio::test]
 async fn legacy_instances_with_zones_initialize_nodes() {
     let cloud = FakeCloud::new();
     cloud.set_instances_shape(InstancesShape::Legacy);
-    let h = Harness::new(cloud).await;
-    let node = h.new_node("legacy");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, node, name) = harness_with_node(cloud, "legacy").await;
     h.cloud.add_instance(
         FakeInstance::new(&name)
             .with_id("v1-7")
@@ -558,18 +539,12 @@ async fn legacy_instances_with_zones_initialize_nodes() {
     assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("old"));
     assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("za"));
     assert_eq!(label(&node, LABEL_TOPOLOGY_REGION), Some("ra"));
-    assert_eq!(
-        h.cloud.call_count(Method::InstanceMetadata),
-        0,
-        "the legacy shape was used"
-    );
+    assert_eq!(metadata_calls(&h), 0, "the legacy shape was used");
 }
 
 #[tokio::test]
 async fn initialized_nodes_get_ga_labels_from_beta_ones() {
-    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
-    let mut node = h.new_node("beta");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(FakeCloud::nodes_are_instances(), "beta").await;
     node.spec.as_mut().unwrap().taints = None;
     node.metadata.labels.as_mut().unwrap().extend([
         (
@@ -592,7 +567,7 @@ async fn initialized_nodes_get_ga_labels_from_beta_ones() {
     // The one cloud call is the address refresh at start, not an initialisation. (The
     // labels may be patched twice: the refresh's status write can reach the cache before
     // the labels patch does, and the Node is queued again.)
-    assert!(h.cloud.call_count(Method::InstanceMetadata) <= 1);
+    assert!(metadata_calls(&h) <= 1);
     assert!(h.api.counters().count("PATCH", "nodes") <= 2);
     assert!(
         h.events_for(&name)
@@ -607,12 +582,10 @@ async fn a_concurrent_taint_change_is_not_overwritten() {
     let h = Harness::new(FakeCloud::nodes_are_instances()).await;
     // The cloud is slow; while it thinks, someone adds a taint.
     h.cloud.set_latency(Duration::from_millis(1500));
-    let node = h.new_node("race");
-    let name = node.metadata.name.clone().unwrap();
-    h.create_node(&node).await;
+    let name = create_node(&h, "race").await;
     start(&h, fast());
     eventually("the controller to ask the cloud", WAIT, || async {
-        h.cloud.call_count(Method::InstanceMetadata) > 0
+        metadata_calls(&h) > 0
     })
     .await;
     h.nodes()
@@ -630,18 +603,12 @@ async fn a_concurrent_taint_change_is_not_overwritten() {
         .unwrap();
     let node = h.wait_node(&name, WAIT, is_initialized).await;
     assert_eq!(own_taint_keys(&node), vec!["example.com/added-meanwhile"]);
-    assert_eq!(
-        h.cloud.call_count(Method::InstanceMetadata),
-        1,
-        "the retry reused the answer"
-    );
+    assert_eq!(metadata_calls(&h), 1, "the retry reused the answer");
 }
 
 #[tokio::test]
 async fn a_node_without_labels_is_initialized_in_three_requests() {
-    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
-    let mut node = h.new_node("bare");
-    let name = node.metadata.name.clone().unwrap();
+    let (h, mut node, name) = harness_with_node(FakeCloud::nodes_are_instances(), "bare").await;
     node.metadata.labels = None;
     h.create_node(&node).await;
     // No labels to select on: watch this one Node by name.

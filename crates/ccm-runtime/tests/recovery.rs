@@ -9,25 +9,26 @@
 //! controller manager) and prints what it measured (about 0.1 to 0.3 s on the project
 //! machine: the watches re-list as soon as the API server answers, before its `/readyz`).
 
+mod support;
+
 use std::cell::Cell;
 use std::path::Path;
 use std::time::Duration;
 
-use ccm_fake_cloud::FakeCloud;
-use ccm_provider::ProviderRegistry;
-use ccm_runtime::app::{CloudControllerManager, Options};
 use ccm_test::fixtures::{ServiceBuilder, has_ingress, provider_id, tainted_node};
 use ccm_test::net::{free_port, http_get};
 use ccm_test::{ControlPlane, Server, eventually, unique_name};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
+use support::FakeCcm;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// What the tests allow for "handled"; the promise is 5 s.
 const HANDLED_WITHIN: Duration = Duration::from_secs(15);
 /// The watch-failure threshold of the controller manager under test.
 const WATCH_THRESHOLD: Duration = Duration::from_secs(2);
+/// How long the controller manager may take to stop.
+const STOP_WITHIN: Duration = Duration::from_secs(30);
 
 /// The controller manager's `/readyz?verbose`, waited for until `want(status, body)`.
 async fn wait_readyz(port: u16, what: &str, want: impl Fn(u16, &str) -> bool) -> String {
@@ -92,49 +93,29 @@ async fn create_and_wait_handled(cp: &ControlPlane, since: Instant) -> (Duration
     .await
 }
 
+/// The controller manager under test, serving `/readyz` on `port`.
 struct Ccm {
     port: u16,
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), ccm_runtime::app::AppError>>,
-    _dir: tempfile::TempDir,
+    process: FakeCcm,
 }
 
 impl Ccm {
     fn start(kubeconfig: &Path) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("fake.yaml");
-        std::fs::write(&config, "nodesAreInstances: true\n").unwrap();
         let port = free_port();
-        let options = Options::from_args([
-            "fake-cloud-controller-manager".to_owned(),
-            "--cloud-provider=fake".to_owned(),
-            format!("--cloud-config={}", config.display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            "--leader-elect=false".to_owned(),
-            "--cluster-cidr=10.244.0.0/16".to_owned(),
-            "--insecure-serving".to_owned(),
-            "--bind-address=127.0.0.1".to_owned(),
-            format!("--secure-port={port}"),
-            "--controller-start-interval=0s".to_owned(),
-        ])
-        .unwrap();
-        let mut registry = ProviderRegistry::new();
-        FakeCloud::register(&mut registry).unwrap();
-        let shutdown = CancellationToken::new();
-        let ccm = CloudControllerManager::new("fake-cloud-controller-manager", registry)
-            .with_watch_failure_threshold(WATCH_THRESHOLD);
-        let task = tokio::spawn(ccm.run_with_options(options, shutdown.clone()));
-        Self {
-            port,
-            shutdown,
-            task,
-            _dir: dir,
-        }
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.unwrap().unwrap();
+        let process = FakeCcm::start_with(
+            |manager| manager.with_watch_failure_threshold(WATCH_THRESHOLD),
+            "nodesAreInstances: true\n",
+            kubeconfig,
+            &[
+                "--leader-elect=false",
+                "--cluster-cidr=10.244.0.0/16",
+                "--insecure-serving",
+                "--bind-address=127.0.0.1",
+                &format!("--secure-port={port}"),
+                "--controller-start-interval=0s",
+            ],
+        );
+        Self { port, process }
     }
 }
 
@@ -176,13 +157,7 @@ async fn outage(cp: &ControlPlane, ccm: &Ccm, servers: &[Server], outage: Durati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_objects_are_handled_within_seconds_of_an_apiserver_restart() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,ccm_test=info,ccm_runtime::informer=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    ccm_test::init_tracing("warn,ccm_test=info,ccm_runtime::informer=info");
     let cp = ControlPlane::start().await.expect(
         "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
     );
@@ -207,5 +182,5 @@ async fn new_objects_are_handled_within_seconds_of_an_apiserver_restart() {
         Duration::from_secs(5),
     )
     .await;
-    ccm.stop().await;
+    ccm.process.stop(STOP_WITHIN).await;
 }

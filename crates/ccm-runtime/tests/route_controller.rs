@@ -113,6 +113,20 @@ async fn wait_condition(h: &Harness, names: &[String], status: &str, reason: &st
     .await;
 }
 
+/// [`wait_condition`] for the one Node `name`.
+async fn wait_node_condition(h: &Harness, name: &str, status: &str, reason: &str) {
+    wait_condition(h, &[name.to_owned()], status, reason).await;
+}
+
+/// Creates a Node of this run (named after `prefix`) with the pod CIDR `cidr`; returns its
+/// name.
+async fn create_routed_node(h: &Harness, prefix: &str, cidr: &str) -> String {
+    name(
+        &h.create_node(&h.new_node_with_pod_cidrs(prefix, &[cidr]))
+            .await,
+    )
+}
+
 /// Waits until the controller has listed routes `passes` more times: proof that it ran
 /// that many more reconciles.
 async fn wait_passes(h: &Harness, passes: u64) {
@@ -126,6 +140,11 @@ async fn wait_passes(h: &Harness, passes: u64) {
         }
     })
     .await;
+}
+
+/// What a cloud answers a create past its route quota.
+fn quota_exceeded() -> Fault {
+    Fault::Error("route quota exceeded".into())
 }
 
 fn set(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {
@@ -244,26 +263,13 @@ async fn nodes_joining_in_bursts_are_routed_without_listing_and_a_delete_lists()
     );
 
     // A failed create distrusts the table: the next reconcile lists.
-    h.cloud.inject_times(
-        Method::CreateRoute,
-        Fault::Error("route quota exceeded".into()),
-        1,
-    );
-    let node = h
-        .create_node(&h.new_node_with_pod_cidrs("burst", &["10.244.99.0/24"]))
-        .await;
-    wait_condition(
-        &h,
-        &[name(&node)],
-        "True",
-        CONDITION_REASON_NO_ROUTE_CREATED,
-    )
-    .await;
+    h.cloud
+        .inject_times(Method::CreateRoute, quota_exceeded(), 1);
+    let node = create_routed_node(&h, "burst", "10.244.99.0/24").await;
+    wait_node_condition(&h, &node, "True", CONDITION_REASON_NO_ROUTE_CREATED).await;
     let lists = h.cloud.call_count(Method::ListRoutes);
-    let other = h
-        .create_node(&h.new_node_with_pod_cidrs("burst", &["10.244.98.0/24"]))
-        .await;
-    wait_condition(&h, &[name(&other)], "False", CONDITION_REASON_ROUTE_CREATED).await;
+    let other = create_routed_node(&h, "burst", "10.244.98.0/24").await;
+    wait_node_condition(&h, &other, "False", CONDITION_REASON_ROUTE_CREATED).await;
     assert!(
         h.cloud.call_count(Method::ListRoutes) > lists,
         "no listing after a failed create"
@@ -273,12 +279,8 @@ async fn nodes_joining_in_bursts_are_routed_without_listing_and_a_delete_lists()
 #[tokio::test]
 async fn a_deleted_node_loses_its_route() {
     let h = Harness::new(FakeCloud::new()).await;
-    let a = h
-        .create_node(&h.new_node_with_pod_cidrs("del-a", &["10.244.1.0/24"]))
-        .await;
-    let b = h
-        .create_node(&h.new_node_with_pod_cidrs("del-b", &["10.244.2.0/24"]))
-        .await;
+    let a = create_routed_node(&h, "del-a", "10.244.1.0/24").await;
+    let b = create_routed_node(&h, "del-b", "10.244.2.0/24").await;
     let metrics = Metrics::new();
     let cluster = start_with(
         &h,
@@ -286,7 +288,6 @@ async fn a_deleted_node_loses_its_route() {
         config("10.244.0.0/16", Duration::from_secs(60)),
         Some(&metrics),
     );
-    let (a, b) = (name(&a), name(&b));
     wait_routes(
         &h,
         &cluster,
@@ -367,13 +368,7 @@ async fn a_changed_pod_cidr_moves_the_route() {
         format!("{cluster}-{}", again.uid().unwrap()),
         "created with the new UID as name hint"
     );
-    wait_condition(
-        &h,
-        std::slice::from_ref(&node_name),
-        "False",
-        CONDITION_REASON_ROUTE_CREATED,
-    )
-    .await;
+    wait_node_condition(&h, &node_name, "False", CONDITION_REASON_ROUTE_CREATED).await;
     assert_eq!(h.cloud.call_count(Method::DeleteRoute), 1);
     assert_eq!(h.cloud.call_count(Method::CreateRoute), 2);
     assert_eq!(h.cloud.duplicate_route_creates(), 0);
@@ -382,10 +377,7 @@ async fn a_changed_pod_cidr_moves_the_route() {
 #[tokio::test]
 async fn only_routes_inside_the_cluster_cidr_are_deleted() {
     let h = Harness::new(FakeCloud::new()).await;
-    let node = h
-        .create_node(&h.new_node_with_pod_cidrs("own", &["10.244.1.0/24"]))
-        .await;
-    let node = name(&node);
+    let node = create_routed_node(&h, "own", "10.244.1.0/24").await;
     let config = config("10.244.0.0/16", Duration::from_millis(300));
     let cluster = config.cluster_name().to_owned();
     let foreign = [
@@ -496,13 +488,7 @@ async fn nodes_without_pod_cidr() {
     );
     start(&h, config);
     wait_routes(&h, &cluster, &BTreeSet::new()).await;
-    wait_condition(
-        &h,
-        &[name(&stale)],
-        "True",
-        CONDITION_REASON_NO_ROUTE_CREATED,
-    )
-    .await;
+    wait_node_condition(&h, &name(&stale), "True", CONDITION_REASON_NO_ROUTE_CREATED).await;
     // Neither pod CIDR nor routes: untouched.
     wait_passes(&h, 2).await;
     let quiet = h.nodes().get(&name(&quiet)).await.unwrap();
@@ -513,14 +499,8 @@ async fn nodes_without_pod_cidr() {
 #[tokio::test]
 async fn a_failed_create_warns_and_the_node_stays_unavailable_until_it_succeeds() {
     let h = Harness::new(FakeCloud::new()).await;
-    h.cloud.inject(
-        Method::CreateRoute,
-        Fault::Error("route quota exceeded".into()),
-    );
-    let node = h
-        .create_node(&h.new_node_with_pod_cidrs("quota", &["10.244.3.0/24"]))
-        .await;
-    let node = name(&node);
+    h.cloud.inject(Method::CreateRoute, quota_exceeded());
+    let node = create_routed_node(&h, "quota", "10.244.3.0/24").await;
     let cluster = start(&h, config("10.244.0.0/16", Duration::from_millis(500)));
 
     let note = h
@@ -528,13 +508,7 @@ async fn a_failed_create_warns_and_the_node_stays_unavailable_until_it_succeeds(
         .await;
     assert!(note.contains("route quota exceeded"), "{note}");
     assert!(note.contains("10.244.3.0/24"), "{note}");
-    wait_condition(
-        &h,
-        std::slice::from_ref(&node),
-        "True",
-        CONDITION_REASON_NO_ROUTE_CREATED,
-    )
-    .await;
+    wait_node_condition(&h, &node, "True", CONDITION_REASON_NO_ROUTE_CREATED).await;
     let events = h.events_for(&node).await;
     assert!(
         events
@@ -545,16 +519,13 @@ async fn a_failed_create_warns_and_the_node_stays_unavailable_until_it_succeeds(
 
     h.cloud.clear_faults();
     wait_routes(&h, &cluster, &set(&[(&node, "10.244.3.0/24")])).await;
-    wait_condition(&h, &[node], "False", CONDITION_REASON_ROUTE_CREATED).await;
+    wait_node_condition(&h, &node, "False", CONDITION_REASON_ROUTE_CREATED).await;
 }
 
 #[tokio::test]
 async fn the_condition_patch_leaves_other_conditions_alone() {
     let h = Harness::new(FakeCloud::new()).await;
-    let node = h
-        .create_node(&h.new_node_with_pod_cidrs("merge", &["10.244.4.0/24"]))
-        .await;
-    let node = name(&node);
+    let node = create_routed_node(&h, "merge", "10.244.4.0/24").await;
     let set_conditions = |conditions: serde_json::Value| {
         let nodes = h.nodes();
         let node = node.clone();
@@ -577,13 +548,7 @@ async fn the_condition_patch_leaves_other_conditions_alone() {
     ]))
     .await;
     start(&h, config("10.244.0.0/16", Duration::from_secs(1)));
-    wait_condition(
-        &h,
-        std::slice::from_ref(&node),
-        "False",
-        CONDITION_REASON_ROUTE_CREATED,
-    )
-    .await;
+    wait_node_condition(&h, &node, "False", CONDITION_REASON_ROUTE_CREATED).await;
     let n = h.nodes().get(&node).await.unwrap();
     assert_eq!(
         node_condition(&n, "Ready"),
@@ -606,10 +571,7 @@ async fn the_condition_patch_leaves_other_conditions_alone() {
 #[tokio::test]
 async fn changed_addresses_replace_the_route_delete_first() {
     let h = Harness::new(FakeCloud::new()).await;
-    let node = h
-        .create_node(&h.new_node_with_pod_cidrs("moved", &["10.244.6.0/24"]))
-        .await;
-    let node = name(&node);
+    let node = create_routed_node(&h, "moved", "10.244.6.0/24").await;
     h.nodes()
         .patch_status(
             &node,
@@ -651,7 +613,7 @@ async fn changed_addresses_replace_the_route_delete_first() {
         Vec::new(),
         "created as Go creates it, without enable_node_addresses (the fake drops them)"
     );
-    wait_condition(&h, &[node], "False", CONDITION_REASON_ROUTE_CREATED).await;
+    wait_node_condition(&h, &node, "False", CONDITION_REASON_ROUTE_CREATED).await;
     assert_eq!(h.cloud.duplicate_route_creates(), 0);
 }
 
@@ -679,20 +641,6 @@ struct SlowCreates {
     creating: AtomicUsize,
     most_creating: AtomicUsize,
     creating_when_listed: AtomicUsize,
-}
-
-impl CloudProvider for SlowCreates {
-    fn provider_name(&self) -> &str {
-        "slow"
-    }
-
-    fn has_cluster_id(&self) -> bool {
-        true
-    }
-
-    fn routes(&self) -> Option<&dyn Routes> {
-        Some(self)
-    }
 }
 
 #[async_trait]
@@ -757,7 +705,8 @@ async fn a_cloud_slower_than_the_period_gets_no_duplicate_creates() {
     let config = config("10.244.0.0/16", Duration::from_millis(100))
         .with_max_concurrent_operations(5)
         .unwrap();
-    let cluster = start_with(&h, slow.clone(), config, None);
+    let provider = Fronted::routes(h.cloud.clone(), slow.clone());
+    let cluster = start_with(&h, provider, config, None);
 
     // More Nodes join while the first creates are in flight.
     eventually("the first creates start", WAIT, || async {

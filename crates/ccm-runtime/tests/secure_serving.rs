@@ -4,28 +4,27 @@
 //! and authorises with SubjectAccessReview; `/healthz` stays open. Also the leader-election
 //! liveness check on a real Lease, and a hung API server that must not wedge the server.
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use ccm_fake_cloud::FakeCloud;
-use ccm_provider::ProviderRegistry;
 use ccm_runtime::app::leader::{LeaderElectionConfig, LeaderElector, LeaderHealthz};
-use ccm_runtime::app::{CloudControllerManager, Options};
 use ccm_runtime::metrics::Metrics;
 use ccm_runtime::serving::auth::{DelegatedAuth, PathMatcher};
 use ccm_runtime::serving::tls::ClientCas;
 use ccm_runtime::serving::{EndpointServer, Health, ServeOptions, Serving};
 use ccm_test::net::{free_port, http_get};
-use ccm_test::{ControlPlane, eventually, unique_name};
+use ccm_test::{ControlPlane, eventually, rbac, unique_name};
 use http::{Request, header};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::rbac::v1::Subject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::FakeCcm;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -139,96 +138,49 @@ impl ProxyCa {
 
 /// Grants `get` on the non-resource URL `/metrics` to a ServiceAccount or a group.
 async fn grant_metrics(admin: &kube::Client, subject: Subject) {
-    let name = unique_name("metrics-reader");
-    Api::<ClusterRole>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                rules: Some(vec![PolicyRule {
-                    non_resource_urls: Some(vec!["/metrics".to_owned()]),
-                    verbs: vec!["get".to_owned()],
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".to_owned()),
-                    kind: "ClusterRole".to_owned(),
-                    name,
-                },
-                subjects: Some(vec![subject]),
-            },
-        )
+    let rules = vec![rbac::non_resource_rule(&["/metrics"], &["get"])];
+    rbac::grant_cluster_role(admin, &unique_name("metrics-reader"), rules, subject)
         .await
         .unwrap();
 }
 
-fn group(name: &str) -> Subject {
-    Subject {
-        kind: "Group".to_owned(),
-        name: name.to_owned(),
-        api_group: Some("rbac.authorization.k8s.io".to_owned()),
-        ..Default::default()
-    }
+/// [`get`] without a client certificate, with `Authorization: Bearer <token>`.
+async fn get_with_token(
+    port: u16,
+    server_cert: &CertificateDer<'static>,
+    token: &str,
+    path: &str,
+) -> (u16, String) {
+    let bearer = format!("Bearer {token}");
+    get(port, server_cert, None, path, &[("authorization", &bearer)]).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoints_are_authenticated_and_authorised_as_go() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let admin = cp.client().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fake.yaml");
-    std::fs::write(&config, "nodesAreInstances: true\n").unwrap();
-    let cert_dir = dir.path().join("certs");
-    let proxy_ca = ProxyCa::new();
-    let proxy_ca_file = dir.path().join("front-proxy-ca.crt");
-    std::fs::write(&proxy_ca_file, &proxy_ca.pem).unwrap();
-    let port = free_port();
-    let options = Options::from_args([
-        "fake-cloud-controller-manager".to_owned(),
-        "--cloud-provider=fake".to_owned(),
-        format!("--cloud-config={}", config.display()),
-        format!("--kubeconfig={}", cp.kubeconfig_path().display()),
-        "--leader-elect=false".to_owned(),
-        "--controllers=cloud-node".to_owned(),
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={port}"),
-        format!("--cert-dir={}", cert_dir.display()),
-        format!("--client-ca-file={}", cp.dir().join("client-ca.crt").display()),
-        format!("--requestheader-client-ca-file={}", proxy_ca_file.display()),
-        "--requestheader-allowed-names=front-proxy".to_owned(),
-        "--requestheader-username-headers=X-Remote-User".to_owned(),
-        "--requestheader-group-headers=X-Remote-Group".to_owned(),
-        // Denials are cached for a second only: the RBAC below takes effect quickly.
-        "--authorization-webhook-cache-unauthorized-ttl=1s".to_owned(),
-        "--tls-min-version=VersionTLS12".to_owned(),
-        "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_AES_128_GCM_SHA256".to_owned(),
-    ])
-    .unwrap();
-    let mut registry = ProviderRegistry::new();
-    FakeCloud::register(&mut registry).unwrap();
-    let shutdown = CancellationToken::new();
-    let ccm = CloudControllerManager::new("fake-cloud-controller-manager", registry);
-    let task = tokio::spawn(ccm.run_with_options(options, shutdown.clone()));
+/// Waits until `request` is answered 200; returns the body.
+async fn wait_ok<F, Fut>(what: &str, request: F) -> String
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = (u16, String)>,
+{
+    eventually(what, WAIT, || async {
+        match request().await {
+            (200, body) => Ok(body),
+            (status, body) => Err(format!("{status}: {body}")),
+        }
+    })
+    .await
+}
 
-    // The self-signed certificate is written to --cert-dir; trust it.
-    let cert_file = cert_dir.join("cloud-controller-manager.crt");
+/// The file in `--cert-dir` of the manager's self-signed certificate.
+const SELF_SIGNED_CERT: &str = "cloud-controller-manager.crt";
+
+/// Waits until the manager has written its self-signed certificate to `cert_dir` and
+/// listens on `port`; returns the certificate.
+async fn wait_serving(ccm: &FakeCcm, cert_dir: &Path, port: u16) -> CertificateDer<'static> {
+    let cert_file = cert_dir.join(SELF_SIGNED_CERT);
     let server_cert = eventually("the certificate in --cert-dir", WAIT, || async {
+        if ccm.is_finished() {
+            return Err("the manager stopped".to_owned());
+        }
         std::fs::read(&cert_file)
             .map_err(|e| e.to_string())
             .and_then(|pem| pem_identity_cert(&pem))
@@ -238,6 +190,78 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
         TcpStream::connect(("127.0.0.1", port)).await
     })
     .await;
+    server_cert
+}
+
+/// Grants `/metrics` to a new group and waits until a client certificate of a user in it,
+/// signed by the cluster's client CA, reads `/metrics`; returns the group.
+async fn cert_reads_metrics(
+    cp: &ControlPlane,
+    port: u16,
+    server_cert: &CertificateDer<'static>,
+) -> String {
+    let readers = unique_name("metrics-readers");
+    grant_metrics(&cp.client().unwrap(), rbac::group(&readers)).await;
+    let reader = identity_of(
+        &cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers])
+            .unwrap(),
+    );
+    wait_ok("a client certificate of the group reading /metrics", || {
+        get(port, server_cert, Some(&reader), "/metrics", &[])
+    })
+    .await;
+    readers
+}
+
+/// Asserts that a token of the ServiceAccount `nobody` in `ns`, which has no RBAC, is
+/// forbidden `/metrics` (authenticated, not authorised); returns the body.
+async fn assert_nobody_forbidden(
+    cp: &ControlPlane,
+    ns: &str,
+    port: u16,
+    server_cert: &CertificateDer<'static>,
+) -> String {
+    let token = cp.service_account_token(ns, "nobody").await.unwrap();
+    let (status, body) = get_with_token(port, server_cert, &token, "/metrics").await;
+    assert_eq!(status, 403, "{body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_are_authenticated_and_authorised_as_go() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert_dir = dir.path().join("certs");
+    let proxy_ca = ProxyCa::new();
+    let proxy_ca_file = dir.path().join("front-proxy-ca.crt");
+    std::fs::write(&proxy_ca_file, &proxy_ca.pem).unwrap();
+    let port = free_port();
+    let ccm = FakeCcm::start(
+        "nodesAreInstances: true\n",
+        cp.kubeconfig_path(),
+        &[
+            "--leader-elect=false",
+            "--controllers=cloud-node",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+            &format!("--cert-dir={}", cert_dir.display()),
+            &format!(
+                "--client-ca-file={}",
+                cp.dir().join("client-ca.crt").display()
+            ),
+            &format!("--requestheader-client-ca-file={}", proxy_ca_file.display()),
+            "--requestheader-allowed-names=front-proxy",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            // Denials are cached for a second only: the RBAC below takes effect quickly.
+            "--authorization-webhook-cache-unauthorized-ttl=1s",
+            "--tls-min-version=VersionTLS12",
+            "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_AES_128_GCM_SHA256",
+        ],
+    );
+
+    // The self-signed certificate is written to --cert-dir; trust it.
+    let server_cert = wait_serving(&ccm, &cert_dir, port).await;
 
     // Open: the always-allowed paths, anonymously.
     for path in ["/healthz", "/livez", "/readyz"] {
@@ -266,26 +290,15 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
         "{body}"
     );
     // A token the API server does not know: 401, even on an always-allowed path (as Go).
-    let bogus = [("authorization", "Bearer not-a-token")];
     for path in ["/metrics", "/healthz"] {
-        let (status, body) = get(port, &server_cert, None, path, &bogus).await;
+        let (status, body) = get_with_token(port, &server_cert, "not-a-token", path).await;
         assert_eq!(status, 401, "{path}: {body}");
         assert!(body.contains(r#""reason":"Unauthorized""#), "{body}");
     }
 
     // A ServiceAccount token without RBAC: 403 naming the account.
     let ns = cp.create_namespace("serving").await.unwrap();
-    let token = cp.service_account_token(&ns, "nobody").await.unwrap();
-    let bearer = format!("Bearer {token}");
-    let (status, body) = get(
-        port,
-        &server_cert,
-        None,
-        "/metrics",
-        &[("authorization", &bearer)],
-    )
-    .await;
-    assert_eq!(status, 403, "{body}");
+    let body = assert_nobody_forbidden(cp, &ns, port, &server_cert).await;
     assert!(
         body.contains(&format!("system:serviceaccount:{ns}:nobody")),
         "{body}"
@@ -293,30 +306,9 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
 
     // One with `get` on /metrics: 200 and the metrics.
     let token = cp.service_account_token(&ns, "scraper").await.unwrap();
-    grant_metrics(
-        &admin,
-        Subject {
-            kind: "ServiceAccount".to_owned(),
-            name: "scraper".to_owned(),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
-    let bearer = format!("Bearer {token}");
-    let body = eventually("the scraper's token reading /metrics", WAIT, || async {
-        match get(
-            port,
-            &server_cert,
-            None,
-            "/metrics",
-            &[("authorization", &bearer)],
-        )
-        .await
-        {
-            (200, body) => Ok(body),
-            (status, body) => Err(format!("{status}: {body}")),
-        }
+    grant_metrics(&cp.client().unwrap(), rbac::service_account(&ns, "scraper")).await;
+    let body = wait_ok("the scraper's token reading /metrics", || {
+        get_with_token(port, &server_cert, &token, "/metrics")
     })
     .await;
     assert!(
@@ -325,23 +317,7 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
     );
 
     // A client certificate signed by --client-ca-file: the user is its CN, groups its O.
-    let readers = unique_name("metrics-readers");
-    grant_metrics(&admin, group(&readers)).await;
-    let reader = identity_of(
-        &cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers])
-            .unwrap(),
-    );
-    eventually(
-        "a client certificate of the group reading /metrics",
-        WAIT,
-        || async {
-            match get(port, &server_cert, Some(&reader), "/metrics", &[]).await {
-                (200, _) => Ok(()),
-                (status, body) => Err(format!("{status}: {body}")),
-            }
-        },
-    )
-    .await;
+    let readers = cert_reads_metrics(cp, port, &server_cert).await;
     let outsider_name = unique_name("cert-outsider");
     let outsider = identity_of(&cp.kubeconfig_for_user(&outsider_name, &["nobody"]).unwrap());
     let (status, body) = get(port, &server_cert, Some(&outsider), "/metrics", &[]).await;
@@ -378,16 +354,11 @@ async fn endpoints_are_authenticated_and_authorised_as_go() {
     let (status, body) = get(port, &server_cert, None, "/metrics", &asserted).await;
     assert_eq!(status, 403, "headers alone are not trusted: {body}");
 
-    shutdown.cancel();
-    tokio::time::timeout(WAIT, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    ccm.stop(WAIT).await;
 
     // A restart reuses the certificate in --cert-dir.
     assert_eq!(
-        pem_identity_cert(&std::fs::read(&cert_file).unwrap()).unwrap(),
+        pem_identity_cert(&std::fs::read(cert_dir.join(SELF_SIGNED_CERT)).unwrap()).unwrap(),
         server_cert
     );
 }
@@ -531,8 +502,7 @@ async fn a_hung_api_server_does_not_wedge_the_server() {
     );
 
     let started = tokio::time::Instant::now();
-    let bearer = [("authorization", "Bearer t")];
-    let (status, _) = get(port, &cert, None, "/metrics", &bearer).await;
+    let (status, _) = get_with_token(port, &cert, "t", "/metrics").await;
     assert_eq!(status, 401, "the TokenReview timed out");
     let (status, body) = get(port, &cert, None, "/metrics", &[]).await;
     assert_eq!(status, 500, "the SubjectAccessReview timed out: {body}");
@@ -545,8 +515,7 @@ async fn a_hung_api_server_does_not_wedge_the_server() {
         .map(|i| {
             let cert = cert.clone();
             tokio::spawn(async move {
-                let token = format!("Bearer t{i}");
-                get(port, &cert, None, "/metrics", &[("authorization", &token)])
+                get_with_token(port, &cert, &format!("t{i}"), "/metrics")
                     .await
                     .0
             })
@@ -577,76 +546,28 @@ async fn the_shipped_rbac_allows_secure_serving() {
     cp.run_kubectl(["apply", "-f", rbac.to_str().unwrap()])
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fake.yaml");
-    std::fs::write(&config, "nodesAreInstances: true\n").unwrap();
     let cert_dir = dir.path().join("certs");
     let port = free_port();
-    let options = Options::from_args([
-        "fake-cloud-controller-manager".to_owned(),
-        "--cloud-provider=fake".to_owned(),
-        format!("--cloud-config={}", config.display()),
-        format!("--kubeconfig={}", kubeconfig_path.display()),
-        "--leader-elect=false".to_owned(),
-        "--controllers=cloud-node".to_owned(),
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={port}"),
-        format!("--cert-dir={}", cert_dir.display()),
-    ])
-    .unwrap();
-    let mut registry = ProviderRegistry::new();
-    FakeCloud::register(&mut registry).unwrap();
-    let shutdown = CancellationToken::new();
-    let ccm = CloudControllerManager::new("fake-cloud-controller-manager", registry);
-    let task = tokio::spawn(ccm.run_with_options(options, shutdown.clone()));
-    let cert_file = cert_dir.join("cloud-controller-manager.crt");
-    let server_cert = eventually("the certificate in --cert-dir", WAIT, || async {
-        if task.is_finished() {
-            return Err("the manager stopped".to_owned());
-        }
-        std::fs::read(&cert_file)
-            .map_err(|e| e.to_string())
-            .and_then(|pem| pem_identity_cert(&pem))
-    })
-    .await;
-    eventually("the endpoint server", WAIT, || async {
-        TcpStream::connect(("127.0.0.1", port)).await
-    })
-    .await;
+    let ccm = FakeCcm::start(
+        "nodesAreInstances: true\n",
+        &kubeconfig_path,
+        &[
+            "--leader-elect=false",
+            "--controllers=cloud-node",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+            &format!("--cert-dir={}", cert_dir.display()),
+        ],
+    );
+    let server_cert = wait_serving(&ccm, &cert_dir, port).await;
 
     // The client CA came from the ConfigMap (no --client-ca-file): a certificate of the
     // cluster's client CA authenticates, and the access review runs.
-    let readers = unique_name("metrics-readers");
-    grant_metrics(&cp.client().unwrap(), group(&readers)).await;
-    let reader = identity_of(
-        &cp.kubeconfig_for_user(&unique_name("cert-reader"), &[&readers])
-            .unwrap(),
-    );
-    eventually("a client certificate reading /metrics", WAIT, || async {
-        match get(port, &server_cert, Some(&reader), "/metrics", &[]).await {
-            (200, _) => Ok(()),
-            (status, body) => Err(format!("{status}: {body}")),
-        }
-    })
-    .await;
+    cert_reads_metrics(cp, port, &server_cert).await;
     // And tokens are reviewed: one without RBAC is forbidden (not unauthorised).
     let ns = cp.create_namespace("serving-rbac").await.unwrap();
-    let token = cp.service_account_token(&ns, "nobody").await.unwrap();
-    let bearer = format!("Bearer {token}");
-    let (status, body) = get(
-        port,
-        &server_cert,
-        None,
-        "/metrics",
-        &[("authorization", &bearer)],
-    )
-    .await;
-    assert_eq!(status, 403, "{body}");
+    assert_nobody_forbidden(cp, &ns, port, &server_cert).await;
     assert_eq!(get(port, &server_cert, None, "/healthz", &[]).await.0, 200);
 
-    shutdown.cancel();
-    tokio::time::timeout(WAIT, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    ccm.stop(WAIT).await;
 }

@@ -11,13 +11,12 @@
 //! plane: refresh before expiry, recovery from a `401`, cancellation while the first token
 //! cannot be had.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use ccm_fake_cloud::FakeCloud;
-use ccm_provider::ProviderRegistry;
-use ccm_runtime::app::{CloudControllerManager, Options};
 use ccm_runtime::client::service_account::{ServiceAccountClients, ServiceAccountError};
 use ccm_runtime::client::{ApiLayer, build_client};
 use ccm_test::audit::read_audit_log;
@@ -31,6 +30,7 @@ use k8s_openapi::api::core::v1::{Node, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
+use support::FakeCcm;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -40,13 +40,7 @@ const SERVICE_SA: &str = "system:serviceaccount:kube-system:service-controller";
 const ROUTE_SA: &str = "system:serviceaccount:kube-system:route-controller";
 
 fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,ccm_runtime::client=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    ccm_test::init_tracing("warn,ccm_runtime::client=info");
 }
 
 async fn apply(client: &Client, objects: Vec<serde_json::Value>) {
@@ -173,7 +167,6 @@ fn node(name: &str, tainted: bool, pod_cidr: Option<&str>) -> Node {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_controller_works_as_its_own_service_account() {
     init_tracing();
-    let dir = tempfile::tempdir().unwrap();
     let cp = ControlPlane::builder()
         .audit_policy(
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
@@ -187,15 +180,6 @@ async fn each_controller_works_as_its_own_service_account() {
     let admin = cp.client().unwrap();
     apply(&admin, rbac()).await;
 
-    // The cloud: one running instance, one stopped; a third Node has none.
-    let config = dir.path().join("fake.yaml");
-    std::fs::write(
-        &config,
-        "instances:\n\
-         - { name: sa-running, addresses: [{ type: InternalIP, address: 10.0.0.11 }] }\n\
-         - { name: sa-stopped, state: stopped }\n",
-    )
-    .unwrap();
     let nodes: Api<Node> = Api::all(admin.clone());
     let pp = PostParams::default();
     nodes
@@ -223,25 +207,20 @@ async fn each_controller_works_as_its_own_service_account() {
         .unwrap();
 
     let kubeconfig = cp.kubeconfig_for_user(MANAGER, &[]).unwrap();
-    let options = Options::from_args([
-        "fake-cloud-controller-manager".to_owned(),
-        "--cloud-provider=fake".to_owned(),
-        format!("--cloud-config={}", config.display()),
-        format!("--kubeconfig={}", kubeconfig.display()),
-        "--use-service-account-credentials".to_owned(),
-        "--leader-elect=true".to_owned(),
-        "--cluster-cidr=10.244.0.0/16".to_owned(),
-        "--secure-port=0".to_owned(),
-        "--controller-start-interval=0s".to_owned(),
-        "--node-monitor-period=1s".to_owned(),
-    ])
-    .unwrap();
-    let mut registry = ProviderRegistry::new();
-    FakeCloud::register(&mut registry).unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(
-        CloudControllerManager::new("fake-cloud-controller-manager", registry)
-            .run_with_options(options, shutdown.clone()),
+    // The cloud: one running instance, one stopped; a third Node has none.
+    let ccm = FakeCcm::start(
+        "instances:\n\
+         - { name: sa-running, addresses: [{ type: InternalIP, address: 10.0.0.11 }] }\n\
+         - { name: sa-stopped, state: stopped }\n",
+        &kubeconfig,
+        &[
+            "--use-service-account-credentials",
+            "--leader-elect=true",
+            "--cluster-cidr=10.244.0.0/16",
+            "--secure-port=0",
+            "--controller-start-interval=0s",
+            "--node-monitor-period=1s",
+        ],
     );
 
     // cloud-node: initialised.
@@ -297,12 +276,7 @@ async fn each_controller_works_as_its_own_service_account() {
 
     // SIGTERM still ends it promptly.
     let stopping = tokio::time::Instant::now();
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(20), task)
-        .await
-        .expect("stopped within 20 s")
-        .unwrap()
-        .unwrap();
+    ccm.stop(Duration::from_secs(20)).await;
     println!("stopped {:.1?} after the signal", stopping.elapsed());
 
     let events = audited(cp.audit_log_path().unwrap());

@@ -120,6 +120,32 @@ fn fake(h: &Harness) -> Arc<dyn CloudProvider> {
     h.cloud.clone()
 }
 
+/// A harness over a fake cloud of its own, and a namespace for the test's Services named
+/// after `svc-<test>`.
+async fn harness(test: &str) -> (Harness, String) {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ns = h.cp.create_namespace(&format!("svc-{test}")).await.unwrap();
+    (h, ns)
+}
+
+/// Creates the Service `web` in `ns`: a load balancer for port 80.
+async fn create_web(h: &Harness, ns: &str) -> Service {
+    create_service(h, ns, &lb_service("web", &[("http", 80)])).await
+}
+
+/// Creates the Service `web` and waits until its load balancer is ensured (it has an
+/// ingress); returns it then.
+async fn ensured_web(h: &Harness, ns: &str) -> Service {
+    create_web(h, ns).await;
+    h.wait_service(ns, "web", WAIT, has_ingress).await
+}
+
+/// The reasons of the events about `ns/name`.
+async fn reasons_of(h: &Harness, ns: &str, name: &str) -> Vec<String> {
+    let events = h.events_in(ns, name).await;
+    events.into_iter().map(|(_, reason, _, _)| reason).collect()
+}
+
 async fn create_service(h: &Harness, ns: &str, svc: &Service) -> Service {
     h.services(ns)
         .create(&PostParams::default(), svc)
@@ -141,6 +167,13 @@ async fn create_node(h: &Harness, prefix: &str) -> String {
     node.spec.as_mut().unwrap().provider_id = Some(format!("fake://{name}"));
     h.create_node(&node).await;
     name
+}
+
+/// Labels the Node `name` to be excluded from load balancers, with `value` (which excludes
+/// it unless it is `false`).
+async fn set_exclude_label(h: &Harness, name: &str, value: &str) {
+    let labels = json!({LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: value});
+    patch_node(h, name, json!({"metadata": {"labels": labels}})).await;
 }
 
 async fn patch_node(h: &Harness, name: &str, patch: serde_json::Value) {
@@ -185,12 +218,11 @@ fn has_ingress(svc: &Service) -> bool {
 
 #[tokio::test]
 async fn creates_a_load_balancer_then_follows_a_port_edit() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-create").await.unwrap();
+    let (h, ns) = harness("create").await;
     let n1 = create_node(&h, "create").await;
     let n2 = create_node(&h, "create").await;
     let ctl = start(&h, &ns, fake(&h), config()).await;
-    let created = create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let created = create_web(&h, &ns).await;
 
     let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
     assert!(has_lb_finalizer(&svc));
@@ -256,12 +288,10 @@ async fn creates_a_load_balancer_then_follows_a_port_edit() {
 
 #[tokio::test]
 async fn type_change_away_deletes_the_load_balancer_finalizer_and_status() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-type").await.unwrap();
+    let (h, ns) = harness("type").await;
     create_node(&h, "type").await;
     let _ctl = start(&h, &ns, fake(&h), config()).await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let svc = ensured_web(&h, &ns).await;
     assert!(lb_of(&h, &svc).is_some());
 
     patch_service(&h, &ns, "web", json!({"spec": {"type": "ClusterIP"}})).await;
@@ -276,20 +306,14 @@ async fn type_change_away_deletes_the_load_balancer_finalizer_and_status() {
     h.wait_event_in(&ns, "web", REASON_DELETED, WAIT).await;
     // Go's service controller (cloud-provider v0.32 and later) records no event for the
     // change itself.
-    let reasons: Vec<String> = h
-        .events_in(&ns, "web")
-        .await
-        .into_iter()
-        .map(|(_, reason, _, _)| reason)
-        .collect();
+    let reasons = reasons_of(&h, &ns, "web").await;
     assert!(!reasons.iter().any(|r| r == "Type"), "{reasons:?}");
     assert_eq!(h.cloud.call_count(Method::EnsureLoadBalancerDeleted), 1);
 }
 
 #[tokio::test]
 async fn deleting_a_service_deletes_its_load_balancer_before_the_finalizer_goes() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-delete").await.unwrap();
+    let (h, ns) = harness("delete").await;
     create_node(&h, "delete").await;
     let _ctl = start(&h, &ns, fake(&h), config()).await;
 
@@ -340,8 +364,7 @@ async fn deleting_a_service_deletes_its_load_balancer_before_the_finalizer_goes(
 
 #[tokio::test]
 async fn a_load_balancer_class_gets_no_cloud_call_and_no_nodes_warn() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-class").await.unwrap();
+    let (h, ns) = harness("class").await;
     // One worker: Services are synced in the order they came, so once the second one is
     // done, the first would have been too.
     let _ctl = start(&h, &ns, fake(&h), config().with_workers(1)).await;
@@ -372,13 +395,11 @@ async fn a_load_balancer_class_gets_no_cloud_call_and_no_nodes_warn() {
 
 #[tokio::test]
 async fn node_changes_update_the_load_balancer_with_the_new_set() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-nodes").await.unwrap();
+    let (h, ns) = harness("nodes").await;
     let n1 = create_node(&h, "nodes").await;
     let n2 = create_node(&h, "nodes").await;
     let ctl = start(&h, &ns, fake(&h), config()).await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let svc = ensured_web(&h, &ns).await;
     until_lb_nodes(&h, &svc, &[&n1, &n2]).await;
     let updates = || h.cloud.call_count(Method::UpdateLoadBalancer);
     assert_eq!(updates(), 0);
@@ -408,12 +429,7 @@ async fn node_changes_update_the_load_balancer_with_the_new_set() {
     .await;
 
     // The exclude label.
-    patch_node(
-        &h,
-        &n1,
-        json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "true"}}}),
-    )
-    .await;
+    set_exclude_label(&h, &n1, "true").await;
     until_lb_nodes(&h, &svc, &[&n2, &n3]).await;
     assert_eq!(updates(), 3);
 
@@ -437,22 +453,12 @@ async fn node_changes_update_the_load_balancer_with_the_new_set() {
         )
         .await
         .unwrap();
-    patch_node(
-        &h,
-        &n1,
-        json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "false"}}}),
-    )
-    .await;
+    set_exclude_label(&h, &n1, "false").await;
     until_lb_nodes(&h, &svc, &[&n1, &n3]).await;
     assert_eq!(updates(), 5);
 
     // An empty label value excludes, as does deleting the Node: no Node left.
-    patch_node(
-        &h,
-        &n1,
-        json!({"metadata": {"labels": {LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""}}}),
-    )
-    .await;
+    set_exclude_label(&h, &n1, "").await;
     h.nodes()
         .delete(&n3, &DeleteParams::default())
         .await
@@ -472,8 +478,7 @@ async fn node_changes_update_the_load_balancer_with_the_new_set() {
 
 #[tokio::test]
 async fn a_burst_of_node_adds_costs_few_updates() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-burst").await.unwrap();
+    let (h, ns) = harness("burst").await;
     let first = create_node(&h, "burst").await;
     let debounce = Duration::from_secs(1);
     let ctl = start(
@@ -483,8 +488,7 @@ async fn a_burst_of_node_adds_costs_few_updates() {
         config().with_node_sync_debounce(debounce),
     )
     .await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let svc = ensured_web(&h, &ns).await;
     until_lb_nodes(&h, &svc, &[&first]).await;
     let passes_before = node_sync_passes(&ctl);
 
@@ -514,18 +518,16 @@ async fn a_burst_of_node_adds_costs_few_updates() {
 
 #[tokio::test]
 async fn a_node_sync_pass_waits_for_the_updates_of_the_previous_one() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-drain").await.unwrap();
+    let (h, ns) = harness("drain").await;
     let first = create_node(&h, "drain").await;
     let cloud = TestCloud::new(h.cloud.clone());
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     cloud.hooks().update_gate = Some(("slow".to_owned(), gate.clone()));
     let debounce = ms(100);
-    let provider: Arc<dyn CloudProvider> = cloud.clone();
     let ctl = start(
         &h,
         &ns,
-        provider,
+        cloud.provider(),
         config().with_node_sync_debounce(debounce),
     )
     .await;
@@ -597,6 +599,11 @@ impl TestCloud {
         })
     }
 
+    /// The provider to give the controller: the fake cloud with these load balancers.
+    fn provider(self: &Arc<Self>) -> Arc<dyn CloudProvider> {
+        Fronted::load_balancer(self.fake.clone(), self.clone())
+    }
+
     fn hooks(&self) -> std::sync::MutexGuard<'_, Hooks> {
         self.hooks.lock().unwrap()
     }
@@ -609,20 +616,6 @@ impl TestCloud {
             .filter(|(n, _)| n == name)
             .map(|(_, t)| *t)
             .collect()
-    }
-}
-
-impl CloudProvider for TestCloud {
-    fn provider_name(&self) -> &str {
-        "fake"
-    }
-
-    fn has_cluster_id(&self) -> bool {
-        true
-    }
-
-    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
-        Some(self)
     }
 }
 
@@ -703,15 +696,14 @@ impl LoadBalancer for TestCloud {
 
 #[tokio::test]
 async fn cloud_failures_back_off_with_growing_delays_then_converge() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-backoff").await.unwrap();
+    let (h, ns) = harness("backoff").await;
     create_node(&h, "backoff").await;
     let cloud = TestCloud::new(h.cloud.clone());
     let base = ms(400);
     let ctl = start(
         &h,
         &ns,
-        cloud.clone(),
+        cloud.provider(),
         config()
             .with_workers(1)
             .with_rate_limit(RateLimit::exponential(base, Duration::from_secs(30))),
@@ -722,8 +714,7 @@ async fn cloud_failures_back_off_with_growing_delays_then_converge() {
         Fault::Error("the cloud is down".into()),
         3,
     );
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let svc = ensured_web(&h, &ns).await;
     assert!(has_lb_finalizer(&svc));
     assert!(lb_of(&h, &svc).is_some());
 
@@ -760,8 +751,7 @@ async fn cloud_failures_back_off_with_growing_delays_then_converge() {
 
 #[tokio::test]
 async fn retry_after_is_a_fixed_delay_without_backoff() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-retry-after").await.unwrap();
+    let (h, ns) = harness("retry-after").await;
     create_node(&h, "retry-after").await;
     let cloud = TestCloud::new(h.cloud.clone());
     // A backoff far longer than the test: if RetryAfter were treated as an ordinary
@@ -769,7 +759,7 @@ async fn retry_after_is_a_fixed_delay_without_backoff() {
     let ctl = start(
         &h,
         &ns,
-        cloud.clone(),
+        cloud.provider(),
         config().with_rate_limit(RateLimit::exponential(
             Duration::from_secs(20),
             Duration::from_secs(60),
@@ -778,7 +768,7 @@ async fn retry_after_is_a_fixed_delay_without_backoff() {
     .await;
     h.cloud
         .inject_times(Method::EnsureLoadBalancer, Fault::RetryAfter(ms(300)), 3);
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    create_web(&h, &ns).await;
     h.wait_service(&ns, "web", WAIT, has_ingress).await;
     let times = cloud.ensure_times("web");
     assert_eq!(times.len(), 4);
@@ -807,8 +797,7 @@ async fn wait_event_count(h: &Harness, ns: &str, name: &str, reason: &str, want:
 
 #[tokio::test]
 async fn implemented_elsewhere_is_success_without_status_or_event() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-elsewhere").await.unwrap();
+    let (h, ns) = harness("elsewhere").await;
     create_node(&h, "elsewhere").await;
     let _ctl = start(&h, &ns, fake(&h), config().with_workers(1)).await;
     h.cloud
@@ -827,23 +816,17 @@ async fn implemented_elsewhere_is_success_without_status_or_event() {
         1,
         "no retry"
     );
-    let reasons: Vec<String> = h
-        .events_in(&ns, "elsewhere")
-        .await
-        .into_iter()
-        .map(|(_, reason, _, _)| reason)
-        .collect();
+    let reasons = reasons_of(&h, &ns, "elsewhere").await;
     assert_eq!(reasons, [REASON_ENSURING]);
 }
 
 #[tokio::test]
 async fn invalid_ingress_from_the_provider_is_never_written() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-bad-ingress").await.unwrap();
+    let (h, ns) = harness("bad-ingress").await;
     create_node(&h, "bad-ingress").await;
     let _ctl = start(&h, &ns, fake(&h), config()).await;
     h.cloud.set_ingress_override(Some("not-an-ip".into()));
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    create_web(&h, &ns).await;
 
     let note = h.wait_event_in(&ns, "web", REASON_SYNC_FAILED, WAIT).await;
     assert!(
@@ -882,8 +865,7 @@ async fn invalid_ingress_from_the_provider_is_never_written() {
 
 #[tokio::test]
 async fn a_service_without_ports_cannot_reach_the_provider() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-no-ports").await.unwrap();
+    let (h, ns) = harness("no-ports").await;
     // The API server refuses a LoadBalancer Service without ports.
     let err = h
         .services(&ns)
@@ -898,14 +880,13 @@ async fn a_service_without_ports_cannot_reach_the_provider() {
 
 #[tokio::test]
 async fn a_service_the_provider_sees_without_ports_is_warned_and_retried() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-no-tcp").await.unwrap();
+    let (h, ns) = harness("no-tcp").await;
     create_node(&h, "no-tcp").await;
     // A provider that balances TCP only sees a UDP-only Service as one without ports, and
     // the fake cloud refuses it.
     let cloud = TestCloud::new(h.cloud.clone());
     cloud.hooks().tcp_only = true;
-    let _ctl = start(&h, &ns, cloud.clone(), config()).await;
+    let _ctl = start(&h, &ns, cloud.provider(), config()).await;
     let mut svc = lb_service("dns", &[("dns", 53)]);
     svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
     create_service(&h, &ns, &svc).await;
@@ -939,13 +920,11 @@ async fn a_service_the_provider_sees_without_ports_is_warned_and_retried() {
 
 #[tokio::test]
 async fn a_concurrent_finalizer_edit_is_kept() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-finalizers").await.unwrap();
+    let (h, ns) = harness("finalizers").await;
     create_node(&h, "finalizers").await;
     let cloud = TestCloud::new(h.cloud.clone());
-    let _ctl = start(&h, &ns, cloud.clone(), config()).await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let _ctl = start(&h, &ns, cloud.provider(), config()).await;
+    let svc = ensured_web(&h, &ns).await;
 
     // While the load balancer is being deleted (the type changed away), another controller
     // adds its finalizer: the controller's copy of the list is stale when it removes ours.
@@ -980,12 +959,10 @@ async fn a_concurrent_finalizer_edit_is_kept() {
 
 #[tokio::test]
 async fn node_update_failures_warn_and_retry_unless_the_load_balancer_is_gone() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-update-fail").await.unwrap();
+    let (h, ns) = harness("update-fail").await;
     let n1 = create_node(&h, "update-fail").await;
     let ctl = start(&h, &ns, fake(&h), config()).await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let svc = ensured_web(&h, &ns).await;
     until_lb_nodes(&h, &svc, &[&n1]).await;
 
     // The update fails while the load balancer exists: a Warning, and the retry ensures
@@ -1056,12 +1033,10 @@ async fn node_update_failures_warn_and_retry_unless_the_load_balancer_is_gone() 
 
 #[tokio::test]
 async fn a_replaced_service_gets_the_old_load_balancer_deleted() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-replaced").await.unwrap();
+    let (h, ns) = harness("replaced").await;
     create_node(&h, "replaced").await;
     let _ctl = start(&h, &ns, fake(&h), config()).await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
-    let old = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let old = ensured_web(&h, &ns).await;
     assert!(lb_of(&h, &old).is_some());
 
     // Someone removes our finalizer, deletes the Service and creates it again at once.
@@ -1070,7 +1045,7 @@ async fn a_replaced_service_gets_the_old_load_balancer_deleted() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    create_web(&h, &ns).await;
 
     let new = h
         .wait_service(&ns, "web", WAIT, |s| {
@@ -1088,11 +1063,10 @@ async fn a_replaced_service_gets_the_old_load_balancer_deleted() {
 
 #[tokio::test]
 async fn a_controller_killed_mid_ensure_leaves_no_duplicate_and_no_orphan() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-restart").await.unwrap();
+    let (h, ns) = harness("restart").await;
     let node = create_node(&h, "restart").await;
     let cloud = TestCloud::new(h.cloud.clone());
-    let first = start(&h, &ns, cloud.clone(), config().with_workers(4)).await;
+    let first = start(&h, &ns, cloud.provider(), config().with_workers(4)).await;
 
     // "a" is done; "b" and "c" hang after the cloud made their load balancers (no status
     // yet); "d" hangs before the cloud did anything.
@@ -1140,7 +1114,7 @@ async fn a_controller_killed_mid_ensure_leaves_no_duplicate_and_no_orphan() {
         hooks.hang_before.clear();
     }
     let ensures_before = cloud.ensure_times("c").len();
-    let _second = start(&h, &ns, cloud.clone(), config().with_workers(4)).await;
+    let _second = start(&h, &ns, cloud.provider(), config().with_workers(4)).await;
     h.wait_service_gone(&ns, "a", WAIT).await;
     h.wait_service_gone(&ns, "b", WAIT).await;
     let c = h.wait_service(&ns, "c", WAIT, has_ingress).await;
@@ -1176,12 +1150,11 @@ async fn a_controller_killed_mid_ensure_leaves_no_duplicate_and_no_orphan() {
 
 #[tokio::test]
 async fn stopping_returns_while_cloud_calls_hang() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-stop").await.unwrap();
+    let (h, ns) = harness("stop").await;
     let cloud = TestCloud::new(h.cloud.clone());
     cloud.hooks().hang_before.insert("web".to_owned());
-    let ctl = start(&h, &ns, cloud.clone(), config()).await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let ctl = start(&h, &ns, cloud.provider(), config()).await;
+    create_web(&h, &ns).await;
     eventually("the ensure is in flight", WAIT, || async {
         !cloud.ensure_times("web").is_empty()
     })
@@ -1200,8 +1173,7 @@ async fn the_service_annotator_writes_one_key_and_respects_the_uid() {
     use ccm_provider::ServiceAnnotator;
     const KEY: &str = "example.com/load-balancer-id";
 
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-annotator").await.unwrap();
+    let (h, ns) = harness("annotator").await;
     let mut svc = lb_service("web", &[("http", 80)]);
     svc.metadata.annotations = Some([("user.example.com/keep".to_owned(), "x".to_owned())].into());
     let stale = create_service(&h, &ns, &svc).await;
@@ -1239,7 +1211,7 @@ async fn the_service_annotator_writes_one_key_and_respects_the_uid() {
         .await
         .unwrap();
     h.wait_service_gone(&ns, "web", WAIT).await;
-    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    create_web(&h, &ns).await;
     let err = annotator.set(&live, KEY, "lb-old").await.unwrap_err();
     let chain = ccm_provider::display_chain(&err);
     assert!(chain.contains("metadata.uid"), "{chain}");
@@ -1259,12 +1231,9 @@ fn with_name_hint(mut svc: Service, hint: &str) -> Service {
 
 /// The notes of the events with `reason` about `ns/name`.
 async fn notes_of(h: &Harness, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    h.events_in(ns, name)
-        .await
-        .into_iter()
-        .filter(|(_, r, _, _)| r == reason)
-        .map(|(_, _, note, _)| note)
-        .collect()
+    let events = h.events_in(ns, name).await;
+    let with_reason = events.into_iter().filter(|(_, r, _, _)| r == reason);
+    with_reason.map(|(_, _, note, _)| note).collect()
 }
 
 /// Waits for an event with `reason` about `ns/name` whose note satisfies `matches`.
@@ -1292,8 +1261,7 @@ async fn wait_note(
 
 #[tokio::test]
 async fn a_service_pointing_at_another_services_load_balancer_is_refused_and_can_go() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-not-owned").await.unwrap();
+    let (h, ns) = harness("not-owned").await;
     let n1 = create_node(&h, "not-owned").await;
     let ctl = start(&h, &ns, fake(&h), config()).await;
     create_service(&h, &ns, &lb_service("victim", &[("http", 80)])).await;
@@ -1371,8 +1339,7 @@ async fn a_service_pointing_at_another_services_load_balancer_is_refused_and_can
 
 #[tokio::test]
 async fn a_hint_that_names_nothing_of_ours_never_holds_the_finalizer() {
-    let h = Harness::new(FakeCloud::new()).await;
-    let ns = h.cp.create_namespace("svc-bad-hint").await.unwrap();
+    let (h, ns) = harness("bad-hint").await;
     create_node(&h, "bad-hint").await;
     let _ctl = start(&h, &ns, fake(&h), config()).await;
 

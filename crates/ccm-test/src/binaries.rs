@@ -23,24 +23,11 @@ pub struct Binaries {
     pub kubectl: Option<PathBuf>,
 }
 
-/// One binary: its file name and the variable that names it directly.
-struct Asset {
-    file: &'static str,
-    variable: &'static str,
+/// The variable that names the binary `file` directly, as envtest spells it:
+/// `TEST_ASSET_KUBE_APISERVER` for `kube-apiserver`.
+fn asset_variable(file: &str) -> String {
+    format!("TEST_ASSET_{}", file.to_uppercase().replace('-', "_"))
 }
-
-const KUBE_APISERVER: Asset = Asset {
-    file: "kube-apiserver",
-    variable: "TEST_ASSET_KUBE_APISERVER",
-};
-const ETCD: Asset = Asset {
-    file: "etcd",
-    variable: "TEST_ASSET_ETCD",
-};
-const KUBECTL: Asset = Asset {
-    file: "kubectl",
-    variable: "TEST_ASSET_KUBECTL",
-};
 
 impl Binaries {
     /// Finds the binaries from the process environment.
@@ -68,45 +55,46 @@ impl Binaries {
             .into_iter()
             .chain(envtest_assets_dir_with(&env))
             .collect();
-        let find = |asset: &Asset| -> Result<PathBuf, Error> {
+        let find = |file: &'static str| -> Result<PathBuf, Error> {
             let mut searched = Vec::new();
-            if let Some(path) = env(asset.variable) {
+            let variable = asset_variable(file);
+            if let Some(path) = env(&variable) {
                 let path = PathBuf::from(path);
                 if is_executable(&path) {
                     return Ok(path);
                 }
                 // An explicit path that is wrong is an error, not a fallback.
                 return Err(Error::BinaryNotFound {
-                    name: asset.file,
-                    searched: format!("{}={}", asset.variable, path.display()),
+                    name: file,
+                    searched: format!("{variable}={}", path.display()),
                 });
             }
-            searched.push(format!("{} (unset)", asset.variable));
+            searched.push(format!("{variable} (unset)"));
             if let Some(dir) = &assets_dir {
-                let path = dir.join(asset.file);
+                let path = dir.join(file);
                 if is_executable(&path) {
                     return Ok(path);
                 }
-                searched.push(format!("$KUBEBUILDER_ASSETS/{}", asset.file));
+                searched.push(format!("$KUBEBUILDER_ASSETS/{file}"));
             } else {
                 searched.push("KUBEBUILDER_ASSETS (unset)".to_owned());
             }
             for dir in &default_dirs {
-                let path = dir.join(asset.file);
+                let path = dir.join(file);
                 if is_executable(&path) {
                     return Ok(path);
                 }
                 searched.push(path.display().to_string());
             }
             Err(Error::BinaryNotFound {
-                name: asset.file,
+                name: file,
                 searched: searched.join(", "),
             })
         };
         Ok(Self {
-            kube_apiserver: find(&KUBE_APISERVER)?,
-            etcd: find(&ETCD)?,
-            kubectl: find(&KUBECTL).ok(),
+            kube_apiserver: find("kube-apiserver")?,
+            etcd: find("etcd")?,
+            kubectl: find("kubectl").ok(),
         })
     }
 }
@@ -363,6 +351,14 @@ mod tests {
         move |name| map.get(name).cloned()
     }
 
+    /// [`Binaries::find_with`] `KUBEBUILDER_ASSETS=assets` and `TEST_ASSET_ETCD=etcd`.
+    fn find_with_etcd(assets: &Path, etcd: &Path) -> Result<Binaries, Error> {
+        Binaries::find_with(env_of(&[
+            ("KUBEBUILDER_ASSETS", assets),
+            ("TEST_ASSET_ETCD", etcd),
+        ]))
+    }
+
     #[test]
     fn kubebuilder_assets_is_used() {
         let dir = tempfile::tempdir().unwrap();
@@ -380,11 +376,7 @@ mod tests {
         let other = tempfile::tempdir().unwrap();
         fake_assets(other.path());
         let etcd = other.path().join("etcd");
-        let found = Binaries::find_with(env_of(&[
-            ("KUBEBUILDER_ASSETS", assets.path()),
-            ("TEST_ASSET_ETCD", &etcd),
-        ]))
-        .unwrap();
+        let found = find_with_etcd(assets.path(), &etcd).unwrap();
         assert_eq!(found.etcd, etcd);
         assert_eq!(found.kube_apiserver, assets.path().join("kube-apiserver"));
     }
@@ -462,11 +454,7 @@ mod tests {
         let assets = tempfile::tempdir().unwrap();
         fake_assets(assets.path());
         let missing = assets.path().join("no-such-etcd");
-        let err = Binaries::find_with(env_of(&[
-            ("KUBEBUILDER_ASSETS", assets.path()),
-            ("TEST_ASSET_ETCD", &missing),
-        ]))
-        .unwrap_err();
+        let err = find_with_etcd(assets.path(), &missing).unwrap_err();
         assert!(err.to_string().contains("TEST_ASSET_ETCD"), "{err}");
     }
 }

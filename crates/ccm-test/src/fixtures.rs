@@ -31,10 +31,17 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSp
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 pub use crate::cluster::UNINITIALIZED_TAINT;
+use crate::named;
 
 /// The finalizer the service controller puts on a `type: LoadBalancer` Service while its
 /// load balancer may exist (`ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP`).
 pub const LOAD_BALANCER_CLEANUP_FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+
+/// Sets `key: value` in a map of labels, annotations or a selector, made when there is none.
+fn insert(map: &mut Option<BTreeMap<String, String>>, key: &str, value: &str) {
+    map.get_or_insert_with(BTreeMap::new)
+        .insert(key.to_owned(), value.to_owned());
+}
 
 /// The taint a kubelet with `--cloud-provider=external` registers its Node with:
 /// [`UNINITIALIZED_TAINT`], value `true`, effect `NoSchedule`.
@@ -64,9 +71,7 @@ pub struct NodeBuilder {
 impl NodeBuilder {
     /// A Node named `name`, with nothing else set.
     pub fn new(name: &str) -> Self {
-        let mut node = Node::default();
-        node.metadata.name = Some(name.to_owned());
-        Self { node }
+        Self { node: named(name) }
     }
 
     fn spec(&mut self) -> &mut NodeSpec {
@@ -98,11 +103,7 @@ impl NodeBuilder {
 
     /// Adds the label `key=value`.
     pub fn label(mut self, key: &str, value: &str) -> Self {
-        self.node
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(key.to_owned(), value.to_owned());
+        insert(&mut self.node.metadata.labels, key, value);
         self
     }
 
@@ -141,9 +142,10 @@ impl ServiceBuilder {
     /// A Service named `name` with no type (a `ClusterIP` Service once the API server has
     /// it) and no ports.
     pub fn new(name: &str) -> Self {
-        let mut service = Service::default();
-        service.metadata.name = Some(name.to_owned());
-        service.spec = Some(ServiceSpec::default());
+        let service = Service {
+            spec: Some(ServiceSpec::default()),
+            ..named(name)
+        };
         Self { service }
     }
 
@@ -181,20 +183,13 @@ impl ServiceBuilder {
 
     /// Adds the annotation `key: value`.
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
-        self.service
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(key.to_owned(), value.to_owned());
+        insert(&mut self.service.metadata.annotations, key, value);
         self
     }
 
     /// Adds `key=value` to the selector.
     pub fn selector(mut self, key: &str, value: &str) -> Self {
-        self.spec()
-            .selector
-            .get_or_insert_with(BTreeMap::new)
-            .insert(key.to_owned(), value.to_owned());
+        insert(&mut self.spec().selector, key, value);
         self
     }
 

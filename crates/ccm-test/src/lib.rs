@@ -30,7 +30,8 @@
 //! - [`process`]: a controller manager binary as a process ([`process::CcmProcess`]): its
 //!   log, signals, its exit, killed on drop;
 //! - [`net`]: a free loopback port and a minimal HTTP `GET` for its endpoints;
-//! - [`audit`]: the API server's audit log, read.
+//! - [`audit`]: the API server's audit log, read;
+//! - [`rbac`]: rules and subjects, and a role granted to a subject in one call.
 //!
 //! The binaries are found as envtest finds them ([`Binaries::find`]: `KUBEBUILDER_ASSETS`,
 //! this crate's cache folder, setup-envtest's folder); when they are nowhere and Go is
@@ -48,6 +49,7 @@ pub mod image;
 pub mod net;
 mod pki;
 pub mod process;
+pub mod rbac;
 mod supervisor;
 mod test_run;
 mod wait;
@@ -136,6 +138,25 @@ impl Error {
             source,
         }
     }
+}
+
+/// Sends this test process's `tracing` output to the test harness's captured output, once
+/// per process: `RUST_LOG` when set, else `default_filter` (an `EnvFilter` directive such as
+/// `"warn,ccm_test=info"`). Later calls, from other tests of the same binary, do nothing.
+pub fn init_tracing(default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// An object of kind `K` named `name`, with nothing else set.
+pub(crate) fn named<K: kube::Resource + Default>(name: &str) -> K {
+    let mut object = K::default();
+    object.meta_mut().name = Some(name.to_owned());
+    object
 }
 
 /// A name unique within this test process (and very likely across runs):

@@ -1,5 +1,5 @@
 //! Loopback networking for tests: a free port to give a process under test
-//! ([`free_port`]), and a minimal plain-HTTP `GET` to read its endpoints ([`http_get`]) or
+//! ([`free_port`]) or servers of the test's own ([`free_port_on`]), and a minimal plain-HTTP `GET` to read its endpoints ([`http_get`]) or
 //! any server a connected stream reaches ([`http_get_over`]).
 //!
 //! ```no_run
@@ -11,7 +11,7 @@
 //! # }
 //! ```
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -27,6 +27,25 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// When no port can be bound on 127.0.0.1.
 pub fn free_port() -> u16 {
     try_free_port().unwrap_or_else(|e| panic!("cannot find a free port on 127.0.0.1: {e}"))
+}
+
+/// A port that nothing listens on now, over TCP or UDP, at any of `addresses` (loopback
+/// addresses such as 127.0.0.1 and 127.0.0.2): for a test that runs servers of its own at
+/// the same port on several addresses.
+///
+/// # Panics
+///
+/// When no port can be bound on 127.0.0.1.
+pub fn free_port_on(addresses: &[Ipv4Addr]) -> u16 {
+    loop {
+        let port = free_port();
+        let free = addresses.iter().all(|&ip| {
+            TcpListener::bind((ip, port)).is_ok() && UdpSocket::bind((ip, port)).is_ok()
+        });
+        if free {
+            return port;
+        }
+    }
 }
 
 /// [`free_port`], with the error.
@@ -134,6 +153,16 @@ mod tests {
             server.await.unwrap(),
             "GET /x?y HTTP/1.0\r\nHost: localhost\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn a_port_free_on_several_addresses_is_free_on_each() {
+        let addresses = [Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)];
+        let port = free_port_on(&addresses);
+        for ip in addresses {
+            let _tcp = TcpListener::bind((ip, port)).unwrap();
+            let _udp = UdpSocket::bind((ip, port)).unwrap();
+        }
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! A controller manager (or any binary under test) as a process: started with its
-//! arguments and environment, its standard error in a log file the test reads, signalled,
-//! waited for, and killed when the test drops it.
+//! arguments and environment, its standard error in a log file the test reads (its standard
+//! output too, when asked), signalled, waited for, and killed when the test drops it. A
+//! command that runs to its end (`--help`, a bad flag) is [`CcmProcessBuilder::run`].
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -58,8 +59,9 @@ impl Signal {
 }
 
 /// A running process under test, its standard error in a log file ([`log`](Self::log));
-/// killed (`SIGKILL`) and waited for on drop. Its standard input and output are
-/// `/dev/null`.
+/// killed (`SIGKILL`) and waited for on drop. Its standard input is `/dev/null`, and so is
+/// its standard output unless [`CcmProcessBuilder::capture_stdout`] keeps it
+/// ([`stdout`](Self::stdout)).
 ///
 /// Start one with [`CcmProcess::builder`] (or [`CcmProcess::start`]).
 #[derive(Debug)]
@@ -67,6 +69,8 @@ pub struct CcmProcess {
     name: String,
     child: Child,
     log: PathBuf,
+    /// The file its standard output goes to, when it is kept.
+    stdout: Option<PathBuf>,
     /// The folder of the log, when the process has one of its own.
     _dir: Option<tempfile::TempDir>,
 }
@@ -78,6 +82,20 @@ pub struct CcmProcessBuilder {
     command: Command,
     name: String,
     log: Option<PathBuf>,
+    capture_stdout: bool,
+}
+
+/// How a process that ran to its end ended, and what it wrote: see
+/// [`CcmProcessBuilder::run`]. The counterpart of [`std::process::Output`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Finished {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// What it wrote to its standard output.
+    pub stdout: String,
+    /// What it wrote to its standard error (its log).
+    pub log: String,
 }
 
 impl CcmProcess {
@@ -96,6 +114,7 @@ impl CcmProcess {
             command,
             name,
             log: None,
+            capture_stdout: false,
         }
     }
 
@@ -132,6 +151,32 @@ impl CcmProcess {
         &self.log
     }
 
+    /// The last `lines` lines of its log: for a message about a long-running process.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// What the process wrote to its standard output so far ("" before it wrote anything).
+    ///
+    /// # Panics
+    ///
+    /// When its standard output is not kept ([`CcmProcessBuilder::capture_stdout`]).
+    pub fn stdout(&self) -> String {
+        read_log(self.stdout_path())
+    }
+
+    /// The file its standard output goes to.
+    fn stdout_path(&self) -> &Path {
+        self.stdout.as_deref().unwrap_or_else(|| {
+            panic!(
+                "the standard output of {} is not kept: start it with capture_stdout()",
+                self.name
+            )
+        })
+    }
+
     /// Sends `signal` to the process (with `kill`).
     ///
     /// # Panics
@@ -159,9 +204,7 @@ impl CcmProcess {
     ///
     /// When the status cannot be read (a bug).
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child
-            .try_wait()
-            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name))
+        exit_status(&mut self.child, &self.name)
     }
 
     /// Whether the process is still running.
@@ -178,10 +221,39 @@ impl CcmProcess {
         let what = format!("{} to exit", self.name);
         let (child, name, log) = (&mut self.child, &self.name, &self.log);
         eventually(&what, timeout, || {
-            let exited = child
-                .try_wait()
-                .unwrap_or_else(|e| panic!("waiting for {name}: {e}"));
+            let exited = exit_status(child, name);
             std::future::ready(exited.ok_or_else(|| format!("running; log:\n{}", read_log(log))))
+        })
+        .await
+    }
+
+    /// Waits until the process has written a whole line (ended by a newline) to its standard
+    /// output that starts with `prefix`, for up to `timeout`, and returns the rest of the
+    /// first such line: an address or a path the process announces (`listening on …`).
+    ///
+    /// # Panics
+    ///
+    /// When its standard output is not kept ([`CcmProcessBuilder::capture_stdout`]); when
+    /// the process exits without writing the line (at once) or has not written it after
+    /// `timeout`, quoting its standard output and its log.
+    pub async fn wait_stdout_line(&mut self, prefix: &str, timeout: Duration) -> String {
+        let path = self.stdout_path().to_owned();
+        let what = format!("{} to write a line starting with {prefix:?}", self.name);
+        let (child, name, log) = (&mut self.child, &self.name, &self.log);
+        eventually(&what, timeout, || {
+            // Whether it had exited before its output is read: then the output is complete.
+            let exited = exit_status(child, name);
+            let stdout = read_log(&path);
+            let line = stdout
+                .split_inclusive('\n')
+                .filter_map(|line| line.strip_suffix('\n'))
+                .find_map(|line| line.strip_prefix(prefix));
+            let seen = || format!("its output:\n{stdout}\nits log:\n{}", read_log(log));
+            std::future::ready(match (line, exited) {
+                (Some(rest), _) => Ok(rest.to_owned()),
+                (None, Some(status)) => panic!("{what}, but it exited ({status}); {}", seen()),
+                (None, None) => Err(seen()),
+            })
         })
         .await
     }
@@ -274,43 +346,103 @@ impl CcmProcessBuilder {
         self
     }
 
+    /// Keeps what the process writes to its standard output, in a file beside its log
+    /// (the log's name with the extension `stdout`), for [`CcmProcess::stdout`] and
+    /// [`CcmProcess::wait_stdout_line`]; otherwise it goes to `/dev/null`.
+    pub fn capture_stdout(mut self) -> Self {
+        self.capture_stdout = true;
+        self
+    }
+
     /// Starts the process.
     ///
     /// # Panics
     ///
     /// When the log file cannot be created or the program cannot be started: a test that
     /// cannot start what it tests cannot go on.
-    pub fn spawn(mut self) -> CcmProcess {
+    pub fn spawn(self) -> CcmProcess {
+        self.try_spawn().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts the process, or says why it cannot (the log file cannot be created, the
+    /// program cannot be started), naming the file or the program: for a tool that reports
+    /// the failure rather than panicking.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error, its message saying what was being done.
+    pub fn try_spawn(mut self) -> std::io::Result<CcmProcess> {
         let name = self.name;
         let (log, dir) = match self.log {
             Some(log) => (log, None),
             None => {
                 let dir = tempfile::tempdir()
-                    .unwrap_or_else(|e| panic!("a folder for the log of {name}: {e}"));
+                    .map_err(context(format!("a folder for the log of {name}")))?;
                 (dir.path().join(format!("{name}.log")), Some(dir))
             }
         };
-        let file = std::fs::File::create(&log)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+        let create = |path: &Path| {
+            std::fs::File::create(path).map_err(context(format!("creating {}", path.display())))
+        };
+        let stdout = self.capture_stdout.then(|| log.with_extension("stdout"));
+        let stdout_to = match &stdout {
+            Some(path) => Stdio::from(create(path)?),
+            None => Stdio::null(),
+        };
         let child = self
             .command
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
+            .stdout(stdout_to)
+            .stderr(create(&log)?)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        CcmProcess {
+            .map_err(context(format!("cannot start {name}")))?;
+        Ok(CcmProcess {
             name,
             child,
             log,
+            stdout,
             _dir: dir,
+        })
+    }
+
+    /// Starts the process with its standard output kept, and waits up to `timeout` for it
+    /// to exit: for a command that runs to its end (`--version`, a bad flag). The
+    /// counterpart of [`Command::output`].
+    ///
+    /// # Panics
+    ///
+    /// As [`spawn`](Self::spawn), and when it is still running after `timeout` (see
+    /// [`CcmProcess::wait_exit`]).
+    pub async fn run(self, timeout: Duration) -> Finished {
+        let mut process = self.capture_stdout().spawn();
+        let status = process.wait_exit(timeout).await;
+        Finished {
+            status,
+            stdout: process.stdout(),
+            log: process.log(),
         }
     }
+}
+
+/// The exit status of `child` (`name` in messages), if it has exited.
+///
+/// # Panics
+///
+/// When the status cannot be read (a bug).
+fn exit_status(child: &mut Child, name: &str) -> Option<ExitStatus> {
+    child
+        .try_wait()
+        .unwrap_or_else(|e| panic!("waiting for {name}: {e}"))
 }
 
 /// The log at `path` so far.
 fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// An I/O error the same as `e` but for its message, which says first what was being done.
+fn context(what: String) -> impl FnOnce(std::io::Error) -> std::io::Error {
+    move |e| std::io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 #[cfg(test)]
@@ -353,6 +485,59 @@ mod tests {
             std::fs::read_to_string(&log).unwrap(),
             "ready\nterminated\n"
         );
+    }
+
+    #[tokio::test]
+    async fn its_standard_output_is_kept_when_asked_and_a_line_awaited() {
+        let mut process = sh(
+            "echo starting >&2; printf 'listening on 127.0.0.1:8080\\nmore'; \
+                              sleep 600",
+        )
+        .capture_stdout()
+        .spawn();
+        let address = process.wait_stdout_line("listening on ", WAIT).await;
+        assert_eq!(address, "127.0.0.1:8080");
+        assert_eq!(process.stdout(), "listening on 127.0.0.1:8080\nmore");
+        assert!(process.log_path().with_extension("stdout").is_file());
+        assert_eq!(process.log_tail(1), "starting");
+    }
+
+    #[tokio::test]
+    async fn a_line_awaited_from_a_process_that_exits_without_it_fails_at_once() {
+        let mut process = sh("echo nothing to say; echo why >&2")
+            .capture_stdout()
+            .spawn();
+        let waited = tokio::spawn(async move {
+            process
+                .wait_stdout_line("listening on ", Duration::from_secs(600))
+                .await
+        })
+        .await
+        .expect_err("it should fail");
+        let message = *waited.into_panic().downcast::<String>().unwrap();
+        assert!(
+            message.starts_with(
+                "sh to write a line starting with \"listening on \", but it exited (exit status: 0)"
+            ) && message.ends_with("its output:\nnothing to say\n\nits log:\nwhy\n"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_runs_to_its_end() {
+        let finished = sh("echo out; echo err >&2; exit 2").run(WAIT).await;
+        assert_eq!(finished.status.code(), Some(2));
+        assert_eq!(finished.stdout, "out\n");
+        assert_eq!(finished.log, "err\n");
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_is_an_error_that_names_it() {
+        let err = CcmProcess::builder("/nonexistent/ccm")
+            .try_spawn()
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        assert!(err.to_string().starts_with("cannot start ccm: "), "{err}");
     }
 
     #[tokio::test]

@@ -5,18 +5,18 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ccm_test::{Binaries, ControlPlane, Error, eventually};
-use common::process_alive;
+use ccm_test::{Binaries, ControlPlane, Error};
+use common::{process_alive, run_child, wait_nothing_left};
 
 /// Set in the child process to the way it should end.
 const CHILD_MODE: &str = "CCM_TEST_CLEANUP_CHILD";
 /// The line the child prints once its control plane is up.
 const REPORT: &str = "CCM-TEST-CHILD";
+/// How long a child may take: to start a control plane, report it, and end.
+const CHILD_WITHIN: Duration = Duration::from_secs(300);
 
 /// What a running control plane leaves on the machine.
 #[derive(Debug)]
@@ -82,15 +82,7 @@ impl Footprint {
     }
 
     async fn assert_gone_within(&self, timeout: Duration) {
-        eventually("the control plane's clean-up", timeout, || async {
-            let left = self.leftovers();
-            if left.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("still there: {left:?}"))
-            }
-        })
-        .await;
+        wait_nothing_left("the control plane's clean-up", timeout, || self.leftovers()).await;
     }
 }
 
@@ -112,47 +104,22 @@ async fn drop_stops_the_servers_and_removes_the_folder() {
 
 /// Runs this test binary's `child` test in a new process with `mode`, and
 /// returns what its control plane left behind plus the child's exit status.
-fn run_child(mode: &str) -> (Footprint, std::process::ExitStatus) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_MODE, mode)
-        .env("RUST_BACKTRACE", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+async fn child_footprint(mode: &str) -> (Footprint, std::process::ExitStatus) {
+    let child = run_child(CHILD_MODE, mode, CHILD_WITHIN).await;
+    let footprint = child.stdout.lines().find_map(Footprint::parse);
     // The child's stderr (with its deliberate panic) is shown only on failure.
-    let mut stderr = child.stderr.take().unwrap();
-    let stderr = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-        text
-    });
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut footprint = None;
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if let Some(found) = Footprint::parse(&line) {
-            footprint = Some(found);
-        }
-    }
-    let status = child.wait().unwrap();
-    let stderr = stderr.join().unwrap();
     let footprint = footprint.unwrap_or_else(|| {
-        panic!("the child ({mode}) never reported ({status}); its stderr:\n{stderr}")
+        panic!(
+            "the child ({mode}) never reported ({}); its stderr:\n{}",
+            child.status, child.log
+        )
     });
-    (footprint, status)
+    (footprint, child.status)
 }
 
-#[test]
-fn a_panicking_test_leaves_nothing_behind() {
-    let (footprint, status) = run_child("panic");
+#[tokio::test]
+async fn a_panicking_test_leaves_nothing_behind() {
+    let (footprint, status) = child_footprint("panic").await;
     assert_eq!(
         status.code(),
         Some(101),
@@ -164,7 +131,7 @@ fn a_panicking_test_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn an_aborted_process_leaves_nothing_behind() {
-    let (footprint, status) = run_child("abort");
+    let (footprint, status) = child_footprint("abort").await;
     assert!(!status.success());
     // Nothing ran in the child after the abort: its supervisor cleans up.
     footprint.assert_gone_within(Duration::from_secs(30)).await;
@@ -172,7 +139,7 @@ async fn an_aborted_process_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn an_exiting_process_with_the_shared_instance_leaves_nothing_behind() {
-    let (footprint, status) = run_child("exit");
+    let (footprint, status) = child_footprint("exit").await;
     assert!(status.success());
     footprint.assert_gone_within(Duration::from_secs(30)).await;
 }

@@ -5,17 +5,18 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ccm_test::cluster::{CONTROL_PLANE_LABEL, PAUSE_IMAGE, PodNetwork, UNINITIALIZED_TAINT};
+use ccm_test::fixtures::taint_keys;
 use ccm_test::{Cluster, eventually};
-use common::process_alive;
+use common::{process_alive, run_child, wait_nothing_left};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -118,27 +119,12 @@ fn netns_files() -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
-    let netns_before = netns_files();
-    let cluster = Cluster::builder()
-        .pod_network(PodNetwork::AtPodCidr)
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let client = cluster.client().unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
-
+/// Checks each Node as its kubelet registered it (tainted `uninitialized`, labelled as a
+/// control-plane node or not), and removes the taint as a cloud-controller-manager would.
+async fn initialise_as_registered(cluster: &Cluster, nodes: &Api<Node>) {
     for node in cluster.nodes() {
         let object = nodes.get(node.name()).await.unwrap();
-        let keys: Vec<String> = object
-            .spec
-            .unwrap()
-            .taints
-            .into_iter()
-            .flatten()
-            .map(|t| t.key)
-            .collect();
+        let keys = taint_keys(&object);
         assert!(keys.iter().any(|k| k == UNINITIALIZED_TAINT), "{keys:?}");
         let labels = object.metadata.labels.unwrap_or_default();
         assert_eq!(
@@ -147,11 +133,6 @@ async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
             "{}",
             node.name()
         );
-    }
-
-    // Stand in for a cloud-controller-manager: remove the taint.
-    for node in cluster.nodes() {
-        let object = nodes.get(node.name()).await.unwrap();
         let taints: Vec<_> = object
             .spec
             .unwrap()
@@ -166,6 +147,20 @@ async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
             .await
             .unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
+    let netns_before = netns_files();
+    let cluster = Cluster::builder()
+        .pod_network(PodNetwork::AtPodCidr)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = cluster.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+
+    initialise_as_registered(&cluster, &nodes).await;
     eventually("every Node Ready", WAIT, || async {
         let list = nodes
             .list(&Default::default())
@@ -191,15 +186,13 @@ async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
     })
     .await;
 
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pause"},
         "spec": {"containers": [{"name": "pause", "image": PAUSE_IMAGE}]}
     }))
     .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
     let running = cluster
-        .wait_pod_running("default", "pause", WAIT)
+        .run_pod("default", &pod, WAIT)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let ip = running.status.unwrap().pod_ip.unwrap();
@@ -210,6 +203,7 @@ async fn a_cluster_runs_pods_and_leaves_nothing_behind() {
 
     // The API server reaches the kubelet (by its InternalIP, with its client certificate,
     // checking the kubelet's serving certificate): logs of a container that writes none.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let logs = pods.logs("pause", &Default::default()).await.unwrap();
     assert_eq!(logs, "");
 
@@ -251,38 +245,23 @@ async fn child() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_test_process_leaves_nothing_behind() {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let footprint = stdout
+    let child = run_child(CHILD, "1", WAIT).await;
+    let footprint = child
+        .stdout
         .lines()
-        .map_while(Result::ok)
-        .find_map(|line| Footprint::parse(&line))
-        .expect("the child reports its cluster");
-    let status = child.wait().unwrap();
-    assert!(!status.success(), "the child was killed: {status}");
+        .find_map(Footprint::parse)
+        .unwrap_or_else(|| panic!("the child reports its cluster; its log:\n{}", child.log));
+    assert!(
+        !child.status.success(),
+        "the child was killed: {}",
+        child.status
+    );
     // Two namespace holders, etcd, kube-apiserver, the scheduler, the controller manager,
     // and the node's containerd, kubelet and kube-proxy.
     assert_eq!(footprint.pids.len(), 9, "{:?}", footprint.pids);
     let started = Instant::now();
-    eventually("the killed process's cluster cleaned up", WAIT, || async {
-        let left = footprint.leftovers();
-        if left.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("still there: {left:?}"))
-        }
+    wait_nothing_left("the killed process's cluster cleaned up", WAIT, || {
+        footprint.leftovers()
     })
     .await;
     eprintln!("cleaned up {:?} after the kill", started.elapsed());

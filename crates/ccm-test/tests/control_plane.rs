@@ -7,26 +7,17 @@
 
 use std::time::Duration;
 
-use ccm_test::{ControlPlane, eventually, unique_name};
+use ccm_test::fixtures::{NodeBuilder, UNINITIALIZED_TAINT};
+use ccm_test::{ControlPlane, eventually, rbac, unique_name};
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, NodeSpec, Taint};
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
-const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
-
 async fn control_plane() -> &'static ControlPlane {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "ccm_test=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    ccm_test::init_tracing("ccm_test=info");
     match ControlPlane::shared().await {
         Ok(cp) => cp,
         Err(e) => panic!("{e}"),
@@ -45,24 +36,24 @@ fn status_code(result: Result<impl Sized, kube::Error>) -> Option<u16> {
 /// synchronously.
 const RBAC_WAIT: Duration = Duration::from_secs(20);
 
+/// A Node of this test binary with the taint a kubelet with `--cloud-provider=external`
+/// registers.
 fn node(name: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some([("ccm-test".to_owned(), "true".to_owned())].into()),
-            ..Default::default()
-        },
-        spec: Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: UNINITIALIZED_TAINT.to_owned(),
-                value: Some("true".to_owned()),
-                effect: "NoSchedule".to_owned(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    NodeBuilder::new(name)
+        .label("ccm-test", "true")
+        .uninitialized()
+        .build()
+}
+
+/// Asserts that listing with `api` is refused (403).
+async fn assert_list_forbidden<K>(api: &Api<K>)
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    assert_eq!(
+        status_code(api.list(&ListParams::default()).await),
+        Some(403)
+    );
 }
 
 /// The taint a kubelet started with `--cloud-provider=external` registers.
@@ -218,53 +209,12 @@ async fn rbac_forbids_a_user_without_binding_and_allows_one_with() {
         .unwrap();
     let as_user: Api<Node> = Api::all(client);
 
-    assert_eq!(
-        status_code(as_user.list(&ListParams::default()).await),
-        Some(403)
-    );
+    assert_list_forbidden(&as_user).await;
 
     // Grant list on nodes to the user's second group.
     let role = unique_name("node-reader");
-    Api::<ClusterRole>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: ObjectMeta {
-                    name: Some(role.clone()),
-                    ..Default::default()
-                },
-                rules: Some(vec![PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["nodes".to_owned()]),
-                    verbs: vec!["list".to_owned()],
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(admin)
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(role.clone()),
-                    ..Default::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".to_owned()),
-                    kind: "ClusterRole".to_owned(),
-                    name: role,
-                },
-                subjects: Some(vec![Subject {
-                    kind: "Group".to_owned(),
-                    name: group,
-                    api_group: Some("rbac.authorization.k8s.io".to_owned()),
-                    ..Default::default()
-                }]),
-            },
-        )
+    let rules = vec![rbac::rule(&[""], &["nodes"], &["list"])];
+    rbac::grant_cluster_role(&admin, &role, rules, rbac::group(&group))
         .await
         .unwrap();
 
@@ -279,10 +229,7 @@ async fn rbac_forbids_a_user_without_binding_and_allows_one_with() {
 
     // A user outside the group is still refused.
     let outsider: Api<Node> = Api::all(cp.client_for_user(&unique_name("user"), &[]).unwrap());
-    assert_eq!(
-        status_code(outsider.list(&ListParams::default()).await),
-        Some(403)
-    );
+    assert_list_forbidden(&outsider).await;
 }
 
 #[tokio::test]
@@ -295,51 +242,12 @@ async fn rbac_forbids_a_service_account_without_binding_and_allows_one_with() {
         .await
         .unwrap();
     let as_account: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    assert_eq!(
-        status_code(as_account.list(&ListParams::default()).await),
-        Some(403)
-    );
+    assert_list_forbidden(&as_account).await;
 
     let admin = cp.client().unwrap();
-    Api::<Role>::namespaced(admin.clone(), &namespace)
-        .create(
-            &PostParams::default(),
-            &Role {
-                metadata: ObjectMeta {
-                    name: Some("configmap-reader".to_owned()),
-                    ..Default::default()
-                },
-                rules: Some(vec![PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["configmaps".to_owned()]),
-                    verbs: vec!["list".to_owned()],
-                    ..Default::default()
-                }]),
-            },
-        )
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(admin, &namespace)
-        .create(
-            &PostParams::default(),
-            &RoleBinding {
-                metadata: ObjectMeta {
-                    name: Some("configmap-reader".to_owned()),
-                    ..Default::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".to_owned()),
-                    kind: "Role".to_owned(),
-                    name: "configmap-reader".to_owned(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".to_owned(),
-                    name: account.clone(),
-                    namespace: Some(namespace.clone()),
-                    ..Default::default()
-                }]),
-            },
-        )
+    let rules = vec![rbac::rule(&[""], &["configmaps"], &["list"])];
+    let subject = rbac::service_account(&namespace, &account);
+    rbac::grant_role(&admin, &namespace, "configmap-reader", rules, subject)
         .await
         .unwrap();
 
@@ -352,10 +260,7 @@ async fn rbac_forbids_a_service_account_without_binding_and_allows_one_with() {
     .await;
     // The binding is namespaced: the default namespace stays closed.
     let elsewhere: Api<ConfigMap> = Api::namespaced(client, "default");
-    assert_eq!(
-        status_code(elsewhere.list(&ListParams::default()).await),
-        Some(403)
-    );
+    assert_list_forbidden(&elsewhere).await;
 }
 
 // ANCHOR: service_account

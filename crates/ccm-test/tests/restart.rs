@@ -9,13 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 async fn own_control_plane() -> ControlPlane {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "ccm_test=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    ccm_test::init_tracing("ccm_test=info");
     ControlPlane::start()
         .await
         .expect("a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)")

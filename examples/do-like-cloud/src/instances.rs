@@ -1,6 +1,7 @@
 //! Instances: droplets found by provider ID (`digitalocean://<id>`) or, for Nodes without
 //! one yet, by name in the cached droplet list.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,6 +15,8 @@ use crate::{DoLikeCloud, PROVIDER_NAME, cloud_error};
 
 /// A name missing from a cached list older than this lists again.
 const MISS_REFRESH_AGE: Duration = Duration::from_secs(1);
+/// Any age the cache allows: the cached list while it has not expired.
+const CACHED: Duration = Duration::MAX;
 
 impl DoLikeCloud {
     /// The droplet behind `node`: by provider ID when set (the cached list first, then one
@@ -26,11 +29,7 @@ impl DoLikeCloud {
             .filter(|p| !p.is_empty());
         if let Some(pid) = provider_id {
             let id = droplet_id(pid).map_err(CloudError::msg)?;
-            let list = self
-                .client
-                .cached_droplets()
-                .await
-                .map_err(|e| cloud_error("listing droplets", e))?;
+            let list = self.droplet_list(CACHED).await?;
             if let Some(d) = list.iter().find(|d| d.id == id) {
                 return Ok(Some(d.clone()));
             }
@@ -45,22 +44,23 @@ impl DoLikeCloud {
     }
 
     pub(crate) async fn droplet_by_name(&self, name: &str) -> CloudResult<Option<Droplet>> {
-        let list = self
-            .client
-            .cached_droplets()
-            .await
-            .map_err(|e| cloud_error("listing droplets", e))?;
+        let list = self.droplet_list(CACHED).await?;
         if let Some(d) = list.iter().find(|d| d.name == name) {
             return Ok(Some(d.clone()));
         }
         // A miss may be a droplet created since the list was taken: ask again unless the
         // list is very recent (so that lookups of names that do not exist stay cheap).
-        let list = self
-            .client
-            .droplets_younger_than(MISS_REFRESH_AGE)
-            .await
-            .map_err(|e| cloud_error("listing droplets", e))?;
+        let list = self.droplet_list(MISS_REFRESH_AGE).await?;
         Ok(list.iter().find(|d| d.name == name).cloned())
+    }
+
+    /// The droplets, from a list taken less than `max_age` ago (the cache's TTL at most):
+    /// the cached list, or a new one.
+    async fn droplet_list(&self, max_age: Duration) -> CloudResult<Arc<Vec<Droplet>>> {
+        self.client
+            .droplets_younger_than(max_age)
+            .await
+            .map_err(|e| cloud_error("listing droplets", e))
     }
 }
 

@@ -127,15 +127,7 @@ fn forwarding_rule(settings: &LbSettings, entry_port: u16, target_port: u16) -> 
     if settings.tls_ports.contains(&entry_port) && protocol != "http2" {
         protocol = "https".into();
     }
-    let mut rule = ForwardingRule {
-        entry_protocol: protocol.clone(),
-        entry_port,
-        target_protocol: protocol.clone(),
-        target_port,
-        certificate_id: String::new(),
-        tls_passthrough: false,
-        x_passthrough: false,
-    };
+    let mut rule = ForwardingRule::new(&protocol, entry_port, target_port);
     if protocol == "https" || protocol == "http2" {
         if settings.tls_passthrough {
             rule.tls_passthrough = true;
@@ -158,13 +150,7 @@ fn port_rule(
 ) -> Result<ForwardingRule, String> {
     match protocol.unwrap_or("TCP") {
         "TCP" => Ok(forwarding_rule(settings, entry_port, target_port)),
-        "UDP" => Ok(ForwardingRule {
-            entry_protocol: "udp".into(),
-            entry_port,
-            target_protocol: "udp".into(),
-            target_port,
-            ..ForwardingRule::default()
-        }),
+        "UDP" => Ok(ForwardingRule::new("udp", entry_port, target_port)),
         other => Err(format!(
             "protocol {other} is not supported: load balancers forward TCP and UDP only"
         )),
@@ -180,12 +166,8 @@ fn passthrough_rule(rule: &ForwardingRule, port: u16) -> ForwardingRule {
         "tcp"
     };
     ForwardingRule {
-        entry_protocol: protocol.into(),
-        entry_port: port,
-        target_protocol: protocol.into(),
-        target_port: port,
         x_passthrough: true,
-        ..ForwardingRule::default()
+        ..ForwardingRule::new(protocol, port, port)
     }
 }
 
@@ -617,11 +599,8 @@ mod tests {
 
     fn rule(entry: &str, port: u16, target: &str) -> ForwardingRule {
         ForwardingRule {
-            entry_protocol: entry.into(),
-            entry_port: port,
             target_protocol: target.into(),
-            target_port: 30000 + port,
-            ..ForwardingRule::default()
+            ..ForwardingRule::new(entry, port, 30000 + port)
         }
     }
 

@@ -7,18 +7,26 @@ use ccm_core::provider::{CloudResult, Route, Routes};
 use crate::api::XRoute;
 use crate::{DoLikeCloud, cloud_error, cluster_tag};
 
-#[async_trait]
-impl Routes for DoLikeCloud {
-    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
+impl DoLikeCloud {
+    /// The routes tagged with the cluster's tag.
+    async fn cluster_routes(&self, cluster_name: &str) -> CloudResult<Vec<XRoute>> {
         let tag = cluster_tag(cluster_name);
-        let routes = self
+        let mut routes = self
             .client
             .list_routes()
             .await
             .map_err(|e| cloud_error("listing routes", e))?;
+        routes.retain(|r| r.tags.contains(&tag));
+        Ok(routes)
+    }
+}
+
+#[async_trait]
+impl Routes for DoLikeCloud {
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
+        let routes = self.cluster_routes(cluster_name).await?;
         Ok(routes
             .into_iter()
-            .filter(|r| r.tags.contains(&tag))
             .map(|r| {
                 Route::new(r.target.clone(), r.destination.clone()).with_name(r.id.to_string())
             })
@@ -44,17 +52,11 @@ impl Routes for DoLikeCloud {
     }
 
     async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
-        let tag = cluster_tag(cluster_name);
-        let routes = self
-            .client
-            .list_routes()
-            .await
-            .map_err(|e| cloud_error("listing routes", e))?;
-        for r in routes.iter().filter(|r| {
-            r.tags.contains(&tag)
-                && r.destination == route.destination_cidr
-                && r.target == route.target_node
-        }) {
+        let routes = self.cluster_routes(cluster_name).await?;
+        for r in routes
+            .iter()
+            .filter(|r| r.destination == route.destination_cidr && r.target == route.target_node)
+        {
             self.client
                 .delete_route(r.id)
                 .await

@@ -4,6 +4,8 @@
 //! simulator's answers are checked against the same fixtures in
 //! `examples/do-like-simulator/tests/golden.rs`, so neither side can drift alone.
 
+mod fixtures;
+
 use std::sync::Arc;
 
 use axum::Router;
@@ -14,15 +16,9 @@ use axum::routing::{get, post};
 use ccm_core::provider::{CloudProvider, Instances};
 use ccm_do_like_cloud::api::{Droplet, LoadBalancerObject};
 use ccm_do_like_cloud::{ApiError, ApiToken, Client, ClientOptions, DoLikeCloud};
+use fixtures::{DROPLET, DROPLETS, ERROR_404, ERROR_422, LB, LBS};
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 use serde_json::Value;
-
-const DROPLET: &str = include_str!("fixtures/droplet.json");
-const DROPLETS: &str = include_str!("fixtures/droplets_list.json");
-const LB: &str = include_str!("fixtures/load_balancer.json");
-const LBS: &str = include_str!("fixtures/load_balancers_list.json");
-const ERROR_404: &str = include_str!("fixtures/error_404.json");
-const ERROR_422: &str = include_str!("fixtures/error_422.json");
 
 fn json(status: StatusCode, body: String) -> Response {
     let mut headers = HeaderMap::new();

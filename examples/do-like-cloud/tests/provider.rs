@@ -446,16 +446,6 @@ fn port(port: i32, protocol: &str, node_port: i32) -> ServicePort {
     }
 }
 
-fn rule(protocol: &str, entry_port: u16, target_port: u16) -> ForwardingRule {
-    ForwardingRule {
-        entry_protocol: protocol.into(),
-        entry_port,
-        target_protocol: protocol.into(),
-        target_port,
-        ..ForwardingRule::default()
-    }
-}
-
 fn healthz(port: u16) -> HealthCheck {
     HealthCheck {
         protocol: "http".into(),
@@ -488,9 +478,9 @@ async fn tcp_and_udp_ports_are_forwarded_and_kube_proxy_is_health_checked() {
     assert_eq!(
         created.forwarding_rules,
         [
-            rule("udp", 53, 30053),
-            rule("tcp", 53, 30054),
-            rule("udp", 5353, 31353)
+            ForwardingRule::new("udp", 53, 30053),
+            ForwardingRule::new("tcp", 53, 30054),
+            ForwardingRule::new("udp", 5353, 31353)
         ]
     );
     // externalTrafficPolicy Cluster: kube-proxy's /healthz on 10256, not a rule's port.
@@ -552,7 +542,7 @@ async fn a_service_without_node_ports_gets_passthrough_rules_until_it_has_them()
         .unwrap();
     let passthrough = |protocol: &str, port: u16| ForwardingRule {
         x_passthrough: true,
-        ..rule(protocol, port, port)
+        ..ForwardingRule::new(protocol, port, port)
     };
     assert_eq!(
         sim.handle().load_balancers()[0].forwarding_rules,
@@ -573,7 +563,10 @@ async fn a_service_without_node_ports_gets_passthrough_rules_until_it_has_them()
         .unwrap();
     assert_eq!(
         sim.handle().load_balancers()[0].forwarding_rules,
-        [rule("tcp", 80, 30080), rule("udp", 53, 30053)]
+        [
+            ForwardingRule::new("tcp", 80, 30080),
+            ForwardingRule::new("udp", 53, 30053)
+        ]
     );
     sim.shutdown().await;
 }

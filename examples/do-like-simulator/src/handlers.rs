@@ -158,25 +158,21 @@ pub(super) async fn admin_delete_droplet(
     delete_droplet(State(h), p).await
 }
 
-pub(super) async fn admin_power_off(
-    State(h): State<SimulatorHandle>,
-    Path(id): Path<u64>,
-) -> Response {
-    if h.set_droplet_status(id, "off") {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        not_found()
-    }
-}
-
-pub(super) async fn admin_power_on(
-    State(h): State<SimulatorHandle>,
-    Path(id): Path<u64>,
-) -> Response {
-    if h.set_droplet_status(id, "active") {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        not_found()
+/// The handler of `POST /admin/droplets/{id}/power_off` (`status` "off") or `…/power_on`
+/// ("active"): the droplet's status becomes `status`; 204, or 404 without such a droplet.
+pub(super) fn admin_set_status(
+    status: &'static str,
+) -> impl Fn(State<SimulatorHandle>, Path<u64>) -> std::future::Ready<Response>
++ Clone
++ Send
++ Sync
++ 'static {
+    move |State(h), Path(id)| {
+        std::future::ready(if h.set_droplet_status(id, status) {
+            StatusCode::NO_CONTENT.into_response()
+        } else {
+            not_found()
+        })
     }
 }
 
@@ -268,17 +264,28 @@ pub(super) async fn list_lbs(
     )
 }
 
+/// The body of a request that creates or updates a load balancer, checked as DigitalOcean
+/// checks it: refused with 400 when it is not a load balancer, 422 when DigitalOcean would
+/// not accept it.
+pub(super) struct CheckedLb(LoadBalancerRequest);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for CheckedLb {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let b: LoadBalancerRequest = body(&bytes).map_err(bad_request)?;
+        validate::load_balancer(&b).map_err(unprocessable)?;
+        Ok(Self(b))
+    }
+}
+
 pub(super) async fn create_lb(
     State(h): State<SimulatorHandle>,
-    bytes: axum::body::Bytes,
+    CheckedLb(b): CheckedLb,
 ) -> Response {
-    let b: LoadBalancerRequest = match body(&bytes) {
-        Ok(b) => b,
-        Err(m) => return bad_request(m),
-    };
-    if let Err(message) = validate::load_balancer(&b) {
-        return unprocessable(message);
-    }
     let mut inner = h.inner();
     inner.data.next_id += 1;
     let id = format!("4de7ac8b-495b-4884-9a69-{:012x}", inner.data.next_id);
@@ -286,10 +293,7 @@ pub(super) async fn create_lb(
     inner.data.load_balancers.insert(id.clone(), lb.clone());
     let at = now_ms() + h.shared.config.lb_activation_delay.as_millis() as u64;
     inner.data.lb_activate_at.insert(id, at);
-    activate_due(
-        &mut inner.data,
-        h.shared.config.load_balancer_addresses.as_ref(),
-    );
+    activate_due(&mut inner.data, h.range());
     h.persist(&inner);
     let lb = inner.data.load_balancers.get(&lb.id).cloned().unwrap_or(lb);
     (StatusCode::ACCEPTED, Json(json!({"load_balancer": lb}))).into_response()
@@ -297,10 +301,7 @@ pub(super) async fn create_lb(
 
 pub(super) async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
     let mut inner = h.inner();
-    activate_due(
-        &mut inner.data,
-        h.shared.config.load_balancer_addresses.as_ref(),
-    );
+    activate_due(&mut inner.data, h.range());
     match inner.data.load_balancers.get(&id) {
         Some(lb) => Json(json!({"load_balancer": lb})).into_response(),
         None => not_found(),
@@ -310,20 +311,10 @@ pub(super) async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<Stri
 pub(super) async fn update_lb(
     State(h): State<SimulatorHandle>,
     Path(id): Path<String>,
-    bytes: axum::body::Bytes,
+    CheckedLb(b): CheckedLb,
 ) -> Response {
-    let b: LoadBalancerRequest = match body(&bytes) {
-        Ok(b) => b,
-        Err(m) => return bad_request(m),
-    };
-    if let Err(message) = validate::load_balancer(&b) {
-        return unprocessable(message);
-    }
     let mut inner = h.inner();
-    activate_due(
-        &mut inner.data,
-        h.shared.config.load_balancer_addresses.as_ref(),
-    );
+    activate_due(&mut inner.data, h.range());
     let Some(lb) = inner.data.load_balancers.get_mut(&id) else {
         return not_found();
     };

@@ -29,8 +29,14 @@ pub(super) fn router(handle: SimulatorHandle) -> Router {
             "/admin/droplets/{id}",
             axum::routing::delete(admin_delete_droplet),
         )
-        .route("/admin/droplets/{id}/power_off", post(admin_power_off))
-        .route("/admin/droplets/{id}/power_on", post(admin_power_on))
+        .route(
+            "/admin/droplets/{id}/power_off",
+            post(admin_set_status("off")),
+        )
+        .route(
+            "/admin/droplets/{id}/power_on",
+            post(admin_set_status("active")),
+        )
         .route("/admin/faults", put(admin_faults))
         .route("/admin/stats", get(admin_stats))
         .layer(middleware::from_fn_with_state(handle.clone(), admin_auth));

@@ -262,20 +262,28 @@ fn sticky_sessions(s: &StickySessions) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The health check the provider sends by default: kube-proxy's `/healthz` on 10256,
+    /// which no forwarding rule targets.
+    pub(crate) fn kube_proxy_health_check() -> HealthCheck {
+        HealthCheck {
+            protocol: "http".into(),
+            port: 10256,
+            path: "/healthz".into(),
+            check_interval_seconds: 3,
+            response_timeout_seconds: 5,
+            healthy_threshold: 5,
+            unhealthy_threshold: 3,
+        }
+    }
 
     fn good() -> LoadBalancerRequest {
         LoadBalancerRequest {
             name: "example-lb-01".into(),
             region: "nyc1".into(),
-            forwarding_rules: vec![ForwardingRule {
-                entry_protocol: "tcp".into(),
-                entry_port: 80,
-                target_protocol: "tcp".into(),
-                target_port: 30080,
-                ..ForwardingRule::default()
-            }],
+            forwarding_rules: vec![ForwardingRule::new("tcp", 80, 30080)],
             ..LoadBalancerRequest::default()
         }
     }
@@ -286,30 +294,10 @@ mod tests {
         // health check on kube-proxy's port, which no rule targets.
         let mut r = good();
         r.forwarding_rules = vec![
-            ForwardingRule {
-                entry_protocol: "udp".into(),
-                entry_port: 53,
-                target_protocol: "udp".into(),
-                target_port: 30053,
-                ..ForwardingRule::default()
-            },
-            ForwardingRule {
-                entry_protocol: "tcp".into(),
-                entry_port: 53,
-                target_protocol: "tcp".into(),
-                target_port: 30054,
-                ..ForwardingRule::default()
-            },
+            ForwardingRule::new("udp", 53, 30053),
+            ForwardingRule::new("tcp", 53, 30054),
         ];
-        r.health_check = Some(HealthCheck {
-            protocol: "http".into(),
-            port: 10256,
-            path: "/healthz".into(),
-            check_interval_seconds: 3,
-            response_timeout_seconds: 5,
-            healthy_threshold: 5,
-            unhealthy_threshold: 3,
-        });
+        r.health_check = Some(kube_proxy_health_check());
         assert_eq!(load_balancer(&r), Ok(()));
         // UDP alone, checked over TCP on a port no rule targets.
         r.forwarding_rules.truncate(1);

@@ -3,20 +3,24 @@
 //! an update of its droplets, and stops listening the moment it is deleted. The droplets are
 //! servers this test runs on 127.0.0.x, each answering with its own name.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
+use ccm_test::eventually;
+use ccm_test::net::free_port_on;
+use common::{Api, json, send};
+use reqwest::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinHandle;
 
 const TOKEN: &str = "data-plane-token";
-
-fn http() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
+/// The addresses of the droplets' servers.
+const DROPLET_A: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+const DROPLET_B: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
 /// A droplet's server: on TCP `port` of `ip` it answers each connection with `name` and
 /// closes; on UDP `port` it answers each datagram with `name` + the datagram.
@@ -52,20 +56,6 @@ impl Backend {
     }
 }
 
-/// A port free on both 127.0.0.1 and 127.0.0.2 (TCP and UDP).
-async fn free_port() -> u16 {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
-        let ok = TcpListener::bind(("127.0.0.2", port)).await.is_ok()
-            && UdpSocket::bind(("127.0.0.1", port)).await.is_ok()
-            && UdpSocket::bind(("127.0.0.2", port)).await.is_ok();
-        if ok {
-            return port;
-        }
-    }
-}
-
 async fn tcp_answer(at: SocketAddr) -> std::io::Result<String> {
     let mut s = TcpStream::connect(at).await?;
     let mut answer = String::new();
@@ -86,15 +76,6 @@ async fn udp_answer(at: SocketAddr, payload: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-/// Polls `check` every 200 ms for up to `within`.
-async fn eventually(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < within, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 fn lb_body(droplets: &[u64], port: u16) -> serde_json::Value {
     serde_json::json!({
         "name": "web", "region": "nyc1", "size_unit": 1,
@@ -111,99 +92,73 @@ fn lb_body(droplets: &[u64], port: u16) -> serde_json::Value {
 /// A simulator whose load balancers take addresses of `range` (loopback) and activate in
 /// 100 ms.
 async fn sim_with_data_plane(range: &str) -> RunningSimulator {
-    let mut cfg = SimulatorConfig::new(TOKEN);
-    cfg.lb_activation_delay = Duration::from_millis(100);
-    cfg.load_balancer_addresses = Some(range.parse().unwrap());
-    RunningSimulator::start(cfg).await.unwrap()
+    common::start(TOKEN, |cfg| {
+        cfg.lb_activation_delay = Duration::from_millis(100);
+        cfg.load_balancer_addresses = Some(range.parse().unwrap());
+    })
+    .await
+}
+
+/// A port free for the droplets' servers, a droplet at `ip` in the simulator, and its
+/// server answering with `name` at that port.
+async fn droplet(
+    sim: &RunningSimulator,
+    ip: Ipv4Addr,
+    port: u16,
+    name: &'static str,
+) -> (u64, Backend) {
+    let backend = Backend::start(ip, port, name).await;
+    let droplet = sim
+        .handle()
+        .create_droplet_at(name, "s-1vcpu-1gb", "nyc1", Some(ip));
+    (droplet.id, backend)
 }
 
 /// Replaces load balancer `id` through the API; the answer must be a 200.
-async fn update_lb(
-    http: &reqwest::Client,
-    sim: &RunningSimulator,
-    id: &str,
-    body: &serde_json::Value,
-) {
-    let updated = http
-        .put(format!("{}/v2/load_balancers/{id}", sim.url()))
-        .bearer_auth(TOKEN)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+async fn update_lb(api: &Api, id: &str, body: &serde_json::Value) {
+    let path = format!("/v2/load_balancers/{id}");
+    let updated = send(api.v2(Method::PUT, &path).json(body)).await;
     assert_eq!(updated.status(), 200);
 }
 
 /// Creates a load balancer through the API; its ID.
-async fn create_lb(
-    http: &reqwest::Client,
-    sim: &RunningSimulator,
-    body: &serde_json::Value,
-) -> String {
-    let created: serde_json::Value = http
-        .post(format!("{}/v2/load_balancers", sim.url()))
-        .bearer_auth(TOKEN)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+async fn create_lb(api: &Api, body: &serde_json::Value) -> String {
+    let created = json(api.v2(Method::POST, "/v2/load_balancers").json(body)).await;
     created["load_balancer"]["id"].as_str().unwrap().to_owned()
 }
 
 #[tokio::test]
 async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
     let sim = sim_with_data_plane("127.77.1.0/24").await;
-    let port = free_port().await;
-    let a = Backend::start(Ipv4Addr::new(127, 0, 0, 1), port, "a").await;
-    let b = Backend::start(Ipv4Addr::new(127, 0, 0, 2), port, "b").await;
+    let port = free_port_on(&[DROPLET_A, DROPLET_B]);
+    let (da, a) = droplet(&sim, DROPLET_A, port, "a").await;
+    let (db, b) = droplet(&sim, DROPLET_B, port, "b").await;
     let h = sim.handle();
-    let da = h.create_droplet_at(
-        "a",
-        "s-1vcpu-1gb",
-        "nyc1",
-        Some(Ipv4Addr::new(127, 0, 0, 1)),
-    );
-    let db = h.create_droplet_at(
-        "b",
-        "s-1vcpu-1gb",
-        "nyc1",
-        Some(Ipv4Addr::new(127, 0, 0, 2)),
-    );
-    let http = http();
-    let id = create_lb(&http, &sim, &lb_body(&[da.id, db.id], port)).await;
+    let api = Api::of(&sim, TOKEN);
+    let id = create_lb(&api, &lb_body(&[da, db], port)).await;
 
     // Active with an address of the range; both droplets healthy after their first check.
-    let mut ip = String::new();
-    eventually(
+    let ip = eventually(
         "the load balancer's address",
         Duration::from_secs(5),
-        async || {
-            ip = h
-                .load_balancers()
-                .iter()
-                .find(|l| l.id == id)
-                .map(|l| l.ip.clone())
-                .unwrap_or_default();
-            !ip.is_empty()
+        || async {
+            let lbs = h.load_balancers();
+            let ip = lbs.iter().find(|l| l.id == id).map(|l| l.ip.clone());
+            ip.filter(|ip| !ip.is_empty())
+                .ok_or_else(|| format!("{lbs:?}"))
         },
     )
     .await;
     let ip: Ipv4Addr = ip.parse().unwrap();
     assert_eq!(ip, Ipv4Addr::new(127, 77, 1, 1));
-    eventually(
-        "both targets healthy",
-        Duration::from_secs(10),
-        async || {
-            h.load_balancer_health(&id)
-                .iter()
-                .filter(|(_, up)| *up)
-                .count()
-                == 2
-        },
-    )
+    eventually("both targets healthy", Duration::from_secs(10), || async {
+        let health = h.load_balancer_health(&id);
+        if health.iter().filter(|(_, up)| *up).count() == 2 {
+            Ok(())
+        } else {
+            Err(format!("{health:?}"))
+        }
+    })
     .await;
     let tcp = SocketAddr::from((ip, 8080));
     let udp = SocketAddr::from((ip, 8053));
@@ -222,9 +177,8 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
     for _ in 0..4 {
         assert_eq!(tcp_answer(tcp).await.unwrap(), "a", "retried on a");
     }
-    eventually("b unhealthy", Duration::from_secs(15), async || {
-        h.load_balancer_health(&id)
-            .contains(&(Ipv4Addr::new(127, 0, 0, 2), false))
+    eventually("b unhealthy", Duration::from_secs(15), || async {
+        h.load_balancer_health(&id).contains(&(DROPLET_B, false))
     })
     .await;
     for _ in 0..4 {
@@ -232,22 +186,17 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
     }
 
     // An update that takes `a` away leaves no healthy droplet: connections are closed at once.
-    update_lb(&http, &sim, &id, &lb_body(&[db.id], port)).await;
-    eventually("only b is a target", Duration::from_secs(5), async || {
-        h.load_balancer_health(&id) == [(Ipv4Addr::new(127, 0, 0, 2), false)]
+    update_lb(&api, &id, &lb_body(&[db], port)).await;
+    eventually("only b is a target", Duration::from_secs(5), || async {
+        h.load_balancer_health(&id) == [(DROPLET_B, false)]
     })
     .await;
     assert_eq!(tcp_answer(tcp).await.unwrap_or_default(), "");
 
     // Deleted: nothing listens on the address any more.
-    let deleted = http
-        .delete(format!("{}/v2/load_balancers/{id}", sim.url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let deleted = send(api.v2(Method::DELETE, &format!("/v2/load_balancers/{id}"))).await;
     assert_eq!(deleted.status(), 204);
-    eventually("the listener closed", Duration::from_secs(2), async || {
+    eventually("the listener closed", Duration::from_secs(2), || async {
         TcpStream::connect(tcp).await.is_err()
     })
     .await;
@@ -258,23 +207,17 @@ async fn load_balancers_carry_tcp_and_udp_to_healthy_droplets_until_deleted() {
 #[tokio::test]
 async fn the_firewall_refuses_the_clients_it_does_not_allow() {
     let sim = sim_with_data_plane("127.77.2.0/24").await;
-    let port = free_port().await;
-    let a = Backend::start(Ipv4Addr::new(127, 0, 0, 1), port, "a").await;
+    let port = free_port_on(&[DROPLET_A]);
+    let (da, a) = droplet(&sim, DROPLET_A, port, "a").await;
     let h = sim.handle();
-    let da = h.create_droplet_at(
-        "a",
-        "s-1vcpu-1gb",
-        "nyc1",
-        Some(Ipv4Addr::new(127, 0, 0, 1)),
-    );
-    let http = http();
+    let api = Api::of(&sim, TOKEN);
     let with_firewall = |allow: &[&str]| {
-        let mut body = lb_body(&[da.id], port);
+        let mut body = lb_body(&[da], port);
         body["firewall"] = serde_json::json!({"allow": allow});
         body
     };
-    let id = create_lb(&http, &sim, &with_firewall(&["cidr:10.0.0.0/8"])).await;
-    eventually("a healthy target", Duration::from_secs(10), async || {
+    let id = create_lb(&api, &with_firewall(&["cidr:10.0.0.0/8"])).await;
+    eventually("a healthy target", Duration::from_secs(10), || async {
         h.load_balancer_health(&id).iter().any(|(_, up)| *up)
     })
     .await;
@@ -288,8 +231,8 @@ async fn the_firewall_refuses_the_clients_it_does_not_allow() {
         udp_answer(SocketAddr::from(([127, 77, 2, 1], 8053)), "x").await,
         None
     );
-    update_lb(&http, &sim, &id, &with_firewall(&["ip:127.0.0.1"])).await;
-    eventually("the client allowed", Duration::from_secs(5), async || {
+    update_lb(&api, &id, &with_firewall(&["ip:127.0.0.1"])).await;
+    eventually("the client allowed", Duration::from_secs(5), || async {
         tcp_answer(tcp).await.is_ok_and(|a| a == "a")
     })
     .await;

@@ -5,19 +5,18 @@
 //! the answer has no key the fixture lacks; and what the simulator does not choose itself
 //! (sizes, regions, what a request set) has the fixture's values.
 
+mod common;
+#[path = "../../do-like-cloud/tests/fixtures/mod.rs"]
+mod fixtures;
+
 use std::collections::BTreeSet;
 
 use ccm_do_like_cloud::api::LoadBalancerObject;
-use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
+use ccm_do_like_simulator::RunningSimulator;
+use common::{Api, send};
+use fixtures::{DROPLET, DROPLETS, ERROR_404, ERROR_422, ERROR_429, LB, LBS};
+use reqwest::Method;
 use serde_json::Value;
-
-const DROPLET: &str = include_str!("../../do-like-cloud/tests/fixtures/droplet.json");
-const DROPLETS: &str = include_str!("../../do-like-cloud/tests/fixtures/droplets_list.json");
-const LB: &str = include_str!("../../do-like-cloud/tests/fixtures/load_balancer.json");
-const LBS: &str = include_str!("../../do-like-cloud/tests/fixtures/load_balancers_list.json");
-const ERROR_404: &str = include_str!("../../do-like-cloud/tests/fixtures/error_404.json");
-const ERROR_422: &str = include_str!("../../do-like-cloud/tests/fixtures/error_422.json");
-const ERROR_429: &str = include_str!("../../do-like-cloud/tests/fixtures/error_429.json");
 
 const TOKEN: &str = "golden";
 
@@ -106,37 +105,44 @@ fn assert_same_shape(want: &Value, got: &Value) {
 }
 
 async fn start() -> RunningSimulator {
-    let mut cfg = SimulatorConfig::new(TOKEN);
-    cfg.lb_activation_delay = std::time::Duration::ZERO;
-    RunningSimulator::start(cfg).await.unwrap()
+    common::start(TOKEN, |cfg| {
+        cfg.lb_activation_delay = std::time::Duration::ZERO
+    })
+    .await
 }
 
+/// `method path` with the token, and `body` as JSON if there is one.
 async fn call(
     sim: &RunningSimulator,
-    method: reqwest::Method,
+    method: Method,
     path: &str,
     body: Option<&Value>,
 ) -> reqwest::Response {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut req = reqwest::Client::new()
-        .request(method, format!("{}{path}", sim.url()))
-        .bearer_auth(TOKEN);
-    if let Some(body) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(body.to_string());
-    }
-    req.send().await.unwrap()
+    let request = Api::of(sim, TOKEN).v2(method, path);
+    send(match body {
+        Some(body) => request.json(body),
+        None => request,
+    })
+    .await
 }
 
+/// `GET path`: a 200 with the rate-limit headers; its JSON body.
 async fn get(sim: &RunningSimulator, path: &str) -> Value {
-    let resp = call(sim, reqwest::Method::GET, path, None).await;
+    let resp = call(sim, Method::GET, path, None).await;
     assert_eq!(resp.status(), 200, "{path}");
     for header in ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"] {
         let value = resp.headers()[header].to_str().unwrap();
         assert!(value.parse::<u64>().is_ok(), "{header}: {value}");
     }
     resp.json().await.unwrap()
+}
+
+/// `got[kind]` has `want[kind]`'s value of each of `fields`: what the simulator does not
+/// choose itself.
+fn assert_same_values(kind: &str, want: &Value, got: &Value, fields: &[&str]) {
+    for field in fields {
+        assert_eq!(got[kind][field], want[kind][field], "{kind}.{field}");
+    }
 }
 
 fn fixture(text: &str) -> Value {
@@ -157,8 +163,7 @@ async fn droplets_have_digitaloceans_shape() {
 
     let got = get(&sim, &format!("/v2/droplets/{}", d.id)).await;
     assert_same_shape(&want, &got);
-    let g = &got["droplet"];
-    for field in [
+    let fields = [
         "name",
         "memory",
         "vcpus",
@@ -169,9 +174,9 @@ async fn droplets_have_digitaloceans_shape() {
         "size",
         "size_slug",
         "region",
-    ] {
-        assert_eq!(g[field], w[field], "droplet.{field}");
-    }
+    ];
+    assert_same_values("droplet", &want, &got, &fields);
+    let g = &got["droplet"];
     assert_eq!(g["networks"]["v4"][0]["type"], "private");
     assert_eq!(g["networks"]["v4"][1]["type"], "public");
 
@@ -207,13 +212,7 @@ async fn load_balancers_have_digitaloceans_shape() {
     // health check on kube-proxy's port 10256, which no rule targets: accepted).
     let lb: LoadBalancerObject = serde_json::from_value(w.clone()).unwrap();
     let request = serde_json::to_value(lb.to_request()).unwrap();
-    let resp = call(
-        &sim,
-        reqwest::Method::POST,
-        "/v2/load_balancers",
-        Some(&request),
-    )
-    .await;
+    let resp = call(&sim, Method::POST, "/v2/load_balancers", Some(&request)).await;
     assert_eq!(resp.status(), 202);
     let created: Value = resp.json().await.unwrap();
     assert_same_shape(&want, &created);
@@ -221,8 +220,7 @@ async fn load_balancers_have_digitaloceans_shape() {
     let id = created["load_balancer"]["id"].as_str().unwrap().to_owned();
     let got = get(&sim, &format!("/v2/load_balancers/{id}")).await;
     assert_same_shape(&want, &got);
-    let g = &got["load_balancer"];
-    for field in [
+    let fields = [
         "name",
         "size",
         "size_unit",
@@ -237,9 +235,8 @@ async fn load_balancers_have_digitaloceans_shape() {
         "tags",
         "redirect_http_to_https",
         "enable_proxy_protocol",
-    ] {
-        assert_eq!(g[field], w[field], "load_balancer.{field}");
-    }
+    ];
+    assert_same_values("load_balancer", &want, &got, &fields);
     assert_same_shape(&fixture(LBS), &get(&sim, "/v2/load_balancers").await);
     assert_eq!(
         get(&sim, "/v2/load_balancers").await["meta"],
@@ -250,9 +247,7 @@ async fn load_balancers_have_digitaloceans_shape() {
 
 #[tokio::test]
 async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
-    let mut cfg = SimulatorConfig::new(TOKEN);
-    cfg.rate_limit = 1000;
-    let sim = RunningSimulator::start(cfg).await.unwrap();
+    let sim = common::start(TOKEN, |cfg| cfg.rate_limit = 1000).await;
     let check = |want: &Value, resp_status: u16, status: u16, got: &Value| {
         assert_eq!(resp_status, status);
         assert_same_shape(want, got);
@@ -265,7 +260,7 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
         "/v2/load_balancers/nope",
         "/v2/no-such-thing",
     ] {
-        let resp = call(&sim, reqwest::Method::GET, path, None).await;
+        let resp = call(&sim, Method::GET, path, None).await;
         let status = resp.status().as_u16();
         let request_id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
         let got: Value = resp.json().await.unwrap();
@@ -293,13 +288,8 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
             "forwarding_rules[1]: entry_protocol https needs a certificate_id or tls_passthrough",
         ),
     ] {
-        let resp = call(
-            &sim,
-            reqwest::Method::POST,
-            "/v2/load_balancers",
-            Some(&serde_json::to_value(request).unwrap()),
-        )
-        .await;
+        let request = serde_json::to_value(request).unwrap();
+        let resp = call(&sim, Method::POST, "/v2/load_balancers", Some(&request)).await;
         let status = resp.status().as_u16();
         let got: Value = resp.json().await.unwrap();
         check(&want, status, 422, &got);
@@ -310,13 +300,7 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
     // A body that is not a load balancer's shape (a region object in a request) is a 400.
     let mut wrong = serde_json::to_value(&good).unwrap();
     wrong["region"] = serde_json::json!({"slug": "nyc1"});
-    let resp = call(
-        &sim,
-        reqwest::Method::POST,
-        "/v2/load_balancers",
-        Some(&wrong),
-    )
-    .await;
+    let resp = call(&sim, Method::POST, "/v2/load_balancers", Some(&wrong)).await;
     assert_eq!(resp.status(), 400);
     let got: Value = resp.json().await.unwrap();
     assert_eq!(got["id"], "bad_request");
@@ -325,7 +309,7 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
     sim.handle().set_faults(
         serde_json::from_value(serde_json::json!({"burst_429": 1, "retry_after_secs": 1})).unwrap(),
     );
-    let resp = call(&sim, reqwest::Method::GET, "/v2/droplets", None).await;
+    let resp = call(&sim, Method::GET, "/v2/droplets", None).await;
     let status = resp.status().as_u16();
     let got: Value = resp.json().await.unwrap();
     let want = fixture(ERROR_429);
@@ -336,19 +320,15 @@ async fn errors_have_digitaloceans_shape_and_requests_are_checked() {
 
 #[tokio::test]
 async fn without_the_routes_extension_x_routes_is_a_404() {
-    let mut cfg = SimulatorConfig::new(TOKEN);
-    cfg.routes_extension = false;
-    let sim = RunningSimulator::start(cfg).await.unwrap();
-    let resp = call(&sim, reqwest::Method::GET, "/v2/x-routes", None).await;
+    let sim = common::start(TOKEN, |cfg| cfg.routes_extension = false).await;
+    let resp = call(&sim, Method::GET, "/v2/x-routes", None).await;
     assert_eq!(resp.status(), 404);
     let got: Value = resp.json().await.unwrap();
     assert_eq!(got["id"], "not_found");
     sim.shutdown().await;
     let sim = start().await;
     assert_eq!(
-        call(&sim, reqwest::Method::GET, "/v2/x-routes", None)
-            .await
-            .status(),
+        call(&sim, Method::GET, "/v2/x-routes", None).await.status(),
         200
     );
     sim.shutdown().await;

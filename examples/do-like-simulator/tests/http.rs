@@ -2,22 +2,19 @@
 //! loopback-only binding, the admin interface, the refusal of what a web page could send, the
 //! admin token, bind errors, injected 503s and the request log.
 
+mod common;
+
 use std::time::Duration;
 
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
+use common::{Api, json, send};
+use reqwest::Method;
 
 const TOKEN: &str = "dop_v1_s3cr3t-token-do-not-log";
 
 /// Starts a simulator with the defaults changed by `tweak`.
 async fn sim(tweak: impl FnOnce(&mut SimulatorConfig)) -> RunningSimulator {
-    let mut cfg = SimulatorConfig::new(TOKEN);
-    tweak(&mut cfg);
-    RunningSimulator::start(cfg).await.unwrap()
-}
-
-fn raw_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
+    common::start(TOKEN, tweak).await
 }
 
 #[tokio::test]
@@ -27,16 +24,10 @@ async fn simulator_rate_limits_with_headers() {
         c.rate_limit_window = Duration::from_secs(60);
     })
     .await;
-    let http = raw_client();
+    let api = Api::of(&sim, TOKEN);
     let mut last = None;
     for _ in 0..4 {
-        last = Some(
-            http.get(format!("{}/v2/droplets", sim.url()))
-                .bearer_auth(TOKEN)
-                .send()
-                .await
-                .unwrap(),
-        );
+        last = Some(send(api.v2(Method::GET, "/v2/droplets")).await);
     }
     let last = last.unwrap();
     assert_eq!(last.status(), 429);
@@ -65,53 +56,26 @@ async fn the_simulator_binds_loopback_only() {
 #[tokio::test]
 async fn admin_interface_powers_off_and_injects_faults() {
     let sim = sim(|_| {}).await;
-    let http = raw_client();
-    let created: serde_json::Value = http
-        .post(format!("{}/admin/droplets", sim.url()))
-        .json(&serde_json::json!({"name": "a1", "size": "s-1vcpu-1gb", "region": "sfo3"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api = Api::of(&sim, TOKEN);
+    let created = json(
+        api.request(Method::POST, "/admin/droplets")
+            .json(&serde_json::json!({"name": "a1", "size": "s-1vcpu-1gb", "region": "sfo3"})),
+    )
+    .await;
     let id = created["droplet"]["id"].as_u64().unwrap();
-    let resp = http
-        .post(format!("{}/admin/droplets/{id}/power_off", sim.url()))
-        .send()
-        .await
-        .unwrap();
+    let power_off = format!("/admin/droplets/{id}/power_off");
+    let resp = send(api.request(Method::POST, &power_off)).await;
     assert_eq!(resp.status(), 204);
     assert_eq!(sim.handle().droplets()[0].status, "off");
-    let resp = http
-        .put(format!("{}/admin/faults", sim.url()))
-        .json(&serde_json::json!({"burst_429": 1, "retry_after_secs": 3}))
-        .send()
-        .await
-        .unwrap();
+    let faults = serde_json::json!({"burst_429": 1, "retry_after_secs": 3});
+    let resp = send(api.request(Method::PUT, "/admin/faults").json(&faults)).await;
     assert_eq!(resp.status(), 204);
-    let resp = http
-        .get(format!("{}/v2/droplets/{id}", sim.url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let resp = send(api.v2(Method::GET, &format!("/v2/droplets/{id}"))).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "3");
-    let stats: serde_json::Value = http
-        .get(format!("{}/admin/stats", sim.url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = json(api.request(Method::GET, "/admin/stats")).await;
     assert_eq!(stats["requests"]["429"], 1);
-    let resp = http
-        .delete(format!("{}/admin/droplets/{id}", sim.url()))
-        .send()
-        .await
-        .unwrap();
+    let resp = send(api.request(Method::DELETE, &format!("/admin/droplets/{id}"))).await;
     assert_eq!(resp.status(), 204);
     assert!(sim.handle().droplets().is_empty());
     sim.shutdown().await;
@@ -125,8 +89,8 @@ async fn requests_a_web_page_could_send_are_refused() {
     let sim = sim(|_| {}).await;
     let id = sim.handle().create_droplet("d1", "s", "nyc1").id;
     let port = sim.addr().port();
-    let http = raw_client();
-    let power_off = format!("{}/admin/droplets/{id}/power_off", sim.url());
+    let api = Api::of(&sim, TOKEN);
+    let power_off = format!("/admin/droplets/{id}/power_off");
     let refused: [(&str, String); 9] = [
         ("origin", "http://evil.example".into()),
         ("origin", "null".into()),
@@ -142,12 +106,7 @@ async fn requests_a_web_page_could_send_are_refused() {
         ("sec-fetch-site", "cross-site".into()),
     ];
     for (name, value) in &refused {
-        let resp = http
-            .post(&power_off)
-            .header(*name, value)
-            .send()
-            .await
-            .unwrap();
+        let resp = send(api.request(Method::POST, &power_off).header(*name, value)).await;
         assert_eq!(resp.status(), 403, "{name}: {value}");
         assert!(!resp.headers().contains_key("access-control-allow-origin"));
         let body: serde_json::Value = resp.json().await.unwrap();
@@ -156,29 +115,18 @@ async fn requests_a_web_page_could_send_are_refused() {
     assert_eq!(sim.handle().droplets()[0].status, "active");
 
     // The same for `/v2`, even with the token, and for reading `/admin/stats`.
-    let resp = http
-        .get(format!("{}/v2/droplets", sim.url()))
-        .bearer_auth(TOKEN)
-        .header("origin", "http://evil.example")
-        .send()
-        .await
-        .unwrap();
+    let droplets = api.v2(Method::GET, "/v2/droplets");
+    let resp = send(droplets.header("origin", "http://evil.example")).await;
     assert_eq!(resp.status(), 403);
-    let resp = http
-        .get(format!("{}/admin/stats", sim.url()))
-        .header("host", format!("evil.example:{port}"))
-        .send()
-        .await
-        .unwrap();
+    let stats = api.request(Method::GET, "/admin/stats");
+    let resp = send(stats.header("host", format!("evil.example:{port}"))).await;
     assert_eq!(resp.status(), 403);
     // A CORS preflight gets no permission either.
-    let resp = http
-        .request(reqwest::Method::OPTIONS, &power_off)
+    let preflight = api
+        .request(Method::OPTIONS, &power_off)
         .header("origin", "http://evil.example")
-        .header("access-control-request-method", "POST")
-        .send()
-        .await
-        .unwrap();
+        .header("access-control-request-method", "POST");
+    let resp = send(preflight).await;
     assert!(!resp.status().is_success(), "{}", resp.status());
     assert!(!resp.headers().contains_key("access-control-allow-origin"));
     assert_eq!(sim.handle().request_count("403"), refused.len() as u64 + 3);
@@ -195,14 +143,12 @@ async fn requests_a_web_page_could_send_are_refused() {
         ),
         (format!("[::1]:{port}"), format!("http://[::1]:{port}")),
     ] {
-        let resp = http
-            .post(&power_off)
+        let own = api
+            .request(Method::POST, &power_off)
             .header("host", &host)
             .header("origin", &origin)
-            .header("sec-fetch-site", "same-origin")
-            .send()
-            .await
-            .unwrap();
+            .header("sec-fetch-site", "same-origin");
+        let resp = send(own).await;
         assert_eq!(resp.status(), 204, "{host} {origin}");
     }
     assert_eq!(sim.handle().droplets()[0].status, "off");
@@ -212,24 +158,24 @@ async fn requests_a_web_page_could_send_are_refused() {
 #[tokio::test]
 async fn an_admin_token_guards_the_admin_interface() {
     let sim = sim(|c| c.admin_token = Some("admin-s3cr3t".into())).await;
-    let http = raw_client();
-    let stats = format!("{}/admin/stats", sim.url());
+    let api = Api::of(&sim, TOKEN);
+    let stats = || api.request(Method::GET, "/admin/stats");
     for token in [None, Some(TOKEN), Some("wrong")] {
-        let mut req = http.get(&stats);
+        let mut req = stats();
         if let Some(token) = token {
             req = req.bearer_auth(token);
         }
-        let resp = req.send().await.unwrap();
+        let resp = send(req).await;
         assert_eq!(resp.status(), 401, "{token:?}");
     }
-    let resp = http.get(&stats).bearer_auth("admin-s3cr3t").send().await;
-    assert_eq!(resp.unwrap().status(), 200);
-    // `/v2` still takes the API token, not the admin one.
-    let v2 = format!("{}/v2/droplets", sim.url());
-    let resp = http.get(&v2).bearer_auth(TOKEN).send().await.unwrap();
+    let resp = send(stats().bearer_auth("admin-s3cr3t")).await;
     assert_eq!(resp.status(), 200);
-    let resp = http.get(&v2).bearer_auth("admin-s3cr3t").send().await;
-    assert_eq!(resp.unwrap().status(), 401);
+    // `/v2` still takes the API token, not the admin one.
+    let resp = send(api.v2(Method::GET, "/v2/droplets")).await;
+    assert_eq!(resp.status(), 200);
+    let v2 = api.request(Method::GET, "/v2/droplets");
+    let resp = send(v2.bearer_auth("admin-s3cr3t")).await;
+    assert_eq!(resp.status(), 401);
     sim.shutdown().await;
 }
 
@@ -256,14 +202,13 @@ async fn injected_503s_carry_retry_after_and_requests_are_logged() {
     faults.burst_503 = 1;
     faults.retry_after_secs = 4;
     sim.handle().set_faults(faults);
-    let http = raw_client();
-    let url = format!("{}/v2/droplets", sim.url());
-    let resp = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    let api = Api::of(&sim, TOKEN);
+    let resp = send(api.v2(Method::GET, "/v2/droplets")).await;
     assert_eq!(resp.status(), 503);
     assert_eq!(resp.headers()["retry-after"], "4");
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["id"], "service_unavailable");
-    let resp = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    let resp = send(api.v2(Method::GET, "/v2/droplets")).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(sim.handle().request_count("503"), 1);
     let log = sim.handle().request_log();
@@ -281,18 +226,17 @@ async fn injected_503s_carry_retry_after_and_requests_are_logged() {
 #[tokio::test]
 async fn made_up_paths_do_not_grow_the_counters() {
     let sim = sim(|c| c.rate_limit = 100_000).await;
-    let http = raw_client();
+    let api = Api::of(&sim, TOKEN);
     let long = "x".repeat(60_000);
     for i in 0..300 {
-        let url = format!("{}/v2/{long}{i}", sim.url());
-        let request = http.get(url);
+        let request = api.request(Method::GET, &format!("/v2/{long}{i}"));
         // One in ten with the token: a made-up path of an authenticated client.
         let request = if i % 10 == 0 {
             request.bearer_auth(TOKEN)
         } else {
             request
         };
-        let status = request.send().await.unwrap().status();
+        let status = send(request).await.status();
         assert!(status == 401 || status == 404, "{status}");
     }
     let handle = sim.handle();

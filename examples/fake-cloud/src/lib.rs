@@ -360,26 +360,18 @@ impl FakeCloud {
     }
 
     fn set_state(&self, name: &str, to: InstanceState) -> bool {
-        let mut state = self.state.lock();
-        match self.instance_mut(&mut state, name) {
-            Some(inst) => {
-                inst.state = to;
-                true
-            }
-            None => false,
-        }
+        self.update_instance(name, |inst| inst.state = to)
     }
 
     /// Replaces the addresses of the instance named `name`. Returns whether it exists.
     pub fn set_addresses(&self, name: &str, addresses: Vec<NodeAddress>) -> bool {
+        self.update_instance(name, |inst| inst.addresses = addresses)
+    }
+
+    /// Changes the instance named `name` with `change`. Returns whether it exists.
+    fn update_instance(&self, name: &str, change: impl FnOnce(&mut FakeInstance)) -> bool {
         let mut state = self.state.lock();
-        match self.instance_mut(&mut state, name) {
-            Some(inst) => {
-                inst.addresses = addresses;
-                true
-            }
-            None => false,
-        }
+        self.instance_mut(&mut state, name).map(change).is_some()
     }
 
     /// The instance named `name`.

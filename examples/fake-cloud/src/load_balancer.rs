@@ -377,27 +377,27 @@ mod tests {
             .metrics
             .set(crate::metrics::CloudMetrics::register(&registry))
             .unwrap();
+        // The counter, and the metric it is exported as.
+        let assert_redundant = |n: u64| {
+            assert_eq!(cloud.redundant_load_balancer_updates(), n);
+            let metrics = registry.encode();
+            let line = format!("fake_cloud_redundant_load_balancer_updates_total {n}\n");
+            assert!(metrics.contains(&line), "{metrics}");
+        };
         let svc = service("a", "uid-1", 80, None);
         let (n1, n2) = (node_with_id("n1", "fake://n1"), node("n2"));
         cloud
             .ensure_load_balancer("k", &svc, &[n1.clone(), n2.clone()])
             .await
             .unwrap();
-        assert_eq!(cloud.redundant_load_balancer_updates(), 0);
+        assert_redundant(0);
 
         // The same Nodes, in another order: the host set it has.
         cloud
             .update_load_balancer("k", &svc, &[n2.clone(), n1.clone()])
             .await
             .unwrap();
-        assert_eq!(cloud.redundant_load_balancer_updates(), 1);
-        assert!(
-            registry
-                .encode()
-                .contains("fake_cloud_redundant_load_balancer_updates_total 1\n"),
-            "{}",
-            registry.encode()
-        );
+        assert_redundant(1);
 
         // The same names, but n2 got a provider ID: a change, not counted.
         let n2_with_id = node_with_id("n2", "fake://n2");
@@ -405,7 +405,7 @@ mod tests {
             .update_load_balancer("k", &svc, &[n1.clone(), n2_with_id.clone()])
             .await
             .unwrap();
-        assert_eq!(cloud.redundant_load_balancer_updates(), 1);
+        assert_redundant(1);
         let lb = &cloud.load_balancers()[0];
         assert_eq!(*lb.nodes, ["n1", "n2"]);
 
@@ -414,12 +414,7 @@ mod tests {
             .update_load_balancer("k", &svc, &[n1, n2_with_id, node("n3")])
             .await
             .unwrap();
-        assert_eq!(cloud.redundant_load_balancer_updates(), 1);
-        assert!(
-            registry
-                .encode()
-                .contains("fake_cloud_redundant_load_balancer_updates_total 1\n")
-        );
+        assert_redundant(1);
     }
 
     #[tokio::test]

@@ -1,57 +1,53 @@
 //! `fake-cloud-controller-manager` as a process, against a real kube-apiserver + etcd: flags,
 //! RBAC with the shipped manifests, leader election between replicas.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
 use std::time::Duration;
 
-use ccm_test::fixtures::{ServiceBuilder, tainted_node};
+use ccm_test::fixtures::{ServiceBuilder, has_lb_finalizer, tainted_node};
 use ccm_test::net::{free_port, http_get};
-use ccm_test::process::{CcmProcess, Signal};
+use ccm_test::process::{CcmProcess, Finished, Signal};
 use ccm_test::{ControlPlane, eventually, unique_name};
+use common::{
+    BIN, NodeAndOrphan, WAIT, assert_nothing_refused, base_args, cloud_config, create_node,
+    lease_holder, quick_leader_election, wait_initialized, wait_leader,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
+use tempfile::TempDir;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
-const WAIT: Duration = Duration::from_secs(30);
-
-/// A control plane of the test's own: every controller manager watches every Node, so
-/// tests that run one must not share a cluster.
+/// A control plane of the test's own.
 async fn control_plane() -> ControlPlane {
-    ControlPlane::start()
-        .await
-        .expect("a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)")
+    common::control_plane(ControlPlane::builder()).await
 }
 
-fn cloud_config(dir: &Path) -> PathBuf {
-    let path = dir.join("fake.yaml");
-    std::fs::write(&path, "nodesAreInstances: true\n").unwrap();
-    path
+/// What most tests here start from: a control plane of their own, and the flags of a
+/// controller manager for it with a cloud-config whose Nodes are all instances, in the
+/// folder that comes last (kept until the test ends).
+async fn set_up() -> (ControlPlane, Vec<String>, TempDir) {
+    let cp = control_plane().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = cloud_config(dir.path(), "nodesAreInstances: true\n");
+    let args = base_args(cp.kubeconfig_path(), &config);
+    (cp, args, dir)
 }
 
-fn base_args(kubeconfig: &Path, config: &Path) -> Vec<String> {
-    vec![
-        "--cloud-provider=fake".into(),
-        format!("--cloud-config={}", config.display()),
-        format!("--kubeconfig={}", kubeconfig.display()),
-        "--cluster-cidr=10.244.0.0/16".into(),
-        "--secure-port=0".into(),
-    ]
-}
-
-async fn wait_initialized(nodes: &Api<Node>, name: &str, ccm: &CcmProcess) -> Node {
-    eventually(&format!("node {name} initialised"), WAIT, || async {
-        let node = nodes.get(name).await.unwrap();
-        if node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-            == Some(&format!("fake://{name}"))
-        {
-            Ok(node)
-        } else {
-            Err(format!("{:#?}\nccm log:\n{}", node.spec, ccm.log()))
-        }
-    })
-    .await
+/// `args` with the endpoints served over plain HTTP on 127.0.0.1:`port` in place of
+/// `--secure-port=0`.
+fn serving_on(port: u16, args: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "--secure-port=0")
+        .cloned()
+        .collect();
+    args.extend([
+        "--insecure-serving".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+    ]);
+    args
 }
 
 /// Waits until the controller manager logs that it starts a controller.
@@ -63,34 +59,16 @@ async fn wait_started(ccm: &CcmProcess) {
 async fn runs_under_the_shipped_least_privilege_role() {
     let cp = &control_plane().await;
     let dir = tempfile::tempdir().unwrap();
-    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
-    // The ServiceAccount exists before its token is minted; the manifest then binds it.
-    let kubeconfig = cp
-        .kubeconfig_for_service_account("kube-system", "cloud-controller-manager")
-        .await
-        .unwrap();
-    cp.run_kubectl(["apply", "-f", manifests.to_str().unwrap()])
-        .unwrap();
-
-    // One Node backed by an instance, to initialise; one without, to delete.
-    let name = unique_name("rbac");
-    let gone = unique_name("rbac-gone");
-    let config = dir.path().join("fake.yaml");
-    std::fs::write(&config, format!("instances:\n- name: {name}\n")).unwrap();
+    let kubeconfig = common::service_account_under(cp, "deploy/rbac.yaml").await;
+    let (lifecycle, config) = NodeAndOrphan::new("rbac", dir.path());
     let mut args = base_args(&kubeconfig, &config);
     args.push("--leader-elect=true".into()); // the Role allows only the default Lease name
     args.push("--node-monitor-period=500ms".into());
     let ccm = CcmProcess::start(BIN, &args);
 
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
-    nodes
-        .create(&PostParams::default(), &tainted_node(&name))
-        .await
-        .unwrap();
-    let mut orphan = tainted_node(&gone);
-    orphan.spec = None;
-    nodes.create(&PostParams::default(), &orphan).await.unwrap();
-    let node = wait_initialized(&nodes, &name, &ccm).await;
+    lifecycle.create(&nodes).await;
+    let node = wait_initialized(&nodes, &lifecycle.name, &ccm).await;
     assert_eq!(
         node.metadata
             .labels
@@ -102,49 +80,13 @@ async fn runs_under_the_shipped_least_privilege_role() {
     // A LoadBalancer Service gets its finalizer and ingress.
     let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
     let svc_name = unique_name("rbac-lb");
-    let svc = ServiceBuilder::load_balancer(&svc_name)
-        .port(80)
-        .target_port(8080)
-        .build();
-    services.create(&PostParams::default(), &svc).await.unwrap();
-    let svc = eventually("an ingress", WAIT, || async {
-        let svc = services.get(&svc_name).await.unwrap();
-        let ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref());
-        if ingress.is_some_and(|i| !i.is_empty()) {
-            Ok(svc)
-        } else {
-            Err(format!("no ingress:\n{}", ccm.log()))
-        }
-    })
-    .await;
-    let finalizers = svc.metadata.finalizers.unwrap_or_default();
-    assert!(
-        finalizers
-            .iter()
-            .any(|f| f == "service.kubernetes.io/load-balancer-cleanup")
-    );
+    common::create_load_balancer(&services, &svc_name).await;
+    let svc = common::wait_ingress(&services, &svc_name, &ccm).await;
+    assert!(has_lb_finalizer(&svc));
 
-    eventually("the orphan Node deleted", WAIT, || async {
-        match nodes.get_opt(&gone).await.unwrap() {
-            None => Ok(()),
-            Some(_) => Err(format!("it is still there:\n{}", ccm.log())),
-        }
-    })
-    .await;
-    // Give the event and the lease renewals time to happen, then look for refusals.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let log = ccm.log();
-    // (Not "403": generated names are hex and may contain it.)
-    for needle in ["forbidden", "Forbidden"] {
-        assert!(
-            !log.contains(needle),
-            "a request was refused under the shipped role:\n{log}"
-        );
-    }
+    lifecycle.wait_orphan_deleted(&nodes, &ccm).await;
+    // The event and the lease renewals happen meanwhile: none refused under the shipped role.
+    assert_nothing_refused(&ccm).await;
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
     let lease = leases.get("cloud-controller-manager").await.unwrap();
     assert!(
@@ -155,17 +97,9 @@ async fn runs_under_the_shipped_least_privilege_role() {
 
 #[tokio::test]
 async fn two_replicas_one_leads_and_the_standby_takes_over() {
-    let cp = &control_plane().await;
-    let dir = tempfile::tempdir().unwrap();
+    let (cp, mut args, _dir) = set_up().await;
     let lease_name = unique_name("lease");
-    let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
-    args.extend([
-        "--leader-elect=true".to_owned(),
-        format!("--leader-elect-resource-name={lease_name}"),
-        "--leader-elect-lease-duration=3s".to_owned(),
-        "--leader-elect-renew-deadline=2s".to_owned(),
-        "--leader-elect-retry-period=250ms".to_owned(),
-    ]);
+    args.extend(quick_leader_election(&lease_name));
     let mut a = CcmProcess::builder(BIN)
         .args(&args)
         .env("HOSTNAME", "replica-a")
@@ -174,18 +108,8 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     wait_leader(&leases, &lease_name, "replica-a", &a, WAIT).await;
     // The standby serves its endpoints, so its cloud-call counters can be read.
     let b_port = free_port();
-    let mut b_args: Vec<String> = args
-        .iter()
-        .filter(|a| *a != "--secure-port=0")
-        .cloned()
-        .collect();
-    b_args.extend([
-        "--insecure-serving".to_owned(),
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={b_port}"),
-    ]);
     let b = CcmProcess::builder(BIN)
-        .args(&b_args)
+        .args(serving_on(b_port, &args))
         .env("HOSTNAME", "replica-b")
         .spawn();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -201,7 +125,9 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         "a standby is ready"
     );
     assert!(
-        holder(&leases, &lease_name).await.starts_with("replica-a_"),
+        lease_holder(&leases, &lease_name)
+            .await
+            .starts_with("replica-a_"),
         "the standby does not steal the Lease"
     );
     assert!(
@@ -223,10 +149,7 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     // The new leader works.
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     let name = unique_name("handover");
-    nodes
-        .create(&PostParams::default(), &tainted_node(&name))
-        .await
-        .unwrap();
+    create_node(&nodes, &name).await;
     wait_initialized(&nodes, &name, &b).await;
     let (_, metrics) = http_get(b_port, "/metrics").await;
     assert!(
@@ -235,45 +158,10 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     );
 }
 
-/// The holder of the Lease `lease`, or "".
-async fn holder(leases: &Api<Lease>, lease: &str) -> String {
-    leases
-        .get_opt(lease)
-        .await
-        .unwrap()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default()
-}
-
-/// Waits until `ccm`, started with `HOSTNAME=replica`, holds the Lease `lease`.
-async fn wait_leader(
-    leases: &Api<Lease>,
-    lease: &str,
-    replica: &str,
-    ccm: &CcmProcess,
-    timeout: Duration,
-) {
-    eventually(&format!("{replica} to lead"), timeout, || async {
-        let holder = holder(leases, lease).await;
-        if holder.starts_with(&format!("{replica}_")) {
-            Ok(())
-        } else {
-            Err(format!(
-                "holder {holder:?}; {replica}'s log:\n{}",
-                ccm.log()
-            ))
-        }
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn sigterm_releases_the_lease_and_exits_zero() {
-    let cp = &control_plane().await;
-    let dir = tempfile::tempdir().unwrap();
+    let (cp, mut args, _dir) = set_up().await;
     let lease_name = unique_name("lease");
-    let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
     args.push(format!("--leader-elect-resource-name={lease_name}"));
     let mut ccm = CcmProcess::start(BIN, &args);
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
@@ -291,9 +179,7 @@ async fn sigterm_releases_the_lease_and_exits_zero() {
 
 #[tokio::test]
 async fn a_disabled_controller_does_not_run() {
-    let cp = &control_plane().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
+    let (cp, mut args, _dir) = set_up().await;
     args.extend([
         "--leader-elect=false".to_owned(),
         "--controllers=*,-cloud-node".to_owned(),
@@ -304,10 +190,7 @@ async fn a_disabled_controller_does_not_run() {
     wait_started(&ccm).await;
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     let name = unique_name("disabled");
-    nodes
-        .create(&PostParams::default(), &tainted_node(&name))
-        .await
-        .unwrap();
+    create_node(&nodes, &name).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let node = nodes.get(&name).await.unwrap();
     assert_eq!(node.spec.unwrap().provider_id, None, "cloud-node is off");
@@ -329,15 +212,18 @@ async fn a_disabled_controller_does_not_run() {
     );
 }
 
-#[test]
-fn bad_flags_and_config_fail_fast_with_one_line() {
+/// Runs the binary with `args` to its end.
+async fn run(args: &[&str]) -> Finished {
+    CcmProcess::builder(BIN).args(args).run(WAIT).await
+}
+
+#[tokio::test]
+async fn bad_flags_and_config_fail_fast_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let bad_config = dir.path().join("bad.yaml");
-    std::fs::write(
-        &bad_config,
+    let bad_config = cloud_config(
+        dir.path(),
         "instances:\n- name: a\n  addresses: [{type: InternalIP, address: nope}]\n",
-    )
-    .unwrap();
+    );
     // The kubeconfig does not exist: a check that reaches it would report that instead.
     let missing = dir.path().join("missing.kubeconfig");
     let kubeconfig = format!("--kubeconfig={}", missing.display());
@@ -400,12 +286,12 @@ fn bad_flags_and_config_fail_fast_with_one_line() {
     ];
     for (mut args, want) in cases {
         args.push(kubeconfig.clone());
-        let out = Command::new(BIN)
+        let out = CcmProcess::builder(BIN)
             .args(&args)
             .env("RUST_LOG", "off")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+            .run(WAIT)
+            .await;
+        let stderr = out.log;
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert_eq!(
             stderr.trim().lines().count(),
@@ -422,17 +308,14 @@ fn bad_flags_and_config_fail_fast_with_one_line() {
         );
     }
     // A value clap cannot parse is a usage error (exit 2) naming the flag.
-    let out = Command::new(BIN)
-        .args(["--node-monitor-period=5"])
-        .output()
-        .unwrap();
+    let out = run(&["--node-monitor-period=5"]).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--node-monitor-period"));
+    assert!(out.log.contains("--node-monitor-period"));
     // --version and --version=raw print the binary's version and exit 0, as Go's; an
     // explicit false runs (and fails here on the missing --cloud-provider).
-    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let out = run(&["--version"]).await;
     assert!(out.status.success());
-    let version = String::from_utf8_lossy(&out.stdout);
+    let version = out.stdout;
     assert!(
         version.starts_with(&format!(
             "fake-cloud-controller-manager v{}",
@@ -440,18 +323,15 @@ fn bad_flags_and_config_fail_fast_with_one_line() {
         )),
         "{version}"
     );
-    let out = Command::new(BIN).arg("--version=raw").output().unwrap();
+    let out = run(&["--version=raw"]).await;
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("version.Info{"));
-    let out = Command::new(BIN)
-        .args(["--version=False", "--leader-elect=maybe"])
-        .output()
-        .unwrap();
+    assert!(out.stdout.starts_with("version.Info{"));
+    let out = run(&["--version=False", "--leader-elect=maybe"]).await;
     assert_eq!(out.status.code(), Some(2), "ParseBool refuses maybe");
     // --help reads well and exits 0.
-    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let out = run(&["--help"]).await;
     assert!(out.status.success());
-    let help = String::from_utf8_lossy(&out.stdout);
+    let help = out.stdout;
     for flag in [
         "--cloud-provider",
         "--leader-elect-lease-duration",
@@ -464,25 +344,15 @@ fn bad_flags_and_config_fail_fast_with_one_line() {
 
 #[tokio::test]
 async fn endpoints_report_readiness_and_metrics() {
-    let cp = &control_plane().await;
-    let dir = tempfile::tempdir().unwrap();
+    let (cp, args, _dir) = set_up().await;
     let port = free_port();
     let lease_name = unique_name("lease");
-    let mut args = base_args(cp.kubeconfig_path(), &cloud_config(dir.path()));
-    args.retain(|a| a != "--secure-port=0");
-    args.extend([
-        "--insecure-serving".to_owned(),
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={port}"),
-        format!("--leader-elect-resource-name={lease_name}"),
-    ]);
+    let mut args = serving_on(port, &args);
+    args.push(format!("--leader-elect-resource-name={lease_name}"));
     let ccm = CcmProcess::start(BIN, &args);
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     let name = unique_name("metrics");
-    nodes
-        .create(&PostParams::default(), &tainted_node(&name))
-        .await
-        .unwrap();
+    create_node(&nodes, &name).await;
     wait_initialized(&nodes, &name, &ccm).await;
 
     let body = eventually("/readyz 200", WAIT, || async {
@@ -548,10 +418,8 @@ async fn endpoints_report_readiness_and_metrics() {
 
 #[tokio::test]
 async fn a_huge_annotation_retried_never_makes_a_long_log_line() {
-    let cp = &control_plane().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = cloud_config(dir.path());
-    let ccm = CcmProcess::start(BIN, base_args(cp.kubeconfig_path(), &config));
+    let (cp, args, _dir) = set_up().await;
+    let ccm = CcmProcess::start(BIN, args);
 
     // 250 KB of a provided node IP that is no IP (annotations may hold 256 KiB in all):
     // quoted whole, it made 500 KB warnings, written again on every retry.

@@ -5,7 +5,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::Command;
 use std::time::Duration;
 
 use ccm_test::eventually;
@@ -45,14 +45,15 @@ fn fifo(dir: &Path) -> PathBuf {
     path
 }
 
-/// Runs the binary to its exit; its status and its last log line.
-async fn run_to_exit(args: &[String]) -> (ExitStatus, String) {
+/// Runs the binary to its exit, which must be status 1 (an error); its last log line.
+async fn error_line(args: &[String]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut ccm = start(dir.path(), args);
     let status = ccm.wait_exit(EXIT).await;
     let log = ccm.log();
     let last = log.lines().last().unwrap_or_default().to_owned();
-    (status, last)
+    assert_eq!(status.code(), Some(1), "{args:?}: {last}");
+    last
 }
 
 #[tokio::test]
@@ -64,9 +65,7 @@ async fn a_named_pipe_or_a_device_as_cloud_config_is_an_error_at_once() {
         (Path::new("/dev/zero"), "a character device"),
         (dir.path(), "a directory"),
     ] {
-        let (status, last) =
-            run_to_exit(&args(&[format!("--cloud-config={}", path.display())])).await;
-        assert_eq!(status.code(), Some(1), "{last}");
+        let last = error_line(&args(&[format!("--cloud-config={}", path.display())])).await;
         assert_eq!(
             last,
             format!(
@@ -92,9 +91,7 @@ async fn a_named_pipe_or_a_device_as_kubeconfig_is_an_error_at_once() {
             "No such file or directory (os error 2)",
         ),
     ] {
-        let (status, last) =
-            run_to_exit(&args(&[format!("--kubeconfig={}", path.display())])).await;
-        assert_eq!(status.code(), Some(1), "{last}");
+        let last = error_line(&args(&[format!("--kubeconfig={}", path.display())])).await;
         assert_eq!(
             last,
             format!("error: --kubeconfig: cannot read {}: {why}", path.display())
@@ -107,8 +104,7 @@ async fn an_oversized_or_deeply_nested_cloud_config_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.yaml");
     std::fs::write(&big, format!("# {}\n", "x".repeat(1024 * 1024))).unwrap();
-    let (status, last) = run_to_exit(&args(&[format!("--cloud-config={}", big.display())])).await;
-    assert_eq!(status.code(), Some(1), "{last}");
+    let last = error_line(&args(&[format!("--cloud-config={}", big.display())])).await;
     assert!(
         last.ends_with("big.yaml: is larger than 1 MiB, the limit for this file"),
         "{last}"
@@ -117,9 +113,7 @@ async fn an_oversized_or_deeply_nested_cloud_config_is_refused_at_once() {
     // 200 kB of nested brackets used to parse for minutes, deaf to SIGTERM.
     let nested = dir.path().join("nested.yaml");
     std::fs::write(&nested, format!("instances: {}", "[".repeat(200_000))).unwrap();
-    let (status, last) =
-        run_to_exit(&args(&[format!("--cloud-config={}", nested.display())])).await;
-    assert_eq!(status.code(), Some(1), "{last}");
+    let last = error_line(&args(&[format!("--cloud-config={}", nested.display())])).await;
     assert_eq!(
         last,
         format!(
@@ -131,9 +125,7 @@ async fn an_oversized_or_deeply_nested_cloud_config_is_refused_at_once() {
 
 #[tokio::test]
 async fn a_worker_count_beyond_the_bound_is_a_flag_error() {
-    let (status, last) =
-        run_to_exit(&args(&["--concurrent-service-syncs=1000000000".to_owned()])).await;
-    assert_eq!(status.code(), Some(1), "{last}");
+    let last = error_line(&args(&["--concurrent-service-syncs=1000000000".to_owned()])).await;
     assert_eq!(
         last,
         "error: --concurrent-service-syncs: must be between 1 and 10000, got 1000000000"
@@ -311,8 +303,7 @@ async fn valid_files(dir: &Path) -> Valid {
     args.retain(|a| a != "--secure-port=0");
     args.extend(serving.clone());
     // No kubeconfig: it stops there, after writing the pair.
-    let (status, last) = run_to_exit(&args).await;
-    assert_eq!(status.code(), Some(1), "{last}");
+    let last = error_line(&args).await;
     let valid = Valid {
         cert: certs.join("cloud-controller-manager.crt"),
         key: certs.join("cloud-controller-manager.key"),
@@ -340,9 +331,8 @@ fn kubeconfig_naming(path: &Path, cluster: &str, user: &str) {
 /// with `error: `, names `origin` and `path`, and ends with `why`. The seconds it took.
 async fn refused(args: &[String], origin: &str, path: &Path, why: &str) -> f64 {
     let started = std::time::Instant::now();
-    let (status, last) = run_to_exit(args).await;
+    let last = error_line(args).await;
     let took = started.elapsed().as_secs_f64();
-    assert_eq!(status.code(), Some(1), "{args:?}: {last}");
     let start = format!("error: {origin}: cannot read ");
     assert!(
         last.starts_with(&start)

@@ -8,6 +8,8 @@
 //! each cloud call starts, below the fence. Without the fence the resumed leader writes the
 //! status of the load balancers it was creating (and starts more), so this test fails.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,13 +17,11 @@ use ccm_test::audit::read_audit_log;
 use ccm_test::fixtures::{ServiceBuilder, ingress_of};
 use ccm_test::process::{CcmProcess, Signal};
 use ccm_test::{ControlPlane, eventually, unique_name};
+use common::{BIN, WAIT, base_args, cloud_config, quick_leader_election, wait_leader};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-
-const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
-const WAIT: Duration = Duration::from_secs(30);
 /// The cloud calls that change something; reads may pass a closed fence.
 const MUTATIONS: [&str; 5] = [
     "\"ensure_load_balancer\"",
@@ -43,29 +43,6 @@ fn replica(args: &[String], hostname: &str, dir: &Path) -> CcmProcess {
         .name(hostname)
         .log_file(dir.join(format!("{hostname}.log")))
         .spawn()
-}
-
-/// The holder of the Lease, or "".
-async fn lease_holder(leases: &Api<Lease>, name: &str) -> String {
-    leases
-        .get_opt(name)
-        .await
-        .unwrap()
-        .and_then(|lease| lease.spec)
-        .and_then(|spec| spec.holder_identity)
-        .unwrap_or_default()
-}
-
-async fn wait_holder(leases: &Api<Lease>, name: &str, hostname: &str, replica: &CcmProcess) {
-    eventually(&format!("{hostname} to hold the Lease"), WAIT, || async {
-        let holder = lease_holder(leases, name).await;
-        if holder.starts_with(&format!("{hostname}_")) {
-            Ok(())
-        } else {
-            Err(format!("holder {holder:?}; {hostname}:\n{}", replica.log()))
-        }
-    })
-    .await;
 }
 
 /// How many of the Services have an ingress.
@@ -96,41 +73,26 @@ fn writes_of(audit_log: &Path, user: &str, since: Timestamp) -> Vec<(String, Str
 #[tokio::test]
 async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
     let dir = tempfile::tempdir().unwrap();
-    let cp = ControlPlane::builder()
-        .audit_policy(
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
-             rules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
-        )
-        .start()
-        .await
-        .expect(
-            "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
-        );
+    let cp = common::control_plane(ControlPlane::builder().audit_policy(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+         rules:\n- level: Metadata\n  verbs: [create, update, patch, delete, deletecollection]\n",
+    ))
+    .await;
 
     // Every cloud call takes 300 ms, so the leader is always in the middle of one.
-    let config = dir.path().join("fake.yaml");
-    std::fs::write(&config, "nodesAreInstances: true\nlatencyMs: 300\n").unwrap();
+    let config = cloud_config(dir.path(), "nodesAreInstances: true\nlatencyMs: 300\n");
     let lease = unique_name("lease");
     let args = |user: &str| {
         let kubeconfig = cp.kubeconfig_for_user(user, &["system:masters"]).unwrap();
-        vec![
-            "--cloud-provider=fake".to_owned(),
-            format!("--cloud-config={}", config.display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            "--cluster-cidr=10.244.0.0/16".to_owned(),
-            "--secure-port=0".to_owned(),
-            "--concurrent-service-syncs=2".to_owned(),
-            "--leader-elect=true".to_owned(),
-            format!("--leader-elect-resource-name={lease}"),
-            "--leader-elect-lease-duration=3s".to_owned(),
-            "--leader-elect-renew-deadline=2s".to_owned(),
-            "--leader-elect-retry-period=250ms".to_owned(),
-        ]
+        let mut args = base_args(&kubeconfig, &config);
+        args.push("--concurrent-service-syncs=2".to_owned());
+        args.extend(quick_leader_election(&lease));
+        args
     };
     let (user_a, user_b) = (unique_name("ccm-a"), unique_name("ccm-b"));
     let mut a = replica(&args(&user_a), "replica-a", dir.path());
     let leases: Api<Lease> = Api::namespaced(cp.client().unwrap(), "kube-system");
-    wait_holder(&leases, &lease, "replica-a", &a).await;
+    wait_leader(&leases, &lease, "replica-a", &a, WAIT).await;
     let b = replica(&args(&user_b), "replica-b", dir.path());
 
     // Work for the leader: ten load balancers, two at a time, 300 ms a call.
@@ -156,7 +118,7 @@ async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
     // Paused mid-call until replica-b leads, and a second more.
     a.signal(Signal::Stop);
     let paused = tokio::time::Instant::now();
-    wait_holder(&leases, &lease, "replica-b", &b).await;
+    wait_leader(&leases, &lease, "replica-b", &b, WAIT).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (resumed_at, log_before) = (Timestamp::now(), a.log().len());
     println!(

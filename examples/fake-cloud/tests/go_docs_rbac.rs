@@ -3,18 +3,17 @@
 //! every controller does its work, not one request is forbidden (in the binary's log and in
 //! the API server's audit log), and the events are core/v1, listed by `kubectl get events`.
 
+mod common;
+
 use std::path::Path;
-use std::time::Duration;
 
 use ccm_test::audit::read_audit_log;
-use ccm_test::fixtures::{ServiceBuilder, has_ingress, is_initialized, provider_id, tainted_node};
 use ccm_test::process::CcmProcess;
 use ccm_test::{ControlPlane, eventually, unique_name};
+use common::{BIN, NodeAndOrphan, WAIT, base_args};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fake-cloud-controller-manager");
-const WAIT: Duration = Duration::from_secs(30);
 const USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
 
 /// The audit log's responses to the ServiceAccount, as (verb, resource, subresource, code).
@@ -30,89 +29,39 @@ fn audited(log: &Path) -> Vec<(String, String, String, i64)> {
 #[tokio::test]
 async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request() {
     let dir = tempfile::tempdir().unwrap();
-    let cp = &ControlPlane::builder()
+    let cp = &common::control_plane(
         // Every request's response, in the API server's own words.
-        .audit_policy(
+        ControlPlane::builder().audit_policy(
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
-        )
-        .start()
-        .await
-        .expect(
-            "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
-        );
-
-    let kubeconfig = cp
-        .kubeconfig_for_service_account("kube-system", "cloud-controller-manager")
-        .await
-        .unwrap();
-    let role = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/go-docs-rbac.yaml");
-    cp.run_kubectl(["apply", "-f", role.to_str().unwrap()])
-        .unwrap();
-
-    // One Node backed by an instance, to initialise; one without, to delete.
-    let name = unique_name("docs");
-    let gone = unique_name("docs-gone");
-    let config = dir.path().join("fake.yaml");
-    std::fs::write(&config, format!("instances:\n- name: {name}\n")).unwrap();
+        ),
+    )
+    .await;
+    let kubeconfig = common::service_account_under(cp, "tests/data/go-docs-rbac.yaml").await;
+    let (lifecycle, config) = NodeAndOrphan::new("docs", dir.path());
+    let mut args = base_args(&kubeconfig, &config);
+    // The page's role has no Lease.
+    args.extend([
+        "--leader-elect=false".into(),
+        "--node-monitor-period=500ms".into(),
+    ]);
     let ccm = CcmProcess::builder(BIN)
-        .args([
-            "--cloud-provider=fake",
-            &format!("--cloud-config={}", config.display()),
-            &format!("--kubeconfig={}", kubeconfig.display()),
-            "--cluster-cidr=10.244.0.0/16",
-            "--secure-port=0",
-            // The page's role has no Lease.
-            "--leader-elect=false",
-            "--node-monitor-period=500ms",
-        ])
+        .args(args)
         .log_file(dir.path().join("ccm.log"))
         .spawn();
 
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
-    nodes
-        .create(&PostParams::default(), &tainted_node(&name))
-        .await
-        .unwrap();
-    let mut orphan = tainted_node(&gone);
-    orphan.spec = None;
-    nodes.create(&PostParams::default(), &orphan).await.unwrap();
+    lifecycle.create(&nodes).await;
     let services: Api<Service> = Api::namespaced(cp.client().unwrap(), "default");
     let svc_name = unique_name("docs-lb");
-    let svc = ServiceBuilder::load_balancer(&svc_name)
-        .port(80)
-        .target_port(8080)
-        .build();
-    services.create(&PostParams::default(), &svc).await.unwrap();
+    common::create_load_balancer(&services, &svc_name).await;
 
     // cloud-node: the taint is gone and the provider ID set.
-    eventually("the Node initialised", WAIT, || async {
-        let node = nodes.get(&name).await.unwrap();
-        let initialized = is_initialized(&node);
-        if initialized && provider_id(&node).as_deref() == Some(&format!("fake://{name}")) {
-            Ok(())
-        } else {
-            Err(format!("not yet; ccm log:\n{}", ccm.log()))
-        }
-    })
-    .await;
+    common::wait_initialized(&nodes, &lifecycle.name, &ccm).await;
     // lifecycle: the Node without an instance is deleted.
-    eventually("the orphan Node deleted", WAIT, || async {
-        match nodes.get_opt(&gone).await.unwrap() {
-            None => Ok(()),
-            Some(_) => Err(format!("still there; ccm log:\n{}", ccm.log())),
-        }
-    })
-    .await;
+    lifecycle.wait_orphan_deleted(&nodes, &ccm).await;
     // service: the load balancer's ingress on the Service's status.
-    eventually("an ingress", WAIT, || async {
-        let svc = services.get(&svc_name).await.unwrap();
-        if has_ingress(&svc) {
-            Ok(())
-        } else {
-            Err(format!("no ingress; ccm log:\n{}", ccm.log()))
-        }
-    })
-    .await;
+    common::wait_ingress(&services, &svc_name, &ccm).await;
+    let (name, gone) = (&lifecycle.name, &lifecycle.gone);
 
     // The events, as Go's controllers write them: core/v1, in "default", from each source.
     let events: Api<Event> = Api::namespaced(cp.client().unwrap(), "default");
@@ -173,13 +122,8 @@ async fn runs_under_the_kubernetes_docs_cluster_role_without_a_forbidden_request
         );
     }
 
-    // Let the writes in flight land, then look for refusals: none in the log…
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let log = ccm.log();
-    // (Not "403": generated names are hex and may contain it.)
-    for needle in ["forbidden", "Forbidden"] {
-        assert!(!log.contains(needle), "a request was refused:\n{log}");
-    }
+    // No refusals: none in the log…
+    common::assert_nothing_refused(&ccm).await;
     // …and none in the API server's audit log, which did see the controllers' writes.
     let audited = audited(cp.audit_log_path().unwrap());
     let refused: Vec<_> = audited.iter().filter(|(.., code)| *code == 403).collect();

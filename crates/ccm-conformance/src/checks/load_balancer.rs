@@ -57,6 +57,21 @@ fn names(nodes: &[&Node]) -> Vec<String> {
     names
 }
 
+/// Asks `get_load_balancer` once (`when`: at which point of the check); returns the step, as
+/// the check's messages name it, and the answer.
+async fn get(
+    ctx: &Ctx,
+    lb: &dyn LoadBalancer,
+    service: &Service,
+    when: &str,
+) -> Result<(String, Option<LoadBalancerStatus>), Stop> {
+    let step = format!("get_load_balancer({}) {when}", svc_name(service));
+    let found = ctx
+        .call(step.clone(), lb.get_load_balancer(ctx.cluster(), service))
+        .await?;
+    Ok((step, found))
+}
+
 /// Asks `get_load_balancer` until it says what `want_exists` says, or the settle time is up.
 async fn get_until(
     ctx: &Ctx,
@@ -99,6 +114,22 @@ async fn delete(ctx: &Ctx, lb: &dyn LoadBalancer, service: &Service, when: &str)
             describe_err(&e)
         ),
     }
+}
+
+/// Fails unless `get_load_balancer` says, in time, that the deleted load balancer is gone.
+async fn gone_after_delete(ctx: &Ctx, lb: &dyn LoadBalancer, service: &Service) -> Checked {
+    let step = format!(
+        "get_load_balancer({}) after ensure_load_balancer_deleted",
+        svc_name(service)
+    );
+    if let Some(status) = get_until(ctx, lb, service, step.clone(), false).await? {
+        fail!(
+            "{step} still says it exists, with {}{}",
+            show(&status),
+            ctx.settled()
+        );
+    }
+    Ok(None)
 }
 
 /// `TestCloud::list_load_balancers(cluster)`: `Err(why)` when the test cloud cannot tell.
@@ -166,14 +197,8 @@ async fn new_load_balancers_in(
 pub(super) async fn get_false_before_ensure(ctx: &Ctx) -> Checked {
     let lb = ctx.load_balancer()?;
     let service = ctx.service();
-    let step = format!(
-        "get_load_balancer({}) before any ensure_load_balancer",
-        svc_name(&service)
-    );
-    if let Some(status) = ctx
-        .call(step.clone(), lb.get_load_balancer(ctx.cluster(), &service))
-        .await?
-    {
+    let (step, found) = get(ctx, lb, &service, "before any ensure_load_balancer").await?;
+    if let Some(status) = found {
         fail!(
             "{step} says it exists, with {}: only a load balancer ensure_load_balancer made may \
              exist, or the service controller deletes one it never made",
@@ -197,18 +222,7 @@ pub(super) async fn get_false_before_ensure(ctx: &Ctx) -> Checked {
         );
     }
     delete(ctx, lb, &service, "after ensure_load_balancer").await?;
-    let step = format!(
-        "get_load_balancer({}) after ensure_load_balancer_deleted",
-        svc_name(&service)
-    );
-    if let Some(status) = get_until(ctx, lb, &service, step.clone(), false).await? {
-        fail!(
-            "{step} still says it exists, with {}{}",
-            show(&status),
-            ctx.settled()
-        );
-    }
-    Ok(None)
+    gone_after_delete(ctx, lb, &service).await
 }
 
 pub(super) async fn ensure_is_idempotent(ctx: &Ctx) -> Checked {
@@ -346,17 +360,7 @@ pub(super) async fn ensure_deleted_is_idempotent(ctx: &Ctx) -> Checked {
     let before = listed(ctx, ctx.cluster()).await?;
     ctx.ensure("", &service, &nodes).await?;
     delete(ctx, lb, &service, "first call").await?;
-    let step = format!(
-        "get_load_balancer({}) after ensure_load_balancer_deleted",
-        svc_name(&service)
-    );
-    if let Some(status) = get_until(ctx, lb, &service, step.clone(), false).await? {
-        fail!(
-            "{step} still says it exists, with {}{}",
-            show(&status),
-            ctx.settled()
-        );
-    }
+    gone_after_delete(ctx, lb, &service).await?;
     delete(ctx, lb, &service, "second call, nothing left to delete").await?;
     match before {
         Ok(before) => {
@@ -384,14 +388,9 @@ pub(super) async fn ensure_deleted_when_nothing_exists(ctx: &Ctx) -> Checked {
         "for a Service that never had a load balancer",
     )
     .await?;
-    let step = format!(
-        "get_load_balancer({}) for a Service that never had a load balancer",
-        svc_name(&service)
-    );
-    if let Some(status) = ctx
-        .call(step.clone(), lb.get_load_balancer(ctx.cluster(), &service))
-        .await?
-    {
+    let when = "for a Service that never had a load balancer";
+    let (step, found) = get(ctx, lb, &service, when).await?;
+    if let Some(status) = found {
         fail!("{step} says it exists, with {}", show(&status));
     }
     Ok(None)

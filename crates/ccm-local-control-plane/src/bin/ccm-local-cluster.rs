@@ -13,6 +13,9 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+#[path = "../cli.rs"]
+mod cli;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -143,24 +146,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "ccm_test=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    cli::init_logging();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    let runtime = match cli::runtime(builder.worker_threads(2)) {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the Tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(run(&options)) {
         Ok(status) => ExitCode::from(status),

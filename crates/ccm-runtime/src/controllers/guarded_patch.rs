@@ -192,154 +192,119 @@ mod tests {
         assert_eq!(gets.load(Ordering::SeqCst), 0);
     }
 
+    /// `guarded_patch` of `cm` at version 1, each attempt answering `answer(its version)`
+    /// (`Err(code)`: the API's error), with an API whose re-reads answer `rereads` (as in
+    /// [`api`]). Returns the result, the versions the attempts were given, and how many GETs
+    /// the API answered.
+    async fn patch(
+        rereads: Vec<(u16, Value)>,
+        answer: impl Fn(&str) -> Result<(), u16>,
+        changed: impl FnMut(ConfigMap, usize) -> Option<Arc<ConfigMap>>,
+    ) -> (Result<Patched<()>, PatchError>, Vec<String>, usize) {
+        let (api, gets) = api(rereads);
+        let seen = Mutex::new(Vec::new());
+        let attempt = |cm: Arc<ConfigMap>| {
+            seen.lock().unwrap().push(rv(&cm).to_owned());
+            let answer = answer(rv(&cm)).map_err(error);
+            async move { answer }
+        };
+        let result = guarded_patch(&api, "cm", object("1"), attempt, changed).await;
+        (
+            result,
+            seen.into_inner().unwrap(),
+            gets.load(Ordering::SeqCst),
+        )
+    }
+
     #[tokio::test]
     async fn a_conflict_re_reads_and_runs_again_on_the_fresh_copy() {
         for conflict in [409, 422] {
-            let (api, gets) = api(vec![(200, config_map("2"))]);
-            let seen = Mutex::new(Vec::new());
-            let patched = guarded_patch(
-                &api,
-                "cm",
-                object("1"),
-                |cm| {
-                    seen.lock().unwrap().push(rv(&cm).to_owned());
-                    async move {
-                        if rv(&cm) == "1" {
-                            Err(error(conflict))
-                        } else {
-                            Ok(())
-                        }
-                    }
-                },
-                |fresh, retry| {
+            let answer = |rv: &str| if rv == "1" { Err(conflict) } else { Ok(()) };
+            let (patched, seen, gets) =
+                patch(vec![(200, config_map("2"))], answer, |fresh, retry| {
                     assert_eq!(retry, 1);
                     Some(Arc::new(fresh))
-                },
-            )
-            .await
-            .unwrap();
-            assert!(matches!(patched, Patched::Done(())), "{conflict}");
-            assert_eq!(*seen.lock().unwrap(), ["1", "2"], "{conflict}");
-            assert_eq!(gets.load(Ordering::SeqCst), 1, "{conflict}");
+                })
+                .await;
+            assert!(matches!(patched.unwrap(), Patched::Done(())), "{conflict}");
+            assert_eq!(seen, ["1", "2"], "{conflict}");
+            assert_eq!(gets, 1, "{conflict}");
         }
     }
 
     #[tokio::test]
     async fn a_refusal_of_an_unchanged_object_is_not_retried() {
         for refused in [409, 422] {
-            let (api, gets) = api(vec![(200, config_map("1"))]);
-            let err = guarded_patch(
-                &api,
-                "cm",
-                object("1"),
-                |_| async move { Err::<(), _>(error(refused)) },
+            let unchanged = vec![(200, config_map("1"))];
+            let (err, _, gets) = patch(
+                unchanged,
+                |_| Err(refused),
                 |_, _| panic!("the object did not change"),
             )
-            .await
-            .unwrap_err();
+            .await;
+            let err = err.unwrap_err();
             assert!(matches!(err, PatchError::Refused(_)), "{err:?}");
             assert_eq!(code(&err), Some(refused), "the patch's answer");
-            assert_eq!(gets.load(Ordering::SeqCst), 1);
+            assert_eq!(gets, 1);
         }
     }
 
     #[tokio::test]
     async fn a_conflict_is_retried_five_times_then_fails() {
         // Every re-read shows another version.
-        let (api, gets) = api((2..8)
+        let rereads = (2..8)
             .map(|rv| (200, config_map(&rv.to_string())))
-            .collect());
-        let attempts = Mutex::new(Vec::new());
+            .collect();
         let retries = Mutex::new(Vec::new());
-        let err = guarded_patch(
-            &api,
-            "cm",
-            object("1"),
-            |cm| {
-                attempts.lock().unwrap().push(rv(&cm).to_owned());
-                async move { Err::<(), _>(error(409)) }
-            },
+        let (err, attempts, gets) = patch(
+            rereads,
+            |_| Err(409),
             |fresh, retry| {
                 retries.lock().unwrap().push(retry);
                 Some(Arc::new(fresh))
             },
         )
-        .await
-        .unwrap_err();
+        .await;
+        let err = err.unwrap_err();
         assert!(matches!(err, PatchError::Failed(_)), "{err:?}");
         assert_eq!(code(&err), Some(409));
-        assert_eq!(*attempts.lock().unwrap(), ["1", "2", "3", "4", "5", "6"]);
-        assert_eq!(attempts.lock().unwrap().len(), CONFLICT_RETRIES + 1);
-        assert_eq!(gets.load(Ordering::SeqCst), CONFLICT_RETRIES);
+        assert_eq!(attempts, ["1", "2", "3", "4", "5", "6"]);
+        assert_eq!(attempts.len(), CONFLICT_RETRIES + 1);
+        assert_eq!(gets, CONFLICT_RETRIES);
         assert_eq!(*retries.lock().unwrap(), [1, 2, 3, 4, 5]);
     }
 
     #[tokio::test]
     async fn gone_moot_and_other_errors_end_it() {
         // The patch answers 404.
-        let (a, gets) = api(vec![(200, config_map("2"))]);
-        let gone = guarded_patch(
-            &a,
-            "cm",
-            object("1"),
-            |_| async move { Err::<(), _>(error(404)) },
-            |_, _| None,
-        )
-        .await
-        .unwrap();
-        assert!(matches!(gone, Patched::Gone));
-        assert_eq!(gets.load(Ordering::SeqCst), 0);
+        let (gone, _, gets) = patch(vec![(200, config_map("2"))], |_| Err(404), |_, _| None).await;
+        assert!(matches!(gone.unwrap(), Patched::Gone));
+        assert_eq!(gets, 0);
         // The re-read finds nothing.
-        let (a, _) = api(vec![(404, status(404, "NotFound"))]);
-        let gone = guarded_patch(
-            &a,
-            "cm",
-            object("1"),
-            |_| async move { Err::<(), _>(error(422)) },
-            |_, _| panic!("nothing was read"),
-        )
-        .await
-        .unwrap();
-        assert!(matches!(gone, Patched::Gone));
+        let not_found = vec![(404, status(404, "NotFound"))];
+        let (gone, _, _) = patch(not_found, |_| Err(422), |_, _| panic!("nothing was read")).await;
+        assert!(matches!(gone.unwrap(), Patched::Gone));
         // The fresh copy says the write is no longer wanted.
-        let (a, _) = api(vec![(200, config_map("2"))]);
-        let moot = guarded_patch(
-            &a,
-            "cm",
-            object("1"),
-            |_| async move { Err::<(), _>(error(409)) },
+        let (moot, _, _) = patch(
+            vec![(200, config_map("2"))],
+            |_| Err(409),
             |fresh, _| {
                 assert_eq!(rv(&fresh), "2");
                 None
             },
         )
-        .await
-        .unwrap();
-        assert!(matches!(moot, Patched::Moot));
+        .await;
+        assert!(matches!(moot.unwrap(), Patched::Moot));
         // Another answer to the patch is not retried.
-        let (a, gets) = api(vec![(200, config_map("2"))]);
-        let err = guarded_patch(
-            &a,
-            "cm",
-            object("1"),
-            |_| async move { Err::<(), _>(error(500)) },
-            |_, _| panic!("not a conflict"),
-        )
-        .await
-        .unwrap_err();
+        let fresh = vec![(200, config_map("2"))];
+        let (err, _, gets) = patch(fresh, |_| Err(500), |_, _| panic!("not a conflict")).await;
+        let err = err.unwrap_err();
         assert!(matches!(err, PatchError::Failed(_)) && code(&err) == Some(500));
-        assert_eq!(gets.load(Ordering::SeqCst), 0);
+        assert_eq!(gets, 0);
         // The re-read fails.
-        let (a, _) = api(vec![(500, status(500, "InternalError"))]);
-        let err = guarded_patch(
-            &a,
-            "cm",
-            object("1"),
-            |_| async move { Err::<(), _>(error(409)) },
-            |_, _| panic!("nothing was read"),
-        )
-        .await
-        .unwrap_err();
+        let failing = vec![(500, status(500, "InternalError"))];
+        let (err, _, _) = patch(failing, |_| Err(409), |_, _| panic!("nothing was read")).await;
+        let err = err.unwrap_err();
         assert!(matches!(err, PatchError::Reread(_)) && code(&err) == Some(500));
         assert_eq!(code(&PatchError::Refused(error(422))), Some(422));
         assert!(matches!(

@@ -12,3 +12,19 @@ pub(crate) mod node_util;
 pub(crate) mod patch;
 pub mod route;
 pub mod service;
+
+/// Whether `s` is a DNS subdomain as Kubernetes validates one (RFC 1123): dot-separated
+/// labels of lowercase letters, digits and `-`, 1 to 63 characters each, not starting or
+/// ending with `-`; 253 characters at most.
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}

@@ -399,18 +399,13 @@ impl DelegatedAuth {
         self
     }
 
-    /// Replaces the always-allowed groups (default `system:masters`).
-    #[must_use]
-    pub fn with_always_allow_groups(mut self, groups: Vec<String>) -> Self {
-        self.always_allow_groups = groups;
-        self
-    }
-
-    /// Sets the time limit of each review (default [`REVIEW_TIMEOUT`]).
-    #[must_use]
-    pub fn with_review_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
+    setters! {
+        /// Replaces the always-allowed groups (default `system:masters`).
+        #[must_use]
+        pub fn with_always_allow_groups(always_allow_groups: Vec<String>);
+        /// Sets the time limit of each review (default [`REVIEW_TIMEOUT`]).
+        #[must_use]
+        pub fn with_review_timeout(timeout: Duration);
     }
 
     /// Authenticates a request: `Ok(user)` (possibly anonymous) or `Err(why)` for a 401.
@@ -489,10 +484,7 @@ impl DelegatedAuth {
             },
             ..TokenReview::default()
         };
-        let api: Api<TokenReview> = Api::all(client.clone());
-        let reviewed = self
-            .review(async { api.create(&PostParams::default(), &review).await })
-            .await?;
+        let reviewed = self.review(client, review).await?;
         let status = reviewed.status.unwrap_or_default();
         let user = if status.authenticated == Some(true) {
             let u = status.user.unwrap_or_default();
@@ -509,15 +501,24 @@ impl DelegatedAuth {
         Ok(user)
     }
 
-    /// Runs one review under the concurrency bound and the timeout.
-    async fn review<T>(
-        &self,
-        review: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, String> {
+    /// Creates one review (a `TokenReview` or `SubjectAccessReview`) through `client`,
+    /// under the concurrency bound and the timeout, and returns it as the API server
+    /// answered it.
+    async fn review<R>(&self, client: &kube::Client, review: R) -> Result<R, String>
+    where
+        R: kube::Resource<Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+        R::DynamicType: Default,
+    {
+        let api: Api<R> = Api::all(client.clone());
         let timeout = self.timeout;
         tokio::time::timeout(timeout, async {
             let _permit = self.reviews.acquire().await.map_err(|e| e.to_string())?;
-            review.await.map_err(|e| e.to_string())
+            let created = api.create(&PostParams::default(), &review).await;
+            created.map_err(|e| e.to_string())
         })
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
@@ -560,10 +561,7 @@ impl DelegatedAuth {
             spec,
             ..SubjectAccessReview::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(client.clone());
-        let reviewed = self
-            .review(async { api.create(&PostParams::default(), &review).await })
-            .await?;
+        let reviewed = self.review(client, review).await?;
         let status = reviewed.status.unwrap_or_default();
         let (decision, ttl) = if status.allowed {
             (Decision::Allow, self.allowed_ttl)
@@ -651,18 +649,7 @@ fn status_response(
     }
     let mut text = body.to_string();
     text.push('\n');
-    let mut response = Response::new(Full::new(Bytes::from(text)));
-    *response.status_mut() = code;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        header::HeaderValue::from_static("nosniff"),
-    );
-    response
+    super::response(code, "application/json", text)
 }
 
 /// What kube-apiserver publishes in `kube-system/extension-apiserver-authentication`.

@@ -18,6 +18,9 @@ use std::path::PathBuf;
 
 use ccm_provider::display_chain;
 use ccm_provider::file::FileError;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Bytes;
 
 pub use self::options::ServingOptions;
 pub use self::server::{EndpointServer, Health, ServeOptions, Serving};
@@ -206,4 +209,18 @@ pub(crate) fn check_files(options: &ServingOptions) -> Result<(), StartError> {
         }
     }
     Ok(())
+}
+
+/// An answer of the endpoint server: `body` as `content_type`, which browsers must not
+/// second-guess (`X-Content-Type-Options: nosniff`).
+fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }

@@ -737,22 +737,12 @@ fn liveness(
     let excluded = params.get("exclude").cloned().unwrap_or_default();
     let verbose = params.contains_key("verbose");
     let mut body = String::from("[+]ping ok\n");
-    let mut failed = Vec::new();
-    for (check, result) in health.liveness_report() {
-        // Writing to a String cannot fail.
-        let _ = if excluded.contains(&check.as_str()) {
-            writeln!(body, "[+]{check} excluded: ok")
-        } else {
-            match result {
-                Ok(()) => writeln!(body, "[+]{check} ok"),
-                Err(reason) => {
-                    let line = writeln!(body, "[-]{check} failed: reason withheld");
-                    failed.push((check, reason));
-                    line
-                }
-            }
-        };
-    }
+    let failed = list_checks(
+        health.liveness_report(),
+        &excluded,
+        Reasons::Withheld,
+        &mut body,
+    );
     if !failed.is_empty() {
         tracing::warn!(?failed, "{name} check failed");
         let _ = writeln!(body, "{name} check failed");
@@ -763,6 +753,41 @@ fn liveness(
     }
     let _ = writeln!(body, "{name} check passed");
     text(StatusCode::OK, body)
+}
+
+/// Whether a check list shows why a check failed.
+#[derive(Clone, Copy)]
+enum Reasons {
+    Shown,
+    /// For the paths that answer anyone.
+    Withheld,
+}
+
+/// Writes a line a check to `body` (`[+]name ok`, `[+]name excluded: ok`, `[-]name failed:
+/// reason`) and returns the failed checks with their reasons.
+fn list_checks(
+    report: Vec<(String, CheckResult)>,
+    excluded: &[&str],
+    reasons: Reasons,
+    body: &mut String,
+) -> Vec<(String, String)> {
+    let mut failed = Vec::new();
+    for (name, result) in report {
+        // Writing to a String cannot fail.
+        let _ = match result {
+            _ if excluded.contains(&name.as_str()) => writeln!(body, "[+]{name} excluded: ok"),
+            Ok(()) => writeln!(body, "[+]{name} ok"),
+            Err(reason) => {
+                let line = match reasons {
+                    Reasons::Shown => writeln!(body, "[-]{name} failed: {reason}"),
+                    Reasons::Withheld => writeln!(body, "[-]{name} failed: reason withheld"),
+                };
+                failed.push((name, reason));
+                line
+            }
+        };
+    }
+    failed
 }
 
 /// `/healthz/<name>` and `/livez/<name>`: one liveness check.
@@ -805,22 +830,7 @@ fn readyz(health: &Health, params: &HashMap<&str, Vec<&str>>) -> Response<Full<B
     let excluded = params.get("exclude").cloned().unwrap_or_default();
     let verbose = params.contains_key("verbose");
     let mut body = String::new();
-    let mut failed = Vec::new();
-    for (name, result) in health.report() {
-        // Writing to a String cannot fail.
-        let _ = if excluded.contains(&name.as_str()) {
-            writeln!(body, "[+]{name} excluded: ok")
-        } else {
-            match result {
-                Ok(()) => writeln!(body, "[+]{name} ok"),
-                Err(reason) => {
-                    let line = writeln!(body, "[-]{name} failed: {reason}");
-                    failed.push((name, reason));
-                    line
-                }
-            }
-        };
-    }
+    let failed = list_checks(health.report(), &excluded, Reasons::Shown, &mut body);
     if !failed.is_empty() {
         tracing::debug!(?failed, "readyz check failed");
         body.push_str("readyz check failed\n");
@@ -846,18 +856,7 @@ fn readyz_check(health: &Health, name: &str) -> Response<Full<Bytes>> {
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        header::HeaderValue::from_static("nosniff"),
-    );
-    response
+    super::response(status, "text/plain; charset=utf-8", body)
 }
 
 #[cfg(test)]

@@ -126,6 +126,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::time::Duration;
 
+    use futures::future::BoxFuture;
     use tokio::time::Instant;
 
     use super::*;
@@ -184,6 +185,27 @@ mod tests {
             log.last_seen = seen;
         }
 
+        /// A handler for [`run`] that logs each call here, around `work` on the key.
+        fn handler<W, Fut>(
+            self: &Arc<Self>,
+            work: W,
+        ) -> impl Fn(u32) -> BoxFuture<'static, Outcome> + Send + Sync + 'static
+        where
+            W: Fn(u32) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = ()> + Send + 'static,
+        {
+            let (shared, work) = (Arc::clone(self), Arc::new(work));
+            move |key| {
+                let (shared, work) = (Arc::clone(&shared), Arc::clone(&work));
+                Box::pin(async move {
+                    let seen = shared.start(key);
+                    work(key).await;
+                    shared.end(key, seen);
+                    Outcome::Done
+                })
+            }
+        }
+
         fn bump(&self, queue: &Queue<u32>, key: u32, version: u64) {
             self.latest.lock().unwrap().insert(key, version);
             queue.add(key);
@@ -212,18 +234,7 @@ mod tests {
         let queue = Queue::new("test", RateLimit::exponential(ms(1), secs(1)));
         let shared = Arc::new(Shared::default());
         let cancel = CancellationToken::new();
-        let handler = {
-            let shared = Arc::clone(&shared);
-            move |key: u32| {
-                let shared = Arc::clone(&shared);
-                async move {
-                    let seen = shared.start(key);
-                    tokio::time::sleep(ms(3 + u64::from(key))).await;
-                    shared.end(key, seen);
-                    Outcome::Done
-                }
-            }
-        };
+        let handler = shared.handler(|key| tokio::time::sleep(ms(3 + u64::from(key))));
         let pool = tokio::spawn(run(queue.clone(), 8, cancel.clone(), handler));
         for version in 1..=500 {
             shared.bump(&queue, (version % 5) as u32, version);
@@ -246,21 +257,12 @@ mod tests {
         let queue = Queue::new("test", RateLimit::exponential(ms(1), secs(1)));
         let shared = Arc::new(Shared::default());
         let cancel = CancellationToken::new();
-        let handler = {
-            let shared = Arc::clone(&shared);
-            move |key: u32| {
-                let shared = Arc::clone(&shared);
-                async move {
-                    let seen = shared.start(key);
-                    for _ in 0..10 {
-                        std::thread::sleep(Duration::from_micros(20));
-                        tokio::task::yield_now().await;
-                    }
-                    shared.end(key, seen);
-                    Outcome::Done
-                }
+        let handler = shared.handler(|_| async {
+            for _ in 0..10 {
+                std::thread::sleep(Duration::from_micros(20));
+                tokio::task::yield_now().await;
             }
-        };
+        });
         let pool = tokio::spawn(run(queue.clone(), 6, cancel.clone(), handler));
         let producers: Vec<_> = (0..4u64)
             .map(|p| {

@@ -11,38 +11,44 @@ use super::netns::run;
 use super::node::{PAUSE_IMAGE, WEB_IMAGE};
 use crate::{Error, write_file};
 
-/// An image of one static C program.
+/// An image of one static C program: `FROM scratch`, the program as its entry point, run
+/// as a user without rights.
 struct CImage {
     /// Its reference, e.g. [`PAUSE_IMAGE`].
     reference: &'static str,
     /// The program's (and the cached archive's) name.
     name: &'static str,
     source: &'static str,
-    containerfile: &'static str,
+    /// The port the program listens on, passed as its argument.
+    port: Option<u16>,
+}
+
+impl CImage {
+    /// The Containerfile that builds the image, next to the program.
+    fn containerfile(&self) -> String {
+        let name = self.name;
+        let exposed = self.port.map(|port| format!("EXPOSE {port}\n"));
+        let command = self.port.map(|port| format!("CMD [\"{port}\"]\n"));
+        format!(
+            "FROM scratch\nCOPY {name} /{name}\nUSER 65535:65535\n{}ENTRYPOINT [\"/{name}\"]\n{}",
+            exposed.unwrap_or_default(),
+            command.unwrap_or_default()
+        )
+    }
 }
 
 const PAUSE: CImage = CImage {
     reference: PAUSE_IMAGE,
     name: "pause",
     source: include_str!("../../cluster/pause.c"),
-    containerfile: "FROM scratch
-COPY pause /pause
-USER 65535:65535
-ENTRYPOINT [\"/pause\"]
-",
+    port: None,
 };
 
 const WEB: CImage = CImage {
     reference: WEB_IMAGE,
     name: "web",
     source: include_str!("../../cluster/web.c"),
-    containerfile: "FROM scratch
-COPY web /web
-USER 65535:65535
-EXPOSE 8080
-ENTRYPOINT [\"/web\"]
-CMD [\"8080\"]
-",
+    port: Some(8080),
 };
 
 /// The archives of the images every node gets: the pause image and the web workload, built
@@ -54,9 +60,10 @@ pub(crate) fn builtin_archives() -> Result<Vec<PathBuf>, Error> {
 /// `image`'s OCI archive: `${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/cluster/
 /// <name>-<digest>.tar`, built first if missing. Blocking.
 fn archive(image: &CImage) -> Result<PathBuf, Error> {
+    let containerfile = image.containerfile();
     let digest = ring::digest::digest(
         &ring::digest::SHA256,
-        [image.source, image.containerfile].concat().as_bytes(),
+        [image.source, &containerfile].concat().as_bytes(),
     );
     let short: String = digest.as_ref()[..6]
         .iter()
@@ -78,7 +85,7 @@ fn archive(image: &CImage) -> Result<PathBuf, Error> {
         .map_err(|e| Error::io(format!("creating the {name} image's build folder"), e))?;
     let source = context.path().join(format!("{name}.c"));
     write_file(&source, image.source)?;
-    write_file(&context.path().join("Containerfile"), image.containerfile)?;
+    write_file(&context.path().join("Containerfile"), &containerfile)?;
     run(
         Command::new("gcc")
             .args(["-static", "-Os", "-s", "-Wall", "-o"])
@@ -150,4 +157,23 @@ pub(crate) fn import(socket: &Path, archive: &Path) -> Result<(), Error> {
         &format!("importing {}", archive.display()),
     )
     .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text is part of the cached archives' digests: a change builds them again.
+    #[test]
+    fn the_containerfiles_are_the_cached_images_ones() {
+        assert_eq!(
+            PAUSE.containerfile(),
+            "FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT [\"/pause\"]\n"
+        );
+        assert_eq!(
+            WEB.containerfile(),
+            "FROM scratch\nCOPY web /web\nUSER 65535:65535\nEXPOSE 8080\nENTRYPOINT [\"/web\"]\n\
+             CMD [\"8080\"]\n"
+        );
+    }
 }

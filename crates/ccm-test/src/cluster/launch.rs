@@ -54,52 +54,59 @@ pub(super) fn start_controllers(
     server: &str,
     extra_controller_manager_args: &[String],
 ) -> Result<(), Error> {
+    let start = |name: &str, program: &Path, args: Vec<String>| {
+        start_component(control_plane, cluster_ns, server, name, program, args)
+    };
+    start("kube-scheduler", &binaries.kube_scheduler, Vec::new())?;
     let dir = control_plane.dir();
-    let scheduler_kubeconfig = dir.join("kube-scheduler.kubeconfig");
-    write_file(
-        &scheduler_kubeconfig,
-        &control_plane.kubeconfig_for_server(server, "system:kube-scheduler", &[])?,
-    )?;
-    let (program, args) = cluster_ns.command(
-        false,
-        &binaries.kube_scheduler,
-        vec![
-            format!("--kubeconfig={}", scheduler_kubeconfig.display()),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--leader-elect=false".to_owned(),
-        ],
-    );
-    control_plane.start_process("kube-scheduler", &program, &args)?;
-
-    let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
-    write_file(
-        &kcm_kubeconfig,
-        &control_plane.kubeconfig_for_server(server, "system:kube-controller-manager", &[])?,
-    )?;
-    let (program, args) = cluster_ns.command(
-        false,
+    let controller_manager_args = [
+        "--cloud-provider=external".to_owned(),
+        "--use-service-account-credentials=true".to_owned(),
+        format!(
+            "--service-account-private-key-file={}",
+            dir.join("sa.key").display()
+        ),
+        format!("--root-ca-file={}", dir.join("client-ca.crt").display()),
+        "--allocate-node-cidrs=true".to_owned(),
+        format!("--cluster-cidr={CLUSTER_CIDR}"),
+        "--node-cidr-mask-size=24".to_owned(),
+        format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+    ];
+    start(
+        "kube-controller-manager",
         &binaries.kube_controller_manager,
-        vec![
-            format!("--kubeconfig={}", kcm_kubeconfig.display()),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--leader-elect=false".to_owned(),
-            "--cloud-provider=external".to_owned(),
-            "--use-service-account-credentials=true".to_owned(),
-            format!(
-                "--service-account-private-key-file={}",
-                dir.join("sa.key").display()
-            ),
-            format!("--root-ca-file={}", dir.join("client-ca.crt").display()),
-            "--allocate-node-cidrs=true".to_owned(),
-            format!("--cluster-cidr={CLUSTER_CIDR}"),
-            "--node-cidr-mask-size=24".to_owned(),
-            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-        ]
-        .into_iter()
-        .chain(extra_controller_manager_args.iter().cloned())
-        .collect(),
-    );
-    control_plane.start_process("kube-controller-manager", &program, &args)
+        controller_manager_args
+            .into_iter()
+            .chain(extra_controller_manager_args.iter().cloned())
+            .collect(),
+    )
+}
+
+/// Starts the control-plane component `name` (`kube-scheduler`, say) in the cluster's
+/// namespace: `program` as the user `system:<name>`, with a kubeconfig of its own for
+/// `server`, `--bind-address=127.0.0.1 --leader-elect=false` and `args`.
+fn start_component(
+    control_plane: &ControlPlane,
+    cluster_ns: &NetworkNamespace,
+    server: &str,
+    name: &str,
+    program: &Path,
+    args: Vec<String>,
+) -> Result<(), Error> {
+    let kubeconfig = control_plane.dir().join(format!("{name}.kubeconfig"));
+    let user = format!("system:{name}");
+    write_file(
+        &kubeconfig,
+        &control_plane.kubeconfig_for_server(server, &user, &[])?,
+    )?;
+    let common = [
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--bind-address=127.0.0.1".to_owned(),
+        "--leader-elect=false".to_owned(),
+    ];
+    let (program, args) =
+        cluster_ns.command(false, program, common.into_iter().chain(args).collect());
+    control_plane.start_process(name, &program, &args)
 }
 
 /// What makes containerd run as the first process of a PID namespace of its own, below the

@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use self::launch::{
     CONTAINERD_WRAPPER, CONTAINERD_WRAPPER_FILE, start_controllers, start_holder, start_node,
@@ -609,6 +609,25 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// Creates `pod` in `namespace` and waits until it is `Running` with an address (see
+    /// [`wait_pod_running`](Self::wait_pod_running)); returns it then.
+    ///
+    /// # Errors
+    ///
+    /// API errors creating it; as [`wait_pod_running`](Self::wait_pod_running).
+    pub async fn run_pod(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        timeout: Duration,
+    ) -> Result<Pod, Error> {
+        Api::<Pod>::namespaced(self.client()?, namespace)
+            .create(&PostParams::default(), pod)
+            .await?;
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        self.wait_pod_running(namespace, name, timeout).await
     }
 
     /// Waits until the Pod `namespace/name` is `Running` with an address, and returns it.

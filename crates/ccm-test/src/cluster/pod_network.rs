@@ -166,21 +166,19 @@ mod tests {
     #[test]
     fn the_pod_network_waits_for_a_cidr_and_by_default_for_initialisation() {
         let cidr = Some("10.244.1.0/24");
-        assert_eq!(
-            pod_network_due(&node(None, false), PodNetwork::AtPodCidr),
-            None
-        );
-        assert_eq!(
-            pod_network_due(&node(cidr, true), PodNetwork::AtPodCidr).as_deref(),
-            cidr
-        );
-        assert_eq!(
-            pod_network_due(&node(cidr, true), PodNetwork::AfterInitialisation),
-            None
-        );
-        assert_eq!(
-            pod_network_due(&node(cidr, false), PodNetwork::AfterInitialisation).as_deref(),
-            cidr
-        );
+        // (the Node's pod CIDR, whether it is still uninitialised, when, what is due)
+        for (pod_cidr, uninitialised, when, due) in [
+            (None, false, PodNetwork::AtPodCidr, None),
+            (cidr, true, PodNetwork::AtPodCidr, cidr),
+            (cidr, true, PodNetwork::AfterInitialisation, None),
+            (cidr, false, PodNetwork::AfterInitialisation, cidr),
+        ] {
+            let node = node(pod_cidr, uninitialised);
+            assert_eq!(
+                pod_network_due(&node, when).as_deref(),
+                due,
+                "{pod_cidr:?}, uninitialised: {uninitialised}, {when:?}"
+            );
+        }
     }
 }

@@ -18,7 +18,7 @@ use self::launch::{Site, etcd_healthy, wait_ready};
 use crate::cluster::netns::Forwarder;
 use crate::pki::{self, Ca};
 use crate::supervisor::{ServerState, Supervisor};
-use crate::{Binaries, Error, unique_name, write_file};
+use crate::{Binaries, Error, named, unique_name, write_file};
 
 mod launch;
 
@@ -198,27 +198,11 @@ impl ControlPlane {
         let client = self.client()?;
         create_if_missing(
             &Api::<Namespace>::all(client.clone()),
-            &Namespace {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(namespace.to_owned()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            &named::<Namespace>(namespace),
         )
         .await?;
         let service_accounts = Api::<ServiceAccount>::namespaced(client, namespace);
-        create_if_missing(
-            &service_accounts,
-            &ServiceAccount {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(name.to_owned()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await?;
+        create_if_missing(&service_accounts, &named::<ServiceAccount>(name)).await?;
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),
@@ -252,16 +236,7 @@ impl ControlPlane {
     pub async fn create_namespace(&self, prefix: &str) -> Result<String, Error> {
         let name = unique_name(prefix);
         Api::<Namespace>::all(self.client()?)
-            .create(
-                &PostParams::default(),
-                &Namespace {
-                    metadata: kube::api::ObjectMeta {
-                        name: Some(name.clone()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-            )
+            .create(&PostParams::default(), &named::<Namespace>(&name))
             .await?;
         Ok(name)
     }

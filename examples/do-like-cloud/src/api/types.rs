@@ -181,6 +181,20 @@ pub struct ForwardingRule {
     pub x_passthrough: bool,
 }
 
+impl ForwardingRule {
+    /// A rule from `entry_port` to the droplets' `target_port` in one `protocol` (`tcp`,
+    /// `udp`, `http`, …), with no TLS settings.
+    pub fn new(protocol: &str, entry_port: u16, target_port: u16) -> Self {
+        Self {
+            entry_protocol: protocol.into(),
+            entry_port,
+            target_protocol: protocol.into(),
+            target_port,
+            ..Self::default()
+        }
+    }
+}
+
 /// A load balancer's health check.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthCheck {

@@ -496,13 +496,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn client_ip_stickiness_keeps_a_client_on_one_target() {
-        let pool = Pool::new(Algorithm::ClientIp);
-        pool.set_targets(&[A, B, C]);
-        for t in [A, B, C] {
+    /// A pool of `algorithm` over `targets`, each healthy after a check that passed.
+    fn healthy_pool(algorithm: Algorithm, targets: &[Ipv4Addr]) -> Arc<Pool> {
+        let pool = Pool::new(algorithm);
+        pool.set_targets(targets);
+        for &t in targets {
             pool.record(t, true, &spec());
         }
+        pool
+    }
+
+    #[test]
+    fn client_ip_stickiness_keeps_a_client_on_one_target() {
+        let pool = healthy_pool(Algorithm::ClientIp, &[A, B, C]);
         let client = |last: u8| std::net::IpAddr::V4(Ipv4Addr::new(10, 88, 0, last));
         let first = pool.pick(client(1)).unwrap().address;
         for _ in 0..10 {
@@ -516,10 +522,7 @@ mod tests {
 
     #[test]
     fn another_pick_skips_the_targets_tried() {
-        let pool = Pool::new(Algorithm::ClientIp);
-        pool.set_targets(&[A, B]);
-        pool.record(A, true, &spec());
-        pool.record(B, true, &spec());
+        let pool = healthy_pool(Algorithm::ClientIp, &[A, B]);
         let first = pool.pick(CLIENT).unwrap().address;
         let second = pool.pick_other(CLIENT, &[first]).unwrap().address;
         assert_ne!(first, second);
@@ -528,10 +531,7 @@ mod tests {
 
     #[test]
     fn least_connections_prefers_the_idle_target() {
-        let pool = Pool::new(Algorithm::LeastConnections);
-        pool.set_targets(&[A, B]);
-        pool.record(A, true, &spec());
-        pool.record(B, true, &spec());
+        let pool = healthy_pool(Algorithm::LeastConnections, &[A, B]);
         let first = pool.pick(CLIENT).unwrap();
         let second = pool.pick(CLIENT).unwrap();
         assert_ne!(first.address, second.address, "ties spread");

@@ -379,7 +379,7 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ccm_do_like_cloud::api::{ForwardingRule, HealthCheck, NetworkV4, Networks};
+    use ccm_do_like_cloud::api::{ForwardingRule, NetworkV4, Networks};
 
     #[test]
     fn ranges_parse_and_hand_out_free_addresses() {
@@ -429,30 +429,10 @@ mod tests {
             status: "active".into(),
             ip: "10.88.64.1".into(),
             forwarding_rules: vec![
-                ForwardingRule {
-                    entry_protocol: "udp".into(),
-                    entry_port: 53,
-                    target_protocol: "udp".into(),
-                    target_port: 30053,
-                    ..ForwardingRule::default()
-                },
-                ForwardingRule {
-                    entry_protocol: "http".into(),
-                    entry_port: 80,
-                    target_protocol: "http".into(),
-                    target_port: 30080,
-                    ..ForwardingRule::default()
-                },
+                ForwardingRule::new("udp", 53, 30053),
+                ForwardingRule::new("http", 80, 30080),
             ],
-            health_check: Some(HealthCheck {
-                protocol: "http".into(),
-                port: 10256,
-                path: "/healthz".into(),
-                check_interval_seconds: 3,
-                response_timeout_seconds: 5,
-                healthy_threshold: 5,
-                unhealthy_threshold: 3,
-            }),
+            health_check: Some(crate::validate::tests::kube_proxy_health_check()),
             droplet_ids: vec![2, 1],
             tag: "web".into(),
             ..LoadBalancerObject::default()

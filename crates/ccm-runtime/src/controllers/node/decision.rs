@@ -14,6 +14,8 @@ use ccm_provider::well_known::{
 };
 use ccm_provider::{InstanceMetadata, ProviderId};
 
+use crate::controllers::is_dns1123_subdomain;
+
 /// The label pairs kept in step on initialised Nodes: when the first (beta) label is set,
 /// the second (GA) one is set to the same value.
 const LABEL_PAIRS: [(&str, &str); 3] = [
@@ -444,19 +446,7 @@ fn validate_label(node: &str, key: &str, value: &str) -> Result<(), InitError> {
     if name.is_empty() || !is_label_value(name) {
         return Err(err(format!("invalid label key {:?}", echo(key))));
     }
-    if let Some(prefix) = prefix
-        && (prefix.is_empty()
-            || prefix.len() > 253
-            || !prefix.split('.').all(|part| {
-                !part.is_empty()
-                    && part.len() <= 63
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            }))
-    {
+    if prefix.is_some_and(|prefix| !is_dns1123_subdomain(prefix)) {
         return Err(err(format!("invalid label key {:?}", echo(key))));
     }
     if !value.is_empty() && !is_label_value(value) {
@@ -523,6 +513,16 @@ mod tests {
             .with_address(node_address("ExternalIP", "203.0.113.1"))
     }
 
+    /// The addresses `node()` initialised with `meta()` gets: the cloud's, then the
+    /// kubelet's Hostname.
+    fn initialised_addresses() -> Vec<NodeAddress> {
+        vec![
+            node_address("InternalIP", "10.0.0.1"),
+            node_address("ExternalIP", "203.0.113.1"),
+            node_address("Hostname", "n1.local"),
+        ]
+    }
+
     fn with_annotation(mut n: Node, v: &str) -> Node {
         n.metadata.annotations = Some(BTreeMap::from([(
             ANNOTATION_PROVIDED_NODE_IP.into(),
@@ -553,11 +553,7 @@ mod tests {
         );
         assert_eq!(
             plan.addresses,
-            Some(vec![
-                node_address("InternalIP", "10.0.0.1"),
-                node_address("ExternalIP", "203.0.113.1"),
-                node_address("Hostname", "n1.local"),
-            ]),
+            Some(initialised_addresses()),
             "the kubelet's Hostname is kept when the cloud has none"
         );
     }
@@ -671,14 +667,7 @@ mod tests {
             .with_address(node_address("InternalIP", "10.0.0.1"))
             .with_address(node_address("Hostname", "n1.local"));
         let plan = plan_initialization(&node(), &m, true).unwrap();
-        assert_eq!(
-            plan.addresses,
-            Some(vec![
-                node_address("InternalIP", "10.0.0.1"),
-                node_address("ExternalIP", "203.0.113.1"),
-                node_address("Hostname", "n1.local"),
-            ])
-        );
+        assert_eq!(plan.addresses, Some(initialised_addresses()));
         assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
         assert!(
             plan.warnings[0].message.contains("twice"),

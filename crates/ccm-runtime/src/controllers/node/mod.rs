@@ -95,22 +95,14 @@ impl CloudNodeControllerConfig {
         self
     }
 
-    /// Sets the number of initialising workers.
-    pub fn with_workers(mut self, workers: usize) -> Self {
-        self.workers = workers;
-        self
-    }
-
-    /// Sets how often addresses are refreshed.
-    pub fn with_status_update_frequency(mut self, every: Duration) -> Self {
-        self.status_update_frequency = every;
-        self
-    }
-
-    /// Sets the number of address-refreshing workers (0: as many as initialising workers).
-    pub fn with_status_update_workers(mut self, workers: usize) -> Self {
-        self.status_update_workers = workers;
-        self
+    setters! {
+        /// Sets the number of initialising workers.
+        pub fn with_workers(workers: usize);
+        /// Sets how often addresses are refreshed.
+        pub fn with_status_update_frequency(status_update_frequency: Duration);
+        /// Sets the number of address-refreshing workers (0: as many as initialising
+        /// workers).
+        pub fn with_status_update_workers(status_update_workers: usize);
     }
 }
 

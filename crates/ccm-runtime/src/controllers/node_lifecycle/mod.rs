@@ -58,16 +58,11 @@ impl Default for NodeLifecycleControllerConfig {
 }
 
 impl NodeLifecycleControllerConfig {
-    /// Sets how often Nodes are checked.
-    pub fn with_monitor_period(mut self, period: Duration) -> Self {
-        self.monitor_period = period;
-        self
-    }
-
-    /// Sets how many NotReady Nodes are checked at once.
-    pub fn with_workers(mut self, workers: usize) -> Self {
-        self.workers = workers;
-        self
+    setters! {
+        /// Sets how often Nodes are checked.
+        pub fn with_monitor_period(monitor_period: Duration);
+        /// Sets how many NotReady Nodes are checked at once.
+        pub fn with_workers(workers: usize);
     }
 }
 

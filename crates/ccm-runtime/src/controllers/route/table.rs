@@ -159,6 +159,14 @@ mod tests {
 
     const PERIOD: Duration = Duration::from_secs(10);
 
+    /// A table that has just listed `routes`.
+    fn listed_table(routes: Vec<Route>) -> RouteTable {
+        let mut t = RouteTable::default();
+        t.listing();
+        t.listed(routes, Instant::now());
+        t
+    }
+
     #[tokio::test(start_paused = true)]
     async fn no_table_before_the_first_listing_nor_after_the_period() {
         let mut t = RouteTable::default();
@@ -175,15 +183,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn finished_calls_update_the_table() {
-        let mut t = RouteTable::default();
-        t.listing();
-        t.listed(
-            vec![
-                listed("r1", "a", "10.0.1.0/24"),
-                listed("r2", "b", "10.0.2.0/24"),
-            ],
-            Instant::now(),
-        );
+        let mut t = listed_table(vec![
+            listed("r1", "a", "10.0.1.0/24"),
+            listed("r2", "b", "10.0.2.0/24"),
+        ]);
         t.created(&Route::new("c", "10.0.3.0/24"));
         t.deleted(&listed("r1", "a", "10.0.1.0/24"));
         assert_eq!(
@@ -194,9 +197,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn calls_finished_during_a_listing_are_replayed_onto_it() {
-        let mut t = RouteTable::default();
-        t.listing();
-        t.listed(vec![listed("r1", "a", "10.0.1.0/24")], Instant::now());
+        let mut t = listed_table(vec![listed("r1", "a", "10.0.1.0/24")]);
         // A listing starts; meanwhile a create and a delete finish. The listing was taken
         // before either landed.
         t.listing();
@@ -227,15 +228,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_delete_removes_only_the_route_of_its_name() {
-        let mut t = RouteTable::default();
-        t.listing();
-        t.listed(
-            vec![
-                listed("r1", "a", "10.0.1.0/24"),
-                listed("r2", "b", "10.0.1.0/24"),
-            ],
-            Instant::now(),
-        );
+        let mut t = listed_table(vec![
+            listed("r1", "a", "10.0.1.0/24"),
+            listed("r2", "b", "10.0.1.0/24"),
+        ]);
         t.deleted(&listed("r1", "a", "10.0.1.0/24"));
         assert_eq!(
             destinations(&t.cached(PERIOD).unwrap()),
@@ -245,9 +241,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failure_forces_a_listing_and_distrusts_one_under_way() {
-        let mut t = RouteTable::default();
-        t.listing();
-        t.listed(vec![], Instant::now());
+        let mut t = listed_table(vec![]);
         t.invalidate();
         assert!(t.cached(PERIOD).is_none());
 

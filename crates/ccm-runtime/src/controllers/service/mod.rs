@@ -197,40 +197,23 @@ impl Default for ServiceControllerConfig {
 }
 
 impl ServiceControllerConfig {
-    /// Sets the number of workers.
-    pub fn with_workers(mut self, workers: usize) -> Self {
-        self.workers = workers;
-        self
-    }
-
-    /// Sets the cluster name.
-    pub fn with_cluster_name(mut self, cluster_name: impl Into<String>) -> Self {
-        self.cluster_name = cluster_name.into();
-        self
-    }
-
-    /// Sets the retry backoff.
-    pub fn with_rate_limit(mut self, rate_limit: RateLimit) -> Self {
-        self.rate_limit = rate_limit;
-        self
-    }
-
-    /// Sets the node-sync debounce.
-    pub fn with_node_sync_debounce(mut self, debounce: Duration) -> Self {
-        self.node_sync_debounce = debounce;
-        self
+    setters! {
+        /// Sets the number of workers.
+        pub fn with_workers(workers: usize);
+        /// Sets the cluster name.
+        pub fn with_cluster_name(cluster_name: impl Into<String>);
+        /// Sets the retry backoff.
+        pub fn with_rate_limit(rate_limit: RateLimit);
+        /// Sets the node-sync debounce.
+        pub fn with_node_sync_debounce(node_sync_debounce: Duration);
+        /// Sets the period of node-sync passes without Node events.
+        pub fn with_node_sync_period(node_sync_period: Option<Duration>);
     }
 
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).
     #[must_use]
     pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
         self.metrics = Some(metrics);
-        self
-    }
-
-    /// Sets the period of node-sync passes without Node events.
-    pub fn with_node_sync_period(mut self, period: Option<Duration>) -> Self {
-        self.node_sync_period = period;
         self
     }
 }
@@ -416,6 +399,7 @@ fn on_service_change(change: &Change<Service>, queue: &Queue<ServiceKey>, record
 
 #[cfg(test)]
 mod tests {
+    use super::decision::fixtures::svc;
     use super::*;
 
     #[test]
@@ -440,16 +424,6 @@ mod tests {
         );
     }
 
-    fn svc(uid: &str, lb: bool) -> Arc<Service> {
-        let mut s = Service::default();
-        s.metadata.uid = Some(uid.into());
-        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            type_: Some(if lb { "LoadBalancer" } else { "ClusterIP" }.into()),
-            ..Default::default()
-        });
-        Arc::new(s)
-    }
-
     fn queued(q: &Queue<ServiceKey>) -> usize {
         q.len()
     }
@@ -468,48 +442,24 @@ mod tests {
         let mut cluster_ip = (*lb).clone();
         cluster_ip.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
         let cluster_ip = Arc::new(cluster_ip);
+        let applied = |old: Option<&Arc<Service>>, new: &Arc<Service>| {
+            let (old, new) = (old.cloned(), new.clone());
+            on_service_change(&Change::Applied { old, new }, &q, &records);
+        };
 
         // Add: wanted.
-        on_service_change(
-            &Change::Applied {
-                old: None,
-                new: lb.clone(),
-            },
-            &q,
-            &records,
-        );
+        applied(None, &lb);
         assert_eq!(queued(&q), 1);
         let item = q.get().await.unwrap();
         drop(item);
         // Add: not wanted.
-        on_service_change(
-            &Change::Applied {
-                old: None,
-                new: cluster_ip.clone(),
-            },
-            &q,
-            &records,
-        );
+        applied(None, &cluster_ip);
         assert_eq!(queued(&q), 0);
         // Update without a relevant change.
-        on_service_change(
-            &Change::Applied {
-                old: Some(lb.clone()),
-                new: lb.clone(),
-            },
-            &q,
-            &records,
-        );
+        applied(Some(&lb), &lb);
         assert_eq!(queued(&q), 0);
         // Update: type changed away → queued (Go records no event for it any more).
-        on_service_change(
-            &Change::Applied {
-                old: Some(lb.clone()),
-                new: cluster_ip.clone(),
-            },
-            &q,
-            &records,
-        );
+        applied(Some(&lb), &cluster_ip);
         assert_eq!(queued(&q), 1);
         drop(q.get().await.unwrap());
         // Deleted, never synced, wanted a load balancer: remembered and queued.

@@ -166,17 +166,8 @@ impl Drop for SyncingGuard<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::decision::fixtures::svc;
     use super::*;
-
-    fn svc(uid: &str, lb: bool) -> Arc<Service> {
-        let mut s = Service::default();
-        s.metadata.uid = Some(uid.into());
-        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            type_: Some(if lb { "LoadBalancer" } else { "ClusterIP" }.into()),
-            ..Default::default()
-        });
-        Arc::new(s)
-    }
 
     #[test]
     fn records_report_their_hosts_state() {

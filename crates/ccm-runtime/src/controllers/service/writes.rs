@@ -32,19 +32,17 @@ enum Target {
 
 /// Operations that add our finalizer, given the Service as it is (none when present).
 pub(super) fn add_finalizer_ops(service: &Service) -> Vec<Value> {
-    finalizers_with_ours(service).map_or_else(Vec::new, |new| {
-        replace_list(
-            "/metadata/finalizers",
-            Some(finalizers(service)),
-            &new,
-            service.metadata.resource_version.as_deref(),
-        )
-    })
+    finalizer_ops(service, finalizers_with_ours(service))
 }
 
 /// Operations that remove our finalizer, given the Service as it is (none when absent).
 pub(super) fn remove_finalizer_ops(service: &Service) -> Vec<Value> {
-    finalizers_without_ours(service).map_or_else(Vec::new, |new| {
+    finalizer_ops(service, finalizers_without_ours(service))
+}
+
+/// Operations that replace the Service's finalizers with `new` (none for `None`: no change).
+fn finalizer_ops(service: &Service, new: Option<Vec<String>>) -> Vec<Value> {
+    new.map_or_else(Vec::new, |new| {
         replace_list(
             "/metadata/finalizers",
             Some(finalizers(service)),

@@ -22,6 +22,13 @@ struct Reply {
     body: String,
 }
 
+impl Reply {
+    /// The status and the body.
+    fn answer(&self) -> (StatusCode, &str) {
+        (self.status, &self.body)
+    }
+}
+
 async fn request(client: &Client, addr: SocketAddr, method: Method, path: &str) -> Reply {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let req = Request::builder()
@@ -32,23 +39,7 @@ async fn request(client: &Client, addr: SocketAddr, method: Method, path: &str) 
         .unwrap();
     match client {
         Client::Http => send(tcp, req).await,
-        Client::Https(cert, name) => {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(cert.clone()).unwrap();
-            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-            let tls = connector
-                .connect(ServerName::try_from(*name).unwrap(), tcp)
-                .await
-                .unwrap();
-            send(tls, req).await
-        }
+        Client::Https(cert, name) => send(tls_connect(cert, name, tcp).await.unwrap(), req).await,
     }
 }
 
@@ -84,6 +75,41 @@ async fn start(
         .await
         .unwrap();
     (server, shutdown)
+}
+
+/// Why a server with `serving`, on a port of its own, cannot start.
+async fn bind_error(serving: &Serving) -> ServeError {
+    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    let shutdown = CancellationToken::new();
+    EndpointServer::bind(addr, serving, Metrics::new(), Health::new(), shutdown)
+        .await
+        .unwrap_err()
+}
+
+/// [`EndpointServer::start`] with `options`, empty metrics and checks.
+async fn start_with(options: &ServeOptions) -> Result<Option<EndpointServer>, ServeError> {
+    EndpointServer::start(
+        options,
+        Metrics::new(),
+        Health::new(),
+        CancellationToken::new(),
+    )
+    .await
+}
+
+/// A self-signed certificate for `host`, and the files (in `dir`) of it and its key, named
+/// `name.crt` and `name.key`.
+fn certificate_files(
+    dir: &std::path::Path,
+    name: &str,
+    host: &str,
+) -> (rcgen::CertifiedKey<rcgen::KeyPair>, PathBuf, PathBuf) {
+    let certified = rcgen::generate_simple_self_signed(vec![host.to_owned()]).unwrap();
+    let cert_file = dir.join(format!("{name}.crt"));
+    let key_file = dir.join(format!("{name}.key"));
+    std::fs::write(&cert_file, certified.cert.pem()).unwrap();
+    std::fs::write(&key_file, certified.signing_key.serialize_pem()).unwrap();
+    (certified, cert_file, key_file)
 }
 
 #[tokio::test]
@@ -132,11 +158,7 @@ async fn readiness_follows_the_checks() {
     let (server, _shutdown) = start(Serving::Http, Metrics::new(), health.clone()).await;
     let addr = server.local_addr();
     let reply = get(&Client::Http, addr, "/readyz").await;
-    assert_eq!(
-        (reply.status, reply.body.as_str()),
-        (StatusCode::OK, "ok"),
-        "no checks"
-    );
+    assert_eq!(reply.answer(), (StatusCode::OK, "ok"), "no checks");
 
     let leader = health.register("leader-election");
     leader.set_ok();
@@ -151,13 +173,13 @@ async fn readiness_follows_the_checks() {
     assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(reply.body, "internal server error: not reported yet\n");
     let reply = get(&Client::Http, addr, "/readyz/leader-election").await;
-    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.answer(), (StatusCode::OK, "ok"));
     let reply = get(&Client::Http, addr, "/readyz?exclude=informers-synced").await;
-    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.answer(), (StatusCode::OK, "ok"));
 
     synced.set_ok();
     let reply = get(&Client::Http, addr, "/readyz").await;
-    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.answer(), (StatusCode::OK, "ok"));
     let reply = get(&Client::Http, addr, "/readyz?verbose").await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(
@@ -263,11 +285,7 @@ async fn https_with_a_self_signed_certificate() {
     let addr = server.local_addr();
     for name in ["localhost", "127.0.0.1"] {
         let reply = get(&Client::Https(cert.clone(), name), addr, "/healthz").await;
-        assert_eq!(
-            (reply.status, reply.body.as_str()),
-            (StatusCode::OK, "ok"),
-            "{name}"
-        );
+        assert_eq!(reply.answer(), (StatusCode::OK, "ok"), "{name}");
     }
     let reply = get(&Client::Https(cert.clone(), "localhost"), addr, "/metrics").await;
     assert!(
@@ -325,11 +343,7 @@ async fn tls_connect(
 #[tokio::test]
 async fn https_with_certificate_files() {
     let dir = tempfile::tempdir().unwrap();
-    let certified = rcgen::generate_simple_self_signed(vec!["ccm.example".to_owned()]).unwrap();
-    let cert_file = dir.path().join("tls.crt");
-    let key_file = dir.path().join("tls.key");
-    std::fs::write(&cert_file, certified.cert.pem()).unwrap();
-    std::fs::write(&key_file, certified.signing_key.serialize_pem()).unwrap();
+    let (certified, cert_file, key_file) = certificate_files(dir.path(), "tls", "ccm.example");
     let serving = Serving::Https {
         cert_file: cert_file.clone(),
         key_file: key_file.clone(),
@@ -341,37 +355,20 @@ async fn https_with_certificate_files() {
     );
     let client = Client::Https(certified.cert.der().clone(), "ccm.example");
     let reply = get(&client, server.local_addr(), "/livez").await;
-    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.answer(), (StatusCode::OK, "ok"));
 
     // Bad files are startup errors that name the file.
-    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
     let missing = Serving::Https {
         cert_file: dir.path().join("missing.crt"),
         key_file: key_file.clone(),
     };
-    let err = EndpointServer::bind(
-        addr,
-        &missing,
-        Metrics::new(),
-        Health::new(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = bind_error(&missing).await;
     assert!(err.to_string().contains("missing.crt"), "{err}");
     let swapped = Serving::Https {
         cert_file: key_file.clone(),
         key_file: cert_file.clone(),
     };
-    let err = EndpointServer::bind(
-        addr,
-        &swapped,
-        Metrics::new(),
-        Health::new(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = bind_error(&swapped).await;
     assert!(
         matches!(&err, ServeError::Pem { what: "certificate", path, .. } if *path == key_file),
         "{err:?}"
@@ -383,15 +380,7 @@ async fn https_with_certificate_files() {
         cert_file,
         key_file: other_key,
     };
-    let err = EndpointServer::bind(
-        addr,
-        &mismatched,
-        Metrics::new(),
-        Health::new(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = bind_error(&mismatched).await;
     assert!(matches!(err, ServeError::Tls(_)), "{err:?}");
 }
 
@@ -399,14 +388,7 @@ async fn https_with_certificate_files() {
 async fn port_zero_disables_and_bind_errors_surface() {
     let options = ServeOptions::new(IpAddr::from([127, 0, 0, 1]), 0, Serving::Http);
     assert_eq!(options.address(), None);
-    let none = EndpointServer::start(
-        &options,
-        Metrics::new(),
-        Health::new(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let none = start_with(&options).await.unwrap();
     assert!(none.is_none());
     let defaults = ServeOptions::default();
     assert_eq!(
@@ -421,14 +403,7 @@ async fn port_zero_disables_and_bind_errors_surface() {
         taken.local_addr().port(),
         Serving::Http,
     );
-    let err = EndpointServer::start(
-        &options,
-        Metrics::new(),
-        Health::new(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = start_with(&options).await.unwrap_err();
     assert!(matches!(err, ServeError::Bind { .. }), "{err:?}");
     assert!(err.to_string().contains(&taken.local_addr().to_string()));
 }
@@ -441,7 +416,7 @@ async fn liveness_runs_its_own_checks_with_reasons_withheld() {
     let addr = server.local_addr();
     let reply = get(&Client::Http, addr, "/healthz?verbose").await;
     assert_eq!(
-        (reply.status, reply.body.as_str()),
+        reply.answer(),
         (StatusCode::OK, "[+]ping ok\nhealthz check passed\n"),
         "readiness checks are not liveness checks"
     );
@@ -455,7 +430,7 @@ async fn liveness_runs_its_own_checks_with_reasons_withheld() {
         }
     });
     let reply = get(&Client::Http, addr, "/livez").await;
-    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.answer(), (StatusCode::OK, "ok"));
     wedged.store(true, std::sync::atomic::Ordering::Relaxed);
     for (path, name) in [("/healthz", "healthz"), ("/livez", "livez")] {
         let reply = get(&Client::Http, addr, path).await;
@@ -467,14 +442,14 @@ async fn liveness_runs_its_own_checks_with_reasons_withheld() {
     }
     let reply = get(&Client::Http, addr, "/healthz/leaderElection").await;
     assert_eq!(
-        (reply.status, reply.body.as_str()),
+        reply.answer(),
         (
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal server error: reason withheld\n"
         )
     );
     let reply = get(&Client::Http, addr, "/healthz?exclude=leaderElection").await;
-    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.answer(), (StatusCode::OK, "ok"));
     assert_eq!(
         get(&Client::Http, addr, "/healthz/ping").await.status,
         StatusCode::OK
@@ -511,11 +486,7 @@ async fn request_heads_are_bounded() {
 #[tokio::test]
 async fn sni_selects_the_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    let sni = rcgen::generate_simple_self_signed(vec!["sni.example".to_owned()]).unwrap();
-    let cert_file = dir.path().join("sni.crt");
-    let key_file = dir.path().join("sni.key");
-    std::fs::write(&cert_file, sni.cert.pem()).unwrap();
-    std::fs::write(&key_file, sni.signing_key.serialize_pem()).unwrap();
+    let (sni, cert_file, key_file) = certificate_files(dir.path(), "sni", "sni.example");
     let flag = format!("{},{}", cert_file.display(), key_file.display());
     let (settings, _) = tls::settings("VersionTLS13", &[], &[], &[flag]).unwrap();
     let options = ServeOptions::new(IpAddr::from([127, 0, 0, 1]), 0, Serving::HttpsSelfSigned)

@@ -1,4 +1,6 @@
-//! The Services and ingress entries the decision tests build on.
+//! The Services and ingress entries the service controller's tests build on.
+
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -25,6 +27,17 @@ pub(super) fn lb_service() -> Service {
         ..ServiceSpec::default()
     });
     s
+}
+
+/// A Service with only a UID and a type: `LoadBalancer` if `lb`, else `ClusterIP`.
+pub(in crate::controllers::service) fn svc(uid: &str, lb: bool) -> Arc<Service> {
+    let mut s = Service::default();
+    s.metadata.uid = Some(uid.into());
+    s.spec = Some(ServiceSpec {
+        type_: Some(if lb { "LoadBalancer" } else { "ClusterIP" }.into()),
+        ..ServiceSpec::default()
+    });
+    Arc::new(s)
 }
 
 /// `s` with `f` applied to its spec.

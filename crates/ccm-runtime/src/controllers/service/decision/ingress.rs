@@ -7,6 +7,8 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 
+use crate::controllers::is_dns1123_subdomain;
+
 /// Checks a provider's ingress list before it is written to `status.loadBalancer.ingress`,
 /// with the API server's rules: each entry has an IP or a hostname; an IP is an IP; a
 /// hostname is a DNS-1123 subdomain and not an IP; `ipMode` is `VIP` or `Proxy` and needs
@@ -63,19 +65,6 @@ pub(crate) fn validate_ingress(ingress: &[LoadBalancerIngress]) -> Result<(), St
     Ok(())
 }
 
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
-
 /// The Service's current ingress list.
 pub(crate) fn ingress(service: &Service) -> &[LoadBalancerIngress] {
     service
@@ -105,14 +94,20 @@ mod tests {
             ]),
             Ok(())
         );
-        let mut proxied = ing(Some("10.0.0.1"), None);
+        let mut proxied = with_port("10.0.0.1", 443, "TCP");
         proxied.ip_mode = Some("Proxy".into());
-        proxied.ports = Some(vec![PortStatus {
-            port: 443,
-            protocol: "TCP".into(),
+        assert_eq!(validate_ingress(&[proxied]), Ok(()));
+    }
+
+    /// An entry for `ip` with one port status.
+    fn with_port(ip: &str, port: i32, protocol: &str) -> LoadBalancerIngress {
+        let mut entry = ing(Some(ip), None);
+        entry.ports = Some(vec![PortStatus {
+            port,
+            protocol: protocol.into(),
             error: None,
         }]);
-        assert_eq!(validate_ingress(&[proxied]), Ok(()));
+        entry
     }
 
     #[test]
@@ -140,24 +135,8 @@ mod tests {
                 ip_mode: Some("Magic".into()),
                 ..LoadBalancerIngress::default()
             },
-            LoadBalancerIngress {
-                ip: Some("1.2.3.4".into()),
-                ports: Some(vec![PortStatus {
-                    port: 0,
-                    protocol: "TCP".into(),
-                    error: None,
-                }]),
-                ..LoadBalancerIngress::default()
-            },
-            LoadBalancerIngress {
-                ip: Some("1.2.3.4".into()),
-                ports: Some(vec![PortStatus {
-                    port: 80,
-                    protocol: "HTTP".into(),
-                    error: None,
-                }]),
-                ..LoadBalancerIngress::default()
-            },
+            with_port("1.2.3.4", 0, "TCP"),
+            with_port("1.2.3.4", 80, "HTTP"),
         ] {
             let err = bad(entry.clone()).expect_err(&format!("{entry:?}"));
             assert!(err.starts_with("ingress[1]"), "{err}");

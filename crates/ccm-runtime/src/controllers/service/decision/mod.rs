@@ -29,7 +29,7 @@ pub(crate) mod nodes;
 pub(crate) mod wants;
 
 #[cfg(test)]
-mod fixtures;
+pub(super) mod fixtures;
 
 use std::sync::Arc;
 

@@ -128,7 +128,8 @@ pub(crate) fn hosts_stale(state: HostsState<'_>, current: &NodeSet) -> bool {
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    use ccm_test::fixtures::NodeBuilder;
+    use k8s_openapi::api::core::v1::Taint;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
@@ -147,13 +148,9 @@ mod tests {
     }
 
     fn node(name: &str) -> Node {
-        let mut n = Node::default();
-        n.metadata.name = Some(name.into());
-        n.spec = Some(NodeSpec {
-            provider_id: Some(format!("fake://{name}")),
-            ..NodeSpec::default()
-        });
-        n
+        NodeBuilder::new(name)
+            .provider_id(format!("fake://{name}"))
+            .build()
     }
 
     fn labelled(mut n: Node, value: &str) -> Node {

@@ -77,10 +77,9 @@ impl LeaderElectionConfig {
         self
     }
 
-    /// Sets the identity.
-    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
-        self.identity = identity.into();
-        self
+    setters! {
+        /// Sets the identity.
+        pub fn with_identity(identity: impl Into<String>);
     }
 }
 
@@ -230,14 +229,13 @@ impl LeaderElector {
         self
     }
 
-    /// Keeps `fence` up to date instead of a fence of its own: open until the renew
-    /// deadline after the start of each successful acquisition or renewal, closed when
-    /// another candidate holds the Lease or on release. Build it with
-    /// [`Fence::leased`] and this elector's renew deadline.
-    #[must_use]
-    pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.fence = fence;
-        self
+    setters! {
+        /// Keeps `fence` up to date instead of a fence of its own: open until the renew
+        /// deadline after the start of each successful acquisition or renewal, closed when
+        /// another candidate holds the Lease or on release. Build it with
+        /// [`Fence::leased`] and this elector's renew deadline.
+        #[must_use]
+        pub fn with_fence(fence: Fence);
     }
 
     /// The fence this elector keeps.
@@ -301,16 +299,9 @@ impl LeaderElector {
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             spec.renew_time = Some(now());
             spec.lease_duration_seconds = Some(duration_secs);
-            match self
-                .api
-                .replace(&self.config.name, &PostParams::default(), &lease)
-                .await
-            {
+            match self.replace(&lease).await {
                 Ok(written) => {
-                    if let Some(spec) = &written.spec {
-                        self.observe(spec);
-                    }
-                    self.current = Some(written);
+                    self.hold_written(written);
                     return Ok(true);
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {} // fall through to a fresh read
@@ -337,10 +328,7 @@ impl LeaderElector {
             };
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(written) => {
-                    if let Some(spec) = &written.spec {
-                        self.observe(spec);
-                    }
-                    self.current = Some(written);
+                    self.hold_written(written);
                     Ok(true)
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false), // someone else created it
@@ -376,21 +364,28 @@ impl LeaderElector {
         }
         spec.holder_identity = Some(self.config.identity.clone());
         spec.lease_duration_seconds = Some(duration_secs);
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &new)
-            .await
-        {
+        match self.replace(&new).await {
             Ok(written) => {
-                if let Some(spec) = &written.spec {
-                    self.observe(spec);
-                }
-                self.current = Some(written);
+                self.hold_written(written);
                 Ok(true)
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(err) => Err(err),
         }
+    }
+
+    /// Writes `lease` over the Lease (a conflict if it changed since it was read).
+    async fn replace(&self, lease: &Lease) -> Result<Lease, kube::Error> {
+        let params = PostParams::default();
+        self.api.replace(&self.config.name, &params, lease).await
+    }
+
+    /// Takes `written`, the Lease as this candidate just wrote it, as the one it holds.
+    fn hold_written(&mut self, written: Lease) {
+        if let Some(spec) = &written.spec {
+            self.observe(spec);
+        }
+        self.current = Some(written);
     }
 
     /// Waits until this candidate holds the Lease. Returns `false` if `cancel` fired first.
@@ -477,11 +472,7 @@ impl LeaderElector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(t.clone());
         spec.acquire_time = Some(t);
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
+        match self.replace(&lease).await {
             Ok(_) => tracing::info!(identity = %self.config.identity, "released the leader lease"),
             Err(err) => tracing::warn!(error = %err, "failed to release the leader lease"),
         }

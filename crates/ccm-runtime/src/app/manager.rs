@@ -57,6 +57,16 @@ struct Shared {
     watch_failure_threshold: Duration,
 }
 
+/// What the leader runs ([`lead`]): the controllers, and what they are built with.
+#[derive(Clone)]
+struct LeaderWork {
+    controllers: Arc<Vec<Controller>>,
+    client: Client,
+    provider: Arc<dyn CloudProvider>,
+    options: Arc<Options>,
+    shared: Shared,
+}
+
 /// Why the controller manager stopped with an error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -194,19 +204,14 @@ impl CloudControllerManager {
         self
     }
 
-    /// How long in-flight reconciles may take to finish on shutdown (default 10s).
-    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
-        self.shutdown_grace = grace;
-        self
-    }
-
-    /// How long the Node or Service watch may fail before `/readyz` reports it (the checks
-    /// `watch-nodes` and `watch-services`; default 30s). Watches retry at least every 2
-    /// seconds, so a shorter outage of the API server never shows.
-    #[must_use]
-    pub fn with_watch_failure_threshold(mut self, threshold: Duration) -> Self {
-        self.watch_failure_threshold = threshold;
-        self
+    setters! {
+        /// How long in-flight reconciles may take to finish on shutdown (default 10s).
+        pub fn with_shutdown_grace(shutdown_grace: Duration);
+        /// How long the Node or Service watch may fail before `/readyz` reports it (the
+        /// checks `watch-nodes` and `watch-services`; default 30s). Watches retry at least
+        /// every 2 seconds, so a shorter outage of the API server never shows.
+        #[must_use]
+        pub fn with_watch_failure_threshold(watch_failure_threshold: Duration);
     }
 
     /// Parses the process's arguments, runs until SIGTERM or SIGINT, and returns the exit
@@ -467,16 +472,14 @@ impl CloudControllerManager {
             controller_client,
             watch_failure_threshold: self.watch_failure_threshold,
         };
-        let result = self
-            .elect_and_lead(
-                controllers,
-                client,
-                provider,
-                options,
-                shared,
-                shutdown.clone(),
-            )
-            .await;
+        let work = LeaderWork {
+            controllers,
+            client,
+            provider,
+            options,
+            shared,
+        };
+        let result = self.elect_and_lead(work, shutdown.clone()).await;
         shutdown.cancel();
         if let Some(server) = server {
             server.stopped().await;
@@ -485,20 +488,16 @@ impl CloudControllerManager {
     }
 
     /// Runs the controllers, under leader election when it is on.
-    #[allow(clippy::too_many_arguments)]
     async fn elect_and_lead(
         &self,
-        controllers: Arc<Vec<Controller>>,
-        client: Client,
-        provider: Arc<dyn CloudProvider>,
-        options: Arc<Options>,
-        shared: Shared,
+        work: LeaderWork,
         shutdown: CancellationToken,
     ) -> Result<(), AppError> {
-        if !options.leader_election.leader_elect {
-            return lead(controllers, client, provider, options, shared, shutdown).await;
+        if !work.options.leader_election.leader_elect {
+            return lead(work, shutdown).await;
         }
-        let le = &options.leader_election;
+        let shared = work.shared.clone();
+        let le = &work.options.leader_election;
         let lease_name = le.leader_elect_resource_name.clone();
         let elector = LeaderElector::new(
             shared.lease_client.clone(),
@@ -541,14 +540,7 @@ impl CloudControllerManager {
         shared.metrics.set_leader(&lease_name, true);
         let leading = shutdown.child_token();
         let grace = self.shutdown_grace;
-        let mut controllers = tokio::spawn(lead(
-            controllers,
-            client,
-            provider,
-            options.clone(),
-            shared.clone(),
-            leading.clone(),
-        ));
+        let mut controllers = tokio::spawn(lead(work.clone(), leading.clone()));
         // Renew until shutdown or loss. On shutdown the controllers stop first, then the
         // Lease is released; on loss they stop at once.
         let stop_renewing = CancellationToken::new();
@@ -594,14 +586,14 @@ impl CloudControllerManager {
 }
 
 /// What the leader runs: the provider's initialisation, the informers, the controllers.
-async fn lead(
-    controllers: Arc<Vec<Controller>>,
-    client: Client,
-    provider: Arc<dyn CloudProvider>,
-    options: Arc<Options>,
-    shared: Shared,
-    cancel: CancellationToken,
-) -> Result<(), AppError> {
+async fn lead(work: LeaderWork, cancel: CancellationToken) -> Result<(), AppError> {
+    let LeaderWork {
+        controllers,
+        client,
+        provider,
+        options,
+        shared,
+    } = work;
     provider
         .initialize(
             InitContext::new(client.clone(), cancel.clone())

@@ -400,6 +400,14 @@ mod tests {
         next(q, secs(3600)).await.expect("a key within an hour")
     }
 
+    /// A [`plain`] queue that has handed out `key`, and the key's work item.
+    async fn holding(key: &'static str) -> (Queue<&'static str>, WorkItem<&'static str>) {
+        let q = plain();
+        q.add(key);
+        let held = must_get(&q).await;
+        (q, held)
+    }
+
     /// The result of a spawned task, which must end within a minute.
     async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
         tokio::time::timeout(secs(60), task)
@@ -438,9 +446,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn key_added_while_held_is_requeued_once_released() {
-        let q = plain();
-        q.add("a");
-        let held = must_get(&q).await;
+        let (q, held) = holding("a").await;
         q.add("a");
         q.add("a");
         assert_eq!(q.len(), 1, "dirty while held counts in depth");
@@ -457,9 +463,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn releasing_an_unchanged_key_does_not_requeue_it() {
-        let q = plain();
-        q.add("a");
-        drop(must_get(&q).await);
+        let (q, held) = holding("a").await;
+        drop(held);
         assert!(next(&q, secs(60)).await.is_none());
     }
 
@@ -548,9 +553,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn shut_down_stops_handing_out_keys() {
-        let q = plain();
-        q.add("held");
-        let held = must_get(&q).await;
+        let (q, held) = holding("held").await;
         q.add("ready");
         q.add_after("delayed", secs(10));
         let waiter = tokio::spawn({

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod go_metrics;
 pub mod service_account;
 
 use parking_lot::Mutex;
@@ -25,11 +26,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ccm_provider::BoxError;
-use futures::TryFutureExt;
-use futures::future::{Either, MapErr, Ready, ready};
 use http::{Method, Request};
 use kube::client::ClientBuilder;
 use tokio::time::{Instant, Sleep};
+
+use self::go_metrics::{GoClientCounts, GoClientMetrics, NO_RESPONSE};
 use tower::{Layer, Service};
 
 /// Whether this replica may change anything: write to the API server or call the cloud to
@@ -152,9 +153,16 @@ fn fenced_message(since: Option<Duration>, deadline: Duration) -> String {
 #[derive(Debug, Default)]
 pub struct ApiCounters {
     counts: Mutex<BTreeMap<(String, String), u64>>,
+    go: GoClientMetrics,
 }
 
 impl ApiCounters {
+    /// What client-go's `rest_client_*` metrics count for these clients: responses by
+    /// status code and method, latencies, and waits for the rate limiter.
+    pub fn go_counts(&self) -> GoClientCounts {
+        self.go.snapshot()
+    }
+
     fn record<B>(&self, req: &Request<B>) {
         let key = (verb_of(req), resource_of(req.uri().path()));
         *self.counts.lock().entry(key).or_default() += 1;
@@ -377,6 +385,7 @@ impl<S> Layer<S> for ApiLayer {
             layer: self.clone(),
             wait: None,
             permit: false,
+            limiter: None,
         }
     }
 }
@@ -387,20 +396,24 @@ pub struct ApiService<S> {
     layer: ApiLayer,
     wait: Option<Pin<Box<Sleep>>>,
     permit: bool,
+    /// When this request began waiting for the rate limiter, then how long it waited.
+    limiter: Option<Result<Duration, Instant>>,
 }
 
-impl<S, B> Service<Request<B>> for ApiService<S>
+impl<S, B, RB> Service<Request<B>> for ApiService<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+    RB: Send + 'static,
     S::Error: Into<BoxError>,
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future =
-        Either<Ready<Result<S::Response, BoxError>>, MapErr<S::Future, fn(S::Error) -> BoxError>>;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if let Some(bucket) = &self.layer.bucket {
+            let started = *self.limiter.get_or_insert(Err(Instant::now()));
             while !self.permit {
                 if let Some(wait) = self.wait.as_mut() {
                     match wait.as_mut().poll(cx) {
@@ -409,7 +422,12 @@ where
                     }
                 }
                 match bucket.try_take() {
-                    Ok(()) => self.permit = true,
+                    Ok(()) => {
+                        self.permit = true;
+                        if let Err(since) = started {
+                            self.limiter = Some(Ok(since.elapsed()));
+                        }
+                    }
                     Err(delay) => self.wait = Some(Box::pin(tokio::time::sleep(delay))),
                 }
             }
@@ -419,6 +437,9 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         self.permit = false;
+        if let Some(Ok(waited)) = self.limiter.take() {
+            self.layer.counters.go.waited(req.method().as_str(), waited);
+        }
         if let Some(fence) = &self.layer.fence
             && !is_read(&req)
             && let Err(fenced) = fence.check()
@@ -429,21 +450,37 @@ where
                 error = %fenced,
                 "refused an API write"
             );
-            return Either::Left(ready(Err(Box::new(fenced))));
+            return Box::pin(std::future::ready(Err(Box::new(fenced) as BoxError)));
         }
-        if !self.layer.uncounted {
-            self.layer.counters.record(&req);
+        if self.layer.uncounted {
+            let call = self.inner.call(req);
+            return Box::pin(async move { call.await.map_err(Into::into) });
         }
-        Either::Right(
-            self.inner
-                .call(req)
-                .map_err(Into::into as fn(S::Error) -> BoxError),
-        )
+        self.layer.counters.record(&req);
+        let method = req.method().as_str().to_owned();
+        let counters = self.layer.counters.clone();
+        let started = Instant::now();
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            let result = call.await.map_err(Into::into);
+            let code = match &result {
+                Ok(response) => response.status().as_str().to_owned(),
+                Err(_) => NO_RESPONSE.to_owned(),
+            };
+            counters.go.finished(&method, &code, started.elapsed());
+            result
+        })
     }
 }
 
 /// A kube client for `config`, wrapped in `layer`.
 pub fn build_client(config: kube::Config, layer: &ApiLayer) -> Result<kube::Client, kube::Error> {
+    let host = config
+        .cluster_url
+        .authority()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    layer.counters.go.set_host(host);
     let builder = ClientBuilder::try_from(config)?;
     Ok(builder.with_layer(layer).build())
 }
@@ -486,6 +523,11 @@ impl Service<Request<kube::client::Body>> for Through {
 mod tests {
     use super::*;
 
+    /// A request without a body.
+    fn request(method: &str, uri: &str) -> Request<()> {
+        Request::builder().method(method).uri(uri).body(()).unwrap()
+    }
+
     #[test]
     fn resources_are_named_from_paths() {
         for (path, want) in [
@@ -516,8 +558,7 @@ mod tests {
 
     #[test]
     fn verbs_distinguish_list_and_watch() {
-        let verb =
-            |m: &str, uri: &str| verb_of(&Request::builder().method(m).uri(uri).body(()).unwrap());
+        let verb = |method: &str, uri: &str| verb_of(&request(method, uri));
         assert_eq!(verb("GET", "/api/v1/nodes?labelSelector=a"), "LIST");
         assert_eq!(
             verb("GET", "/api/v1/nodes?watch=true&resourceVersion=5"),
@@ -594,23 +635,28 @@ mod tests {
             "a waits for its own"
         );
         assert_eq!(api.counters().count("GET", "nodes"), 3, "counted once each");
+        // Go's names: three responses, and the rate limiter's waits (the third waited 1 s).
+        let go = api.counters().go_counts();
+        assert_eq!(go.results[&("200".to_owned(), "GET".to_owned())], 3);
+        assert_eq!(go.latency["GET"].count, 3);
+        let waits = &go.rate_limiter["GET"];
+        assert_eq!((waits.count, waits.sum), (3, 1.0));
+        assert_eq!(waits.buckets[0], 2, "two did not wait");
+        assert_eq!(waits.buckets[5], 1, "one waited 1 s (≤ 1 s)");
     }
 
     #[tokio::test(start_paused = true)]
     async fn service_waits_for_tokens_and_counts() {
         let layer = ApiLayer::new().with_rate_limit(2.0, 1);
         let mut svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
-            Ok::<_, BoxError>(())
+            Ok::<_, BoxError>(http::Response::new(()))
         }));
         let start = Instant::now();
         for _ in 0..3 {
             std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
-            let req = Request::builder()
-                .method("PATCH")
-                .uri("/api/v1/nodes/n1")
-                .body(())
+            svc.call(request("PATCH", "/api/v1/nodes/n1"))
+                .await
                 .unwrap();
-            svc.call(req).await.unwrap();
         }
         // One token at once, then one every 500ms.
         assert_eq!(start.elapsed(), Duration::from_millis(1000));
@@ -663,13 +709,10 @@ mod tests {
             let sent = sent.clone();
             move |req: Request<()>| {
                 sent.lock().push(req.method().to_string());
-                async { Ok::<_, BoxError>(()) }
+                async { Ok::<_, BoxError>(http::Response::new(())) }
             }
         }));
-        let mut call = |method: &str, uri: &str| {
-            let req = Request::builder().method(method).uri(uri).body(()).unwrap();
-            svc.call(req)
-        };
+        let mut call = |method: &str, uri: &str| svc.call(request(method, uri));
         // Reads pass a closed fence: a standby and a fenced leader keep their caches.
         call("GET", "/api/v1/nodes?watch=true").await.unwrap();
         call("GET", "/api/v1/nodes/n1").await.unwrap();
@@ -689,14 +732,10 @@ mod tests {
         let elector = layer.for_leader_election();
         tokio::time::advance(Duration::from_secs(3)).await;
         let mut svc = elector.layer(tower::service_fn(|_req: Request<()>| async {
-            Ok::<_, BoxError>(())
+            Ok::<_, BoxError>(http::Response::new(()))
         }));
-        let req = Request::builder()
-            .method("PUT")
-            .uri("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm")
-            .body(())
-            .unwrap();
-        svc.call(req).await.unwrap();
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm";
+        svc.call(request("PUT", lease)).await.unwrap();
         assert_eq!(layer.counters().count("PUT", "leases"), 1);
     }
 }

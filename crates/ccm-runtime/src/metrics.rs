@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
@@ -42,8 +43,11 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::client::ApiCounters;
+use crate::client::go_metrics::{GoClientCounts, Latencies};
 use crate::instrumented::CloudCallMetrics;
 use crate::workqueue::QueueMetrics;
+
+mod process;
 use ccm_provider::CloudProvider;
 use ccm_provider::MetricsRegistry;
 
@@ -69,8 +73,10 @@ struct Inner {
     cloud_calls: CloudCallMetrics,
     running_controllers: Family<ControllerLabels, Gauge>,
     leader: Family<NameLabel, Gauge>,
+    slowpath: Family<NameLabel, Counter>,
     sources: Arc<ScrapeSources>,
     controllers: ControllerMetrics,
+    build_info: Family<Vec<(&'static str, String)>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -115,6 +121,13 @@ impl Metrics {
              Please make sure to group by name",
             leader.clone(),
         );
+        let slowpath = Family::<NameLabel, Counter>::default();
+        registry.register(
+            "leader_election_slowpath",
+            "Total number of slow path exercised in renewing leader leases. 'name' is the \
+             string used to identify the lease. Please make sure to group by name",
+            slowpath.clone(),
+        );
         let sources = Arc::new(ScrapeSources::default());
         registry.register_collector(Box::new(Arc::clone(&sources)));
         let controllers = ControllerMetrics::register(&mut registry);
@@ -124,6 +137,15 @@ impl Metrics {
              rejected (by the API server) or unreachable (after client-go's 12 tries)",
             crate::events::dropped_metric(),
         );
+        registry.register_collector(Box::new(process::ProcessCollector));
+        let build_info = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        registry.register(
+            "kubernetes_build_info",
+            "A metric with a constant '1' value labeled by major, minor, git version, git \
+             commit, git tree state, build date, Go version, and compiler from which Kubernetes \
+             was built, and platform on which it is running",
+            build_info.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry: MetricsRegistry::from(registry),
@@ -131,10 +153,42 @@ impl Metrics {
                 cloud_calls,
                 running_controllers,
                 leader,
+                slowpath,
                 sources,
                 controllers,
+                build_info,
             }),
         }
+    }
+
+    /// Sets `kubernetes_build_info` (1, with Go's labels) for a binary of `version`
+    /// (`1.2.3` or `v1.2.3`) built from `git_commit`: `git_version` `v1.2.3`, `major` `1`,
+    /// `minor` `2`, `compiler` `rustc`, `platform` `os/arch`; `go_version`, `build_date` and
+    /// `git_tree_state` empty (there is no Go, and the build does not record them).
+    pub fn set_build_info(&self, version: &str, git_commit: Option<&str>) {
+        let version = version.strip_prefix('v').unwrap_or(version);
+        let mut parts = version.split('.');
+        let (major, minor) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let labels = vec![
+            ("build_date", String::new()),
+            ("compiler", "rustc".to_owned()),
+            ("git_commit", git_commit.unwrap_or("").to_owned()),
+            ("git_tree_state", String::new()),
+            ("git_version", format!("v{version}")),
+            ("go_version", String::new()),
+            ("major", major.to_owned()),
+            ("minor", minor.to_owned()),
+            (
+                "platform",
+                format!(
+                    "{}/{}",
+                    std::env::consts::OS,
+                    go_arch(std::env::consts::ARCH)
+                ),
+            ),
+        ];
+        self.inner.build_info.clear();
+        self.inner.build_info.get_or_create(&labels).set(1);
     }
 
     /// Wraps `provider` so that every call to it, through any of its capabilities, is
@@ -176,12 +230,14 @@ impl Metrics {
     }
 
     /// Exports a Kubernetes client's request counts as
-    /// `rest_client_requests_total{verb, resource}`, read at scrape time. Get the handle
+    /// `ccm_api_requests_total{verb, resource}` and client-go's `rest_client_*` metrics, read
+    /// at scrape time. Get the handle
     /// from [`ApiLayer::counters`](crate::client::ApiLayer::counters). Counts of several
     /// clients are added up.
     ///
-    /// Go's client-go metric of that name is labelled `{code, host, method}`; ours is by
-    /// Kubernetes verb (`GET`, `LIST`, `WATCH`, `PATCH`…) and resource (`nodes/status`).
+    /// `ccm_api_requests_total` counts by Kubernetes verb (`GET`, `LIST`, `WATCH`, `PATCH`…)
+    /// and resource (`nodes/status`); client-go's `rest_client_requests_total` by status
+    /// code, host and HTTP method.
     pub fn register_api_counters(&self, counters: Arc<ApiCounters>) {
         self.inner.sources.api.lock().push(counters);
     }
@@ -205,6 +261,18 @@ impl Metrics {
                 name: name.to_owned(),
                 manager: self.inner.manager.clone(),
             })
+    }
+
+    /// Adds `by` to `leader_election_slowpath_total{name}` (client-go's): renewals of the
+    /// Lease `name` that had to read it again because the write from the copy held failed.
+    /// `by` 0 makes the series appear.
+    pub fn count_leader_slowpath(&self, name: &str, by: u64) {
+        self.inner
+            .slowpath
+            .get_or_create_owned(&NameLabel {
+                name: name.to_owned(),
+            })
+            .inc_by(by);
     }
 
     /// Sets `leader_election_master_status{name}`: 1 while this process holds the lease
@@ -288,6 +356,8 @@ pub struct ControllerMetrics {
     pub update_loadbalancer_host_latency: Histogram,
     /// `route_controller_route_sync_total`: route syncs with the cloud.
     pub route_sync: Counter,
+    /// Go's `node_ipam_controller_cidrset_*` metrics, for the node-ipam controller.
+    pub node_ipam: NodeIpamMetrics,
 }
 
 impl ControllerMetrics {
@@ -302,6 +372,7 @@ impl ControllerMetrics {
             nodesync_latency: service_latency(),
             update_loadbalancer_host_latency: service_latency(),
             route_sync: Counter::default(),
+            node_ipam: NodeIpamMetrics::register(registry),
         };
         registry.register(
             "node_controller_initial_node_sync_delay_seconds",
@@ -348,6 +419,95 @@ impl ControllerMetrics {
     }
 }
 
+/// Go's label of the node-ipam metrics: the cluster CIDR a set cuts.
+type ClusterCidrLabel = [(&'static str, String); 1];
+
+/// Go's `node_ipam_controller_cidrset_*` metrics (`pkg/controller/nodeipam/ipam/cidrset`),
+/// with Go's names (the `cirdset_max_cidrs` spelling included), help and buckets, labelled
+/// by `clusterCIDR`.
+#[derive(Clone, Debug)]
+pub struct NodeIpamMetrics {
+    allocations: Family<ClusterCidrLabel, Counter>,
+    releases: Family<ClusterCidrLabel, Counter>,
+    max_cidrs: Family<ClusterCidrLabel, Gauge>,
+    usage: Family<ClusterCidrLabel, Gauge<f64, AtomicU64>>,
+    tries: Family<ClusterCidrLabel, Histogram, fn() -> Histogram>,
+}
+
+fn tries_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 5.0, 5))
+}
+
+impl NodeIpamMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            allocations: Family::default(),
+            releases: Family::default(),
+            max_cidrs: Family::default(),
+            usage: Family::default(),
+            tries: Family::new_with_constructor(tries_histogram),
+        };
+        registry.register(
+            "node_ipam_controller_cidrset_cidrs_allocations",
+            "Counter measuring total number of CIDR allocations",
+            m.allocations.clone(),
+        );
+        registry.register(
+            "node_ipam_controller_cidrset_cidrs_releases",
+            "Counter measuring total number of CIDR releases",
+            m.releases.clone(),
+        );
+        registry.register(
+            "node_ipam_controller_cirdset_max_cidrs",
+            "Maximum number of CIDRs that can be allocated",
+            m.max_cidrs.clone(),
+        );
+        registry.register(
+            "node_ipam_controller_cidrset_usage_cidrs",
+            "Gauge measuring percentage of allocated CIDRs",
+            m.usage.clone(),
+        );
+        registry.register(
+            "node_ipam_controller_cidrset_allocation_tries_per_request",
+            "Number of endpoints added on each Service sync",
+            m.tries.clone(),
+        );
+        m
+    }
+
+    /// Counts `taken` and `freed` subnets of the set cutting `cluster` into `subnets`, of
+    /// which `allocated` are now used.
+    pub fn count(&self, cluster: &str, subnets: u64, allocated: u64, taken: u64, freed: u64) {
+        let label = [("clusterCIDR", cluster.to_owned())];
+        self.allocations.get_or_create(&label).inc_by(taken);
+        self.releases.get_or_create(&label).inc_by(freed);
+        self.max_cidrs
+            .get_or_create(&label)
+            .set(i64::try_from(subnets).unwrap_or(i64::MAX));
+        self.usage
+            .get_or_create(&label)
+            .set(allocated as f64 / subnets as f64);
+    }
+
+    /// Records how many used subnets one allocation from `cluster` passed over.
+    pub fn observe_tries(&self, cluster: &str, tries: u64) {
+        self.tries
+            .get_or_create(&[("clusterCIDR", cluster.to_owned())])
+            .observe(tries as f64);
+    }
+}
+
+/// Go's name of a Rust `target_arch` (`GOARCH`), as Go's `platform` label writes it.
+fn go_arch(arch: &str) -> &str {
+    match arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
 /// What is read at scrape time: the work queues and the Kubernetes clients' counters.
 #[derive(Debug, Default)]
 struct ScrapeSources {
@@ -374,8 +534,8 @@ impl Collector for ScrapeSources {
         }
         if !requests.is_empty() {
             let mut family = encoder.encode_descriptor(
-                "rest_client_requests",
-                "Number of HTTP requests to the Kubernetes API, partitioned by verb and resource.",
+                "ccm_api_requests",
+                "Number of requests to the Kubernetes API, partitioned by verb and resource.",
                 None,
                 MetricType::Counter,
             )?;
@@ -386,8 +546,68 @@ impl Collector for ScrapeSources {
                     .encode_counter::<NoLabelSet, _, u64>(n, None)?;
             }
         }
-        Ok(())
+        let clients: Vec<GoClientCounts> = self.api.lock().iter().map(|c| c.go_counts()).collect();
+        encode_go_client(&mut encoder, &clients)
     }
+}
+
+/// client-go's `rest_client_*` metrics, the counts of every client added up by `host`.
+fn encode_go_client(
+    encoder: &mut DescriptorEncoder<'_>,
+    clients: &[GoClientCounts],
+) -> Result<(), fmt::Error> {
+    let mut results: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+    let mut latency: BTreeMap<(&str, &str), Latencies> = BTreeMap::new();
+    let mut waits: BTreeMap<(&str, &str), Latencies> = BTreeMap::new();
+    for c in clients {
+        for ((code, method), n) in &c.results {
+            *results.entry((code, c.host.as_str(), method)).or_default() += n;
+        }
+        for (into, from) in [(&mut latency, &c.latency), (&mut waits, &c.rate_limiter)] {
+            for (verb, l) in from {
+                into.entry((c.host.as_str(), verb)).or_default().add(l);
+            }
+        }
+    }
+    if !results.is_empty() {
+        let mut family = encoder.encode_descriptor(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((code, host, method), n) in &results {
+            let labels = [("code", *code), ("host", *host), ("method", *method)];
+            family
+                .encode_family(&labels)?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+    }
+    let histograms = [
+        (
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            latency,
+        ),
+        (
+            "rest_client_rate_limiter_duration_seconds",
+            "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+            waits,
+        ),
+    ];
+    for (name, help, series) in histograms {
+        if series.is_empty() {
+            continue;
+        }
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        for ((host, verb), l) in &series {
+            let labels = [("host", *host), ("verb", *verb)];
+            family
+                .encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(l.sum, l.count, &l.encoded(), None)?;
+        }
+    }
+    Ok(())
 }
 
 fn encode_queues(
@@ -426,6 +646,31 @@ fn encode_queues(
             } else {
                 metric.encode_counter::<NoLabelSet, _, u64>(&value, None)?;
             }
+        }
+    }
+    let now = tokio::time::Instant::now();
+    let running: Vec<(f64, f64)> = queues.iter().map(|(_, m)| m.unfinished_work(now)).collect();
+    type ReadRunning = fn(&(f64, f64)) -> f64;
+    let gauges: [(&str, &str, ReadRunning); 2] = [
+        (
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has done that is in progress and hasn't been observed by \
+             work_duration. Large values indicate stuck threads. One can deduce the number of \
+             stuck threads by observing the rate at which this increases.",
+            |r| r.0,
+        ),
+        (
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            |r| r.1,
+        ),
+    ];
+    for (name, help, read) in gauges {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for ((queue, _), r) in queues.iter().zip(&running) {
+            family
+                .encode_family(&[("name", queue.as_str())])?
+                .encode_gauge(&read(r))?;
         }
     }
     type ReadHistogram = fn(&QueueMetrics) -> &crate::workqueue::DurationHistogram;

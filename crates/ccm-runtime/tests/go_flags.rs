@@ -39,8 +39,16 @@ fn go_flags() -> Vec<GoFlag> {
         .collect()
 }
 
-/// Our own flags, which Go has not.
-const OURS: &[&str] = &["insecure-serving"];
+/// Flags `k8s.io/cloud-provider` has not: ours, and those of the nodeipam flag set that
+/// Kubernetes' own `cloud-controller-manager` binary adds (`cmd/cloud-controller-manager`,
+/// `NodeIPAMControllerOptions.AddFlags`).
+const OURS: &[&str] = &[
+    "insecure-serving",
+    "node-cidr-mask-size",
+    "node-cidr-mask-size-ipv4",
+    "node-cidr-mask-size-ipv6",
+    "service-cluster-ip-range",
+];
 
 fn defined() -> BTreeSet<String> {
     Options::command()

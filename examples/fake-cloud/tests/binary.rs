@@ -382,7 +382,8 @@ async fn endpoints_report_readiness_and_metrics() {
         "node_controller_cloud_provider_taint_removal_delay_seconds_count 1",
         "node_controller_initial_node_sync_delay_seconds_count 1",
         "route_controller_route_sync_total",
-        "rest_client_requests_total{verb=\"PATCH\",resource=\"nodes\"}",
+        "ccm_api_requests_total{verb=\"PATCH\",resource=\"nodes\"}",
+        "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:",
     ] {
         assert!(
             metrics.contains(needle),

@@ -1,12 +1,14 @@
-//! The four built-in controllers as [`Controller`] registrations (Go's
-//! `DefaultInitFuncConstructors`): names and aliases from Go's `names/controller_names.go`,
-//! the capability each needs, and how each is built from the flags.
+//! The built-in controllers as [`Controller`] registrations: the four of Go's
+//! `DefaultInitFuncConstructors` (names and aliases from Go's `names/controller_names.go`)
+//! and the node-ipam controller Kubernetes' own `cloud-controller-manager` binary adds, the
+//! capability each needs, and how each is built from the flags.
 
 use ccm_provider::BoxError;
 
 use super::controller::{Capability, Controller, ControllerContext, ControllerFuture};
 use super::options::{FlagError, Options};
 use crate::controllers::node::{CloudNodeController, CloudNodeControllerConfig};
+use crate::controllers::node_ipam::{MaskSizeFlags, NodeIpamConfig, NodeIpamController};
 use crate::controllers::node_lifecycle::{NodeLifecycleController, NodeLifecycleControllerConfig};
 use crate::controllers::route::{RouteConfigError, RouteController, RouteControllerConfig};
 use crate::controllers::service::{ServiceController, ServiceControllerConfig};
@@ -19,6 +21,10 @@ pub const CLOUD_NODE_LIFECYCLE_CONTROLLER: &str = "cloud-node-lifecycle-controll
 pub const SERVICE_LB_CONTROLLER: &str = "service-lb-controller";
 /// The route controller's name.
 pub const NODE_ROUTE_CONTROLLER: &str = "node-route-controller";
+/// The node-ipam controller's name (Kubernetes' `kcmnames.NodeIpamController`).
+pub const NODE_IPAM_CONTROLLER: &str = "node-ipam-controller";
+/// The one `--cidr-allocator-type` supported.
+pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
 
 /// The ServiceAccount of the cloud-node and cloud-node-lifecycle controllers under
 /// `--use-service-account-credentials` (Go's `ClientName`: the two share it).
@@ -49,6 +55,15 @@ pub(crate) fn builtin_controllers() -> Vec<Controller> {
             .requires(Capability::Routes)
             .only_if("--configure-cloud-routes", |o| o.configure_cloud_routes)
             .check_options(|o| route_config(o).map(drop)),
+        // Off under `*`, unlike in Kubernetes' binary: CCMs built on `k8s.io/cloud-provider`
+        // have no node-ipam controller and ignore `--allocate-node-cidrs`, so their manifests
+        // must not start a second allocator beside kube-controller-manager's.
+        Controller::new(NODE_IPAM_CONTROLLER, start_node_ipam)
+            .with_alias("nodeipam")
+            .with_service_account(NODE_CONTROLLER_ACCOUNT)
+            .disabled_by_default()
+            .only_if("--allocate-node-cidrs", |o| o.allocate_node_cidrs)
+            .check_options(|o| node_ipam_config(o).map(drop)),
     ]
 }
 
@@ -105,6 +120,40 @@ fn start_route(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let c = RouteController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
         .ok_or_else(|| missing(Capability::Routes))?;
     Ok(Box::pin(c.run(ctx.cancel.clone())))
+}
+
+fn start_node_ipam(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
+    let config = node_ipam_config(&ctx.options)?;
+    let metrics = ctx.manager_metrics.controllers().node_ipam.clone();
+    let c = NodeIpamController::new(
+        ctx.client.clone(),
+        ctx.nodes.clone(),
+        &config,
+        Some(metrics),
+    )?;
+    ctx.manager_metrics
+        .register_queue(c.queue().name(), c.queue().shared_metrics());
+    Ok(Box::pin(c.run(ctx.cancel.clone())))
+}
+
+/// The node-ipam controller's settings from the flags; errors name the flag.
+fn node_ipam_config(o: &Options) -> Result<NodeIpamConfig, FlagError> {
+    if o.cidr_allocator_type != RANGE_ALLOCATOR {
+        return Err(FlagError {
+            flag: "--cidr-allocator-type",
+            message: format!(
+                "{:?}: only {RANGE_ALLOCATOR} is supported (CloudAllocator needs a cloud's own \
+                 allocator)",
+                o.cidr_allocator_type
+            ),
+        });
+    }
+    let masks = MaskSizeFlags {
+        node_cidr_mask_size: o.node_cidr_mask_size,
+        ipv4: o.node_cidr_mask_size_ipv4,
+        ipv6: o.node_cidr_mask_size_ipv6,
+    };
+    NodeIpamConfig::new(&o.cluster_cidr, &o.service_cluster_ip_range, masks)
 }
 
 /// The route controller's settings from the flags; errors name the flag.

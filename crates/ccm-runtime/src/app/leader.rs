@@ -190,6 +190,8 @@ pub struct LeaderElector {
     fence: Fence,
     /// The `/healthz` check, if any.
     healthz: Option<LeaderHealthz>,
+    /// Where `leader_election_slowpath_total` is counted, if anywhere.
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 fn now() -> MicroTime {
@@ -217,7 +219,17 @@ impl LeaderElector {
             current: None,
             fence,
             healthz: None,
+            metrics: None,
         }
+    }
+
+    /// Counts each renewal that could not write from the copy it holds and had to read the
+    /// Lease again in `metrics`' `leader_election_slowpath_total{name}` (client-go's).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        metrics.count_leader_slowpath(&self.config.name, 0);
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Keeps `healthz` up to date: renewed at each successful acquisition or renewal, not
@@ -304,7 +316,12 @@ impl LeaderElector {
                     self.hold_written(written);
                     return Ok(true);
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => {} // fall through to a fresh read
+                // Fall through to a fresh read: client-go's slow path.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    if let Some(metrics) = &self.metrics {
+                        metrics.count_leader_slowpath(&self.config.name, 1);
+                    }
+                }
                 Err(err) => return Err(err),
             }
         }

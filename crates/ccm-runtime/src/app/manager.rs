@@ -335,6 +335,7 @@ impl CloudControllerManager {
         }
 
         let metrics = Metrics::new();
+        metrics.set_build_info(self.version.version, self.version.git_commit);
         // Under leader election, closed while this replica cannot prove it holds the Lease:
         // no cloud mutation (the one provider wrapper) and no API write (the client layer).
         let fence = if options.leader_election.leader_elect {
@@ -511,7 +512,8 @@ impl CloudControllerManager {
                 le.leader_elect_retry_period,
             ),
         )
-        .with_fence(shared.fence.clone());
+        .with_fence(shared.fence.clone())
+        .with_metrics(shared.metrics.clone());
         // Live unless leading without renewing (Go's leaderElection healthz check).
         let healthz = LeaderHealthz::new(MAX_TOLERABLE_EXPIRED_LEASE);
         let mut elector = elector.with_healthz(healthz.clone());

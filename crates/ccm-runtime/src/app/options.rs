@@ -171,6 +171,38 @@ pub struct Options {
         help_heading = "Controllers"
     )]
     pub cluster_cidr: String,
+    /// Whether the node-ipam controller gives Nodes pod CIDRs from --cluster-cidr (it runs
+    /// only when also named in --controllers, e.g. `*,nodeipam`).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Node IPAM")]
+    pub allocate_node_cidrs: bool,
+    /// How the node-ipam controller allocates: `RangeAllocator` (from --cluster-cidr) is the
+    /// one supported.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "RangeAllocator",
+        help_heading = "Node IPAM"
+    )]
+    pub cidr_allocator_type: String,
+    /// CIDR range(s) for Services, comma-separated (one per IP family); never given to a
+    /// Node as its pod CIDR.
+    #[arg(
+        long,
+        value_name = "CIDRS",
+        default_value = "",
+        help_heading = "Node IPAM"
+    )]
+    pub service_cluster_ip_range: String,
+    /// Mask size of a Node's pod CIDR in a single-stack cluster (0: the family's default,
+    /// 24 for IPv4, 64 for IPv6).
+    #[arg(long, value_name = "BITS", value_parser = goflag::go_int32, default_value_t = 0, help_heading = "Node IPAM")]
+    pub node_cidr_mask_size: i32,
+    /// Mask size of a Node's IPv4 pod CIDR in a dual-stack cluster (0: 24).
+    #[arg(long, value_name = "BITS", value_parser = goflag::go_int32, default_value_t = 0, help_heading = "Node IPAM")]
+    pub node_cidr_mask_size_ipv4: i32,
+    /// Mask size of a Node's IPv6 pod CIDR in a dual-stack cluster (0: 64).
+    #[arg(long, value_name = "BITS", value_parser = goflag::go_int32, default_value_t = 0, help_heading = "Node IPAM")]
+    pub node_cidr_mask_size_ipv6: i32,
     /// Whether the route controller configures cloud routes for pod CIDRs.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub configure_cloud_routes: bool,
@@ -266,12 +298,6 @@ pub struct LeaderElectionOptions {
 /// start, and reported by [`Options::ignored_flags`] when set. `None` (or empty): not given.
 #[derive(Clone, Debug, Default, Args)]
 pub(crate) struct IgnoredFlags {
-    /// Ignored: Go's v1.36 CCM ignores it too; the route controller follows --configure-cloud-routes.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
-    allocate_node_cidrs: Option<bool>,
-    /// Ignored: no node IPAM controller runs here.
-    #[arg(long, value_name = "TYPE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
-    cidr_allocator_type: Option<String>,
     /// Ignored: no profiling endpoints are served.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true, help_heading = IGNORED_HEADING)]
     contention_profiling: Option<bool>,
@@ -351,14 +377,6 @@ const IGNORED_HEADING: &str = "Accepted for compatibility with Go, no effect";
 /// Each ignored flag and why, as [`Options::ignored_flags`] reports it.
 const IGNORED: &[(&str, &str)] = &[
     (
-        "--allocate-node-cidrs",
-        "Go's v1.36 cloud-controller-manager ignores it too; the route controller follows --configure-cloud-routes",
-    ),
-    (
-        "--cidr-allocator-type",
-        "no node IPAM controller runs here; kube-controller-manager allocates pod CIDRs",
-    ),
-    (
         "--contention-profiling",
         "no profiling endpoints are served",
     ),
@@ -422,8 +440,6 @@ impl IgnoredFlags {
     /// The flags given on the command line.
     fn given(&self) -> Vec<&'static str> {
         let flags = [
-            ("--allocate-node-cidrs", self.allocate_node_cidrs.is_some()),
-            ("--cidr-allocator-type", self.cidr_allocator_type.is_some()),
             (
                 "--contention-profiling",
                 self.contention_profiling.is_some(),

@@ -68,8 +68,8 @@ mod tests {
     use super::*;
 
     use crate::app::builtin::{
-        CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, NODE_ROUTE_CONTROLLER,
-        SERVICE_LB_CONTROLLER, builtin_controllers,
+        CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, NODE_IPAM_CONTROLLER,
+        NODE_ROUTE_CONTROLLER, SERVICE_LB_CONTROLLER, builtin_controllers,
     };
     use crate::app::controller::ControllerFuture;
 
@@ -91,9 +91,16 @@ mod tests {
     fn star_enables_the_defaults() {
         let s = sel("*").unwrap();
         for c in builtin_controllers() {
-            assert!(c.is_enabled_by_default());
-            assert!(s.is_enabled(c.name(), true));
+            // All of Go's four; node-ipam only when named (see builtin.rs).
+            let on = c.name() != NODE_IPAM_CONTROLLER;
+            assert_eq!(c.is_enabled_by_default(), on, "{}", c.name());
+            assert_eq!(s.is_enabled(c.name(), c.is_enabled_by_default()), on);
         }
+        let s = sel("*,nodeipam").unwrap();
+        assert!(
+            s.is_enabled("node-ipam-controller", false),
+            "named by its alias"
+        );
         assert!(
             !s.is_enabled("my-extra", false),
             "off by default stays off under *"

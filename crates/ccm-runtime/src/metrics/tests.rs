@@ -9,7 +9,7 @@ use ccm_provider::{
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
-use k8s_openapi::api::core::v1::NodeSpec;
+use ccm_test::fixtures::NodeBuilder;
 use tower::Layer as _;
 use tower::Service as _;
 
@@ -39,13 +39,9 @@ fn calls(text: &str, method: &str, result: &str) -> f64 {
 }
 
 fn node(name: &str) -> Node {
-    let mut n = Node::default();
-    n.metadata.name = Some(name.into());
-    n.spec = Some(NodeSpec {
-        provider_id: Some(format!("acme://{name}")),
-        ..NodeSpec::default()
-    });
-    n
+    NodeBuilder::new(name)
+        .provider_id(format!("acme://{name}"))
+        .build()
 }
 
 fn full_cloud() -> MockCloud {
@@ -61,31 +57,35 @@ fn full_cloud() -> MockCloud {
 
 #[test]
 fn capabilities_are_preserved() {
+    // Which of instances, legacy instances, zones, load balancer, routes and clusters the
+    // provider supports.
+    let supports = |p: &dyn CloudProvider| {
+        [
+            p.instances().is_some(),
+            p.legacy_instances().is_some(),
+            p.zones().is_some(),
+            p.load_balancer().is_some(),
+            p.routes().is_some(),
+            p.clusters().is_some(),
+        ]
+    };
     let metrics = Metrics::new();
     let bare = metrics.instrument(Arc::new(MockCloud::new("acme")));
     assert_eq!(bare.provider_name(), "acme");
     assert!(bare.has_cluster_id());
-    assert!(bare.instances().is_none());
-    assert!(bare.legacy_instances().is_none());
-    assert!(bare.zones().is_none());
-    assert!(bare.load_balancer().is_none());
-    assert!(bare.routes().is_none());
-    assert!(bare.clusters().is_none());
+    assert_eq!(supports(&*bare), [false; 6]);
 
     let full = metrics.instrument(Arc::new(full_cloud()));
     assert!(!full.has_cluster_id(), "forwarded");
-    assert!(full.instances().is_some());
-    assert!(full.legacy_instances().is_some());
-    assert!(full.zones().is_some());
-    assert!(full.load_balancer().is_some());
-    assert!(full.routes().is_some());
-    assert!(full.clusters().is_some());
+    assert_eq!(supports(&*full), [true; 6]);
 
     let only_lb = metrics.instrument(Arc::new(
         MockCloud::new("acme").with_load_balancer(MockLoadBalancer::new()),
     ));
-    assert!(only_lb.load_balancer().is_some());
-    assert!(only_lb.instances().is_none() && only_lb.routes().is_none());
+    assert_eq!(
+        supports(&*only_lb),
+        [false, false, false, true, false, false]
+    );
 }
 
 #[tokio::test]
@@ -505,7 +505,7 @@ async fn api_requests_are_read_at_scrape_time() {
         (&layers[1], "/api/v1/namespaces/kube-system/events"),
     ] {
         let mut svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
-            Ok::<_, std::convert::Infallible>(())
+            Ok::<_, std::convert::Infallible>(http::Response::new(()))
         }));
         let req = http::Request::builder()
             .method("PATCH")
@@ -518,7 +518,7 @@ async fn api_requests_are_read_at_scrape_time() {
     assert_eq!(
         value(
             &text,
-            r#"rest_client_requests_total{verb="PATCH",resource="nodes/status"}"#
+            r#"ccm_api_requests_total{verb="PATCH",resource="nodes/status"}"#
         ),
         Some(2.0),
         "clients add up:\n{text}"
@@ -526,9 +526,27 @@ async fn api_requests_are_read_at_scrape_time() {
     assert_eq!(
         value(
             &text,
-            r#"rest_client_requests_total{verb="PATCH",resource="events"}"#
+            r#"ccm_api_requests_total{verb="PATCH",resource="events"}"#
         ),
         Some(1.0)
+    );
+    // client-go's names and labels: by status code, host (none here: no kubeconfig) and
+    // method, the two clients added up.
+    assert_eq!(
+        value(
+            &text,
+            r#"rest_client_requests_total{code="200",host="",method="PATCH"}"#
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"rest_client_request_duration_seconds_count{host="",verb="PATCH"}"#
+        ),
+        Some(3.0),
+        "{text}"
     );
 }
 
@@ -653,17 +671,23 @@ async fn docs_list_exactly_the_exported_metrics() {
     let metrics = Metrics::new();
     let queue: Queue<String> = Queue::new("q", RateLimit::client_go_default());
     metrics.register_queue("q", queue.shared_metrics());
-    let layer = ApiLayer::new();
+    let layer = ApiLayer::new().with_rate_limit(100.0, 10);
     metrics.register_api_counters(Arc::clone(layer.counters()));
     let mut svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
-        Ok::<_, std::convert::Infallible>(())
+        Ok::<_, std::convert::Infallible>(http::Response::new(()))
     }));
     let req = http::Request::get("/api/v1/nodes").body(()).unwrap();
+    std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
     svc.call(req).await.unwrap();
     // Labelled metrics appear once they have a first label set.
     metrics.controller_started("c");
     metrics.set_leader("l", false);
     crate::events::count_drop("c", "queue_full");
+    metrics.count_leader_slowpath("l", 0);
+    metrics.set_build_info("1.2.3", Some("abc1234"));
+    let ipam = &metrics.controllers().node_ipam;
+    ipam.count("10.0.0.0/8", 65536, 1, 1, 0);
+    ipam.observe_tries("10.0.0.0/8", 0);
     let mut instances = MockInstances::new();
     instances.expect_instance_exists().returning(|_| Ok(true));
     let p = metrics.instrument(Arc::new(MockCloud::new("acme").with_instances(instances)));

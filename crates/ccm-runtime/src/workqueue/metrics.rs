@@ -1,8 +1,12 @@
 //! What a [`Queue`](super::Queue) counts, for a metrics layer to read: plain atomics, named
 //! after client-go's `workqueue_*` metrics (each labelled with the queue's name in Go).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 /// Upper bounds, in seconds, of the [`DurationHistogram`] buckets: client-go's
 /// `ExponentialBuckets(10e-9, 10, 10)`, 10ns to 10s.
@@ -30,6 +34,8 @@ pub struct QueueMetrics {
     retries: AtomicU64,
     queue_duration: DurationHistogram,
     work_duration: DurationHistogram,
+    /// When each key now held by a worker was taken (how many were taken at that instant).
+    running: Mutex<BTreeMap<Instant, usize>>,
 }
 
 impl QueueMetrics {
@@ -65,6 +71,36 @@ impl QueueMetrics {
     #[must_use]
     pub fn work_duration(&self) -> &DurationHistogram {
         &self.work_duration
+    }
+
+    /// What workers hold now, at `now`: the seconds they have held their keys, added up
+    /// (`workqueue_unfinished_work_seconds`), and the longest one
+    /// (`workqueue_longest_running_processor_seconds`).
+    #[must_use]
+    pub fn unfinished_work(&self, now: Instant) -> (f64, f64) {
+        let running = self.running.lock();
+        let sum = running
+            .iter()
+            .map(|(taken, n)| now.saturating_duration_since(*taken).as_secs_f64() * *n as f64)
+            .sum();
+        let longest = running.keys().next().map_or(0.0, |first| {
+            now.saturating_duration_since(*first).as_secs_f64()
+        });
+        (sum, longest)
+    }
+
+    pub(crate) fn taken(&self, at: Instant) {
+        *self.running.lock().entry(at).or_default() += 1;
+    }
+
+    pub(crate) fn released(&self, taken: Instant) {
+        let mut running = self.running.lock();
+        if let Some(n) = running.get_mut(&taken) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&taken);
+            }
+        }
     }
 
     pub(crate) fn set_depth(&self, depth: usize) {
@@ -128,6 +164,25 @@ impl DurationHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn unfinished_work_adds_up_what_workers_hold() {
+        let m = QueueMetrics::default();
+        assert_eq!(m.unfinished_work(Instant::now()), (0.0, 0.0));
+        let first = Instant::now();
+        m.taken(first);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let second = Instant::now();
+        m.taken(second);
+        m.taken(second);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(m.unfinished_work(Instant::now()), (3.0 + 1.0 + 1.0, 3.0));
+        m.released(first);
+        m.released(second);
+        assert_eq!(m.unfinished_work(Instant::now()), (1.0, 1.0));
+        m.released(second);
+        assert_eq!(m.unfinished_work(Instant::now()), (0.0, 0.0));
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative() {

@@ -213,6 +213,7 @@ impl<K: QueueKey> Queue<K> {
                         self.inner.metrics.queue_duration().observe(now - added);
                     }
                     state.processing.insert(key.clone(), now);
+                    self.inner.metrics.taken(now);
                     self.inner.metrics.set_depth(state.dirty.len());
                     return Some(WorkItem {
                         queue: self.clone(),
@@ -272,6 +273,7 @@ impl<K: QueueKey> Queue<K> {
         let mut state = self.inner.state.lock();
         if let Some(taken) = state.processing.remove(key) {
             self.inner.metrics.work_duration().observe(now - taken);
+            self.inner.metrics.released(taken);
         }
         self.inner.promote_due(&mut state, now);
         if !state.shutting_down && state.dirty.contains_key(key) {

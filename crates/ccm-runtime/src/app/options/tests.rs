@@ -59,6 +59,7 @@ fn go_style_arguments_parse() {
         "--kube-api-qps=50",
         "--v=4",
         "--allocate-node-cidrs",
+        "--contention-profiling",
         "--profiling=false",
     ]);
     assert_eq!(o.cloud_provider, "fake");
@@ -67,10 +68,11 @@ fn go_style_arguments_parse() {
     assert_eq!(
         o.ignored_flags(),
         vec![
-            ("--allocate-node-cidrs", IGNORED[0].1),
+            ("--contention-profiling", IGNORED[0].1),
             ("--profiling", "no profiling endpoints are served")
         ]
     );
+    assert!(o.allocate_node_cidrs, "a bare bool flag is true, as in Go");
     assert_eq!(o.controllers, vec!["*", "-route"]);
     assert_eq!(o.node_status_update_frequency, Duration::from_secs(90));
     assert_eq!(o.verbosity, 4);

@@ -1,91 +1,10 @@
 //! Go's `RangeAllocator` without its I/O: one [`CidrSet`] per cluster CIDR, a Node's pod
 //! CIDRs taken from them all or from none, marked used when a Node already has them, freed
-//! when it goes; and the `node_ipam_controller_cidrset_*` metrics that count it.
-
-use std::sync::atomic::AtomicU64;
-
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+//! when it goes, counted in Go's `node_ipam_controller_cidrset_*` metrics.
 
 use super::cidr_set::{CidrSet, Exhausted};
 use crate::controllers::route::Cidr;
-
-/// Go's label: the cluster CIDR a set cuts.
-type ClusterLabel = [(&'static str, String); 1];
-
-/// Go's `node_ipam_controller_cidrset_*` metrics (`pkg/controller/nodeipam/ipam/cidrset`),
-/// with Go's names (the `cirdset_max_cidrs` spelling included), help and buckets, labelled
-/// by `clusterCIDR`.
-#[derive(Clone, Debug)]
-pub struct NodeIpamMetrics {
-    allocations: Family<ClusterLabel, Counter>,
-    releases: Family<ClusterLabel, Counter>,
-    max_cidrs: Family<ClusterLabel, Gauge>,
-    usage: Family<ClusterLabel, Gauge<f64, AtomicU64>>,
-    tries: Family<ClusterLabel, Histogram, fn() -> Histogram>,
-}
-
-fn tries_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(1.0, 5.0, 5))
-}
-
-impl NodeIpamMetrics {
-    /// Registers the families in `registry` (without a prefix: the names are Go's).
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = Self {
-            allocations: Family::default(),
-            releases: Family::default(),
-            max_cidrs: Family::default(),
-            usage: Family::default(),
-            tries: Family::new_with_constructor(tries_histogram),
-        };
-        registry.register(
-            "node_ipam_controller_cidrset_cidrs_allocations",
-            "Counter measuring total number of CIDR allocations.",
-            m.allocations.clone(),
-        );
-        registry.register(
-            "node_ipam_controller_cidrset_cidrs_releases",
-            "Counter measuring total number of CIDR releases.",
-            m.releases.clone(),
-        );
-        registry.register(
-            "node_ipam_controller_cirdset_max_cidrs",
-            "Maximum number of CIDRs that can be allocated.",
-            m.max_cidrs.clone(),
-        );
-        registry.register(
-            "node_ipam_controller_cidrset_usage_cidrs",
-            "Gauge measuring percentage of allocated CIDRs.",
-            m.usage.clone(),
-        );
-        registry.register(
-            "node_ipam_controller_cidrset_allocation_tries_per_request",
-            "Number of endpoints added on each Service sync",
-            m.tries.clone(),
-        );
-        m
-    }
-
-    fn label(set: &CidrSet) -> ClusterLabel {
-        [("clusterCIDR", set.cluster().to_string())]
-    }
-
-    fn counted(&self, set: &CidrSet, taken: u64, freed: u64) {
-        let label = Self::label(set);
-        self.allocations.get_or_create(&label).inc_by(taken);
-        self.releases.get_or_create(&label).inc_by(freed);
-        self.max_cidrs
-            .get_or_create(&label)
-            .set(i64::try_from(set.subnets()).unwrap_or(i64::MAX));
-        self.usage
-            .get_or_create(&label)
-            .set(set.allocated() as f64 / set.subnets() as f64);
-    }
-}
+use crate::metrics::NodeIpamMetrics;
 
 /// A Node's `podCIDRs` that cannot be marked used or freed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -112,7 +31,8 @@ pub enum PodCidrError {
     OutOfRange(#[from] super::cidr_set::OutOfRange),
 }
 
-/// The allocation state of every cluster CIDR. See the [module docs](self).
+/// The allocation state of every cluster CIDR, as Go's `RangeAllocator` keeps it: one
+/// [`CidrSet`] per cluster CIDR; a Node's pod CIDRs are taken from them all or from none.
 #[derive(Debug)]
 pub struct RangeAllocator {
     sets: Vec<CidrSet>,
@@ -131,7 +51,8 @@ impl RangeAllocator {
 
     fn count(&self, set: &CidrSet, taken: u64, freed: u64) {
         if let Some(m) = &self.metrics {
-            m.counted(set, taken, freed);
+            let cluster = set.cluster().to_string();
+            m.count(&cluster, set.subnets(), set.allocated(), taken, freed);
         }
     }
 
@@ -142,8 +63,7 @@ impl RangeAllocator {
             match self.sets[i].allocate_next() {
                 Ok((cidr, tries)) => {
                     if let Some(m) = &self.metrics {
-                        let label = NodeIpamMetrics::label(&self.sets[i]);
-                        m.tries.get_or_create(&label).observe(tries as f64);
+                        m.observe_tries(&self.sets[i].cluster().to_string(), tries);
                     }
                     self.count(&self.sets[i], 1, 0);
                     taken.push(cidr);
@@ -220,7 +140,7 @@ impl RangeAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus_client::encoding::text::encode;
+    use crate::metrics::Metrics;
 
     fn allocator(clusters: &[(&str, u8)], metrics: Option<NodeIpamMetrics>) -> RangeAllocator {
         let sets = clusters
@@ -296,21 +216,23 @@ mod tests {
 
     #[test]
     fn metrics_have_go_s_names_and_labels() {
-        let mut registry = Registry::default();
-        let metrics = NodeIpamMetrics::register(&mut registry);
-        let mut a = allocator(&[("10.0.0.0/30", 32)], Some(metrics));
+        let metrics = Metrics::new();
+        let mut a = allocator(
+            &[("10.0.0.0/30", 32)],
+            Some(metrics.controllers().node_ipam.clone()),
+        );
         a.occupy(&["10.0.0.0/32".to_owned()]).unwrap();
         a.allocate().unwrap();
         a.release(&["10.0.0.0/32".to_owned()]).unwrap();
-        let mut text = String::new();
-        encode(&mut text, &registry).unwrap();
+        let text = metrics.encode();
         for line in [
             "node_ipam_controller_cidrset_cidrs_allocations_total{clusterCIDR=\"10.0.0.0/30\"} 2",
             "node_ipam_controller_cidrset_cidrs_releases_total{clusterCIDR=\"10.0.0.0/30\"} 1",
             "node_ipam_controller_cirdset_max_cidrs{clusterCIDR=\"10.0.0.0/30\"} 4",
             "node_ipam_controller_cidrset_usage_cidrs{clusterCIDR=\"10.0.0.0/30\"} 0.25",
             // The allocation passed over the occupied 10.0.0.0/32 once.
-            "node_ipam_controller_cidrset_allocation_tries_per_request_bucket{le=\"1.0\",clusterCIDR=\"10.0.0.0/30\"} 1",
+            "node_ipam_controller_cidrset_allocation_tries_per_request_bucket{clusterCIDR=\"10.0.0.0/30\",le=\"1\"} 1",
+            "node_ipam_controller_cidrset_allocation_tries_per_request_sum{clusterCIDR=\"10.0.0.0/30\"} 1.0",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

@@ -19,7 +19,10 @@ pub const MAX_IPV4_SUBNET_BITS: u8 = 24;
 #[non_exhaustive]
 pub enum CidrSetError {
     /// The Node mask is shorter than the cluster's: a Node subnet would not fit.
-    #[error("the node mask size /{node} is shorter than the cluster CIDR {cluster}'s")]
+    #[error(
+        "the node mask size /{node} is shorter than the prefix of the cluster CIDR {cluster}: \
+         a Node's pod CIDR must fit inside it"
+    )]
     NodeMaskShorter {
         /// The cluster CIDR.
         cluster: Cidr,

@@ -278,7 +278,11 @@ mod tests {
     fn impossible_mask_sizes_are_refused_naming_the_flag() {
         let e = err("10.244.0.0/16", "", masks(8, 0, 0));
         assert_eq!(e.flag, "--node-cidr-mask-size");
-        assert!(e.message.contains("shorter than the cluster CIDR"), "{e}");
+        assert!(
+            e.message
+                .contains("shorter than the prefix of the cluster CIDR"),
+            "{e}"
+        );
         let e = err("10.244.0.0/16,fd00::/40", "", masks(0, 0, 0));
         assert_eq!(e.flag, "--node-cidr-mask-size-ipv6");
         assert!(e.message.contains("2^24 subnets; at most 2^16"), "{e}");

@@ -27,7 +27,7 @@ use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-pub use self::allocator::{NodeIpamMetrics, PodCidrError, RangeAllocator};
+pub use self::allocator::{PodCidrError, RangeAllocator};
 pub use self::cidr_set::{
     CidrSet, CidrSetError, Exhausted, MAX_IPV4_SUBNET_BITS, MAX_IPV6_SUBNET_BITS, OutOfRange,
 };
@@ -38,6 +38,7 @@ use crate::controllers::route::Cidr;
 use crate::events::EventRecorder;
 use crate::flags::FlagError;
 use crate::informer::{Change, Informer};
+use crate::metrics::NodeIpamMetrics;
 use crate::workqueue::{Outcome, Queue, RateLimit, run};
 
 /// The event source, as Go's range allocator reports it.

@@ -13,6 +13,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 committed="$here/../../crates/ccm-runtime/tests/data/go-ccm-flags.json"
+committed_gates="$here/../../crates/ccm-runtime/src/flags/go-feature-gates.txt"
 
 command -v go >/dev/null 2>&1 || {
 	echo "go-ccm-flags: ERROR: Go is not installed (need the version in $here/go.mod)" >&2
@@ -23,13 +24,20 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=readonly"
 
 fresh="$(mktemp)"
-trap 'rm -f "$fresh"' EXIT
-(cd "$here" && go run -trimpath .) >"$fresh"
+fresh_gates="$(mktemp)"
+trap 'rm -f "$fresh" "$fresh_gates"' EXIT
+(cd "$here" && go build -trimpath -o "$fresh.bin" . && "$fresh.bin" >"$fresh" && "$fresh.bin" gates >"$fresh_gates"; status=$?; rm -f "$fresh.bin"; exit $status)
 
 if [[ "${1:-}" == "--write" ]]; then
 	cp "$fresh" "$committed"
-	echo "go-ccm-flags: wrote $committed" >&2
+	cp "$fresh_gates" "$committed_gates"
+	echo "go-ccm-flags: wrote $committed and $committed_gates" >&2
 	exit 0
+fi
+if ! diff -u "$committed_gates" "$fresh_gates"; then
+	echo "go-ccm-flags: ERROR: Go's feature gates differ from $committed_gates (above);" \
+		"run tools/go-ccm-flags/check.sh --write" >&2
+	exit 1
 fi
 if ! diff -u "$committed" "$fresh"; then
 	echo "go-ccm-flags: ERROR: Go's flags differ from $committed (above);" \

@@ -4,14 +4,20 @@
 //! [`CloudControllerManager`] parses Go's flags ([`Options`]), builds the provider from
 //! `--cloud-provider` and `--cloud-config`, serves `/healthz`, `/readyz` and `/metrics`,
 //! wins the leader election and runs the controllers chosen by `--controllers`: the four
-//! built-in ones and any [`Controller`] of your own, registered the same way.
+//! built-in ones and any [`Controller`] of your own, registered the same way. A provider's
+//! own flags join ours with [`ProviderFlags`].
 
+/// The clap crate the flags are parsed with: a provider's own flags ([`ProviderFlags`])
+/// derive `clap::Args` with it, at the version ccm-core parses with:
+/// `use ccm_core::app::clap;` then `#[derive(clap::Args)]`.
+#[doc(no_inline)]
+pub use ccm_runtime::app::clap;
 #[doc(inline)]
 pub use ccm_runtime::app::{
     AppError, CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, Capability,
     CloudControllerManager, Controller, ControllerContext, ControllerFuture, FlagError, Health,
-    LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options, SERVICE_LB_CONTROLLER,
-    ServingOptions,
+    LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options, ProviderFlags,
+    SERVICE_LB_CONTROLLER, ServingOptions,
 };
 #[doc(inline)]
 pub use ccm_runtime::informer::{Change, Informer};

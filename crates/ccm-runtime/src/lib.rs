@@ -51,6 +51,7 @@ pub(crate) mod files;
 pub mod flags;
 pub mod informer;
 pub mod instrumented;
+pub mod logging;
 pub mod metrics;
 pub mod serving;
 pub mod workqueue;

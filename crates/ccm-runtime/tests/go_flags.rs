@@ -144,8 +144,19 @@ fn values(flag: &GoFlag) -> (Vec<&'static str>, Vec<&'static str>) {
             vec!["node", "node=x", "=2"],
         ),
         (_, "mapStringBool") => (
-            vec!["", "A=true", "A=true,B=False", "A=1, B=f"],
-            vec!["A", "A=maybe"],
+            vec![
+                "",
+                "AllAlpha=true",
+                "AllAlpha=true,AllBeta=False",
+                "AllAlpha=1, AllBeta=f",
+            ],
+            // Go refuses an unknown gate and a locked one set away from its value.
+            vec![
+                "AllAlpha",
+                "AllAlpha=maybe",
+                "A=true",
+                "APIServerTracing=false",
+            ],
         ),
         (_, "quantity") => (
             vec!["0", "64Ki", "1M", "1.5Gi", "100m", "1e3"],

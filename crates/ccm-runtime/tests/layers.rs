@@ -1,5 +1,5 @@
 //! The layers of this crate only use the ones below them: machinery (client, informer,
-//! workqueue, events, metrics, instrumented, files, flags) → controllers → serving → app;
+//! workqueue, events, metrics, instrumented, files, flags, logging) → controllers → serving → app;
 //! and no module imports a sibling that imports it back (no import circle). The provider surface
 //! (`ccm-provider`) is a crate of its own, so it cannot reach up at all; this test keeps the
 //! order inside `ccm-runtime`, where the compiler would allow any edge.
@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "instrumented",
             "files",
             "flags",
+            "logging",
         ],
     ),
     ("controllers", &["controllers"]),

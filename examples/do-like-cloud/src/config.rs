@@ -177,9 +177,9 @@ impl DoLikeConfig {
     }
 }
 
-/// Checks `apiUrl`: an `http` or `https` URL with a host, to which request paths can be
-/// appended.
-fn check_api_url(url: &str) -> Result<(), String> {
+/// Checks `apiUrl` (and `--do-like-api-url`): an `http` or `https` URL with a host, to which
+/// request paths can be appended.
+pub(crate) fn check_api_url(url: &str) -> Result<(), String> {
     if let Some(at) = url.find(|c: char| c.is_whitespace() || c.is_control()) {
         return Err(format!(
             "has whitespace or a control character at byte {at}"

@@ -17,6 +17,7 @@
 mod annotations;
 pub mod api;
 mod config;
+mod flags;
 mod instances;
 mod load_balancer;
 mod routes;
@@ -25,6 +26,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+use ccm_core::app::ProviderFlags;
 use ccm_core::provider::{
     BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, InitContext, Instances,
     LoadBalancer, ProviderRegistry, RegistryError, Routes, ServiceAnnotator,
@@ -44,6 +46,7 @@ pub use self::annotations::{
 };
 pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
 pub use self::config::DoLikeConfig;
+pub use self::flags::DoLikeFlags;
 pub use self::load_balancer::{cluster_tag, owner_tag};
 
 /// The provider's name: the `--cloud-provider` value and the scheme of provider IDs
@@ -130,13 +133,31 @@ impl DoLikeCloud {
 
     /// Registers the provider under [`PROVIDER_NAME`]; it needs a cloud-config.
     pub fn register(registry: &mut ProviderRegistry) -> Result<(), RegistryError> {
-        registry.register(PROVIDER_NAME, |config: Option<&CloudConfig>| {
+        Self::register_with_flags(registry, ProviderFlags::new())
+    }
+
+    /// [`register`](Self::register), reading the provider's own flags from `flags` when
+    /// the provider is built: give the controller manager a clone
+    /// ([`CloudControllerManager::with_flags`](ccm_core::app::CloudControllerManager::with_flags)),
+    /// which fills it from the command line first. A flag given wins over the cloud-config.
+    pub fn register_with_flags(
+        registry: &mut ProviderRegistry,
+        flags: ProviderFlags<DoLikeFlags>,
+    ) -> Result<(), RegistryError> {
+        // ANCHOR: register_with_flags
+        registry.register(PROVIDER_NAME, move |config: Option<&CloudConfig>| {
             let Some(config) = config else {
                 return Err("the digitalocean provider needs --cloud-config".into());
             };
-            let parsed = DoLikeConfig::parse(config)?;
+            let mut parsed = DoLikeConfig::parse(config)?;
+            // The command line is parsed by the time the factory runs (`None` when no
+            // command line was: a test that builds the provider itself).
+            if let Some(flags) = flags.get() {
+                flags.apply(&mut parsed);
+            }
             Ok(Arc::new(Self::from_config(&parsed)?) as Arc<dyn CloudProvider>)
         })?;
+        // ANCHOR_END: register_with_flags
         Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! `do-like-cloud-controller-manager` as a process against a real kube-apiserver + etcd and
 //! the simulator (in-process): node initialisation, routes, and the load balancer's
 //! lifecycle, with faults injected (30% 5xx, 429 bursts); and a Service that copies another
-//! namespace's load-balancer ID annotation, which must not take its load balancer over.
+//! namespace's load-balancer ID annotation, which must not take its load balancer over;
+//! and the provider's own flag, `--do-like-api-url`, winning over the cloud-config.
 
 use std::time::Duration;
 
@@ -39,6 +40,19 @@ async fn start_env() -> Env {
 
 /// Starts a control plane, the simulator (serving the routes extension or not) and the CCM.
 async fn start_env_with(routes_extension: bool) -> Env {
+    start_env_full(routes_extension, ApiUrl::CloudConfig).await
+}
+
+/// Where the CCM is told the simulator's URL.
+#[derive(Clone, Copy, PartialEq)]
+enum ApiUrl {
+    /// In the cloud-config's `apiUrl`.
+    CloudConfig,
+    /// With `--do-like-api-url`, the cloud-config's `apiUrl` being a port nothing listens on.
+    Flag,
+}
+
+async fn start_env_full(routes_extension: bool, api_url: ApiUrl) -> Env {
     let cp = ControlPlane::start().await.expect(
         "a real control plane (run tools/control-plane/build.sh or set KUBEBUILDER_ASSETS)",
     );
@@ -55,16 +69,21 @@ async fn start_env_with(routes_extension: bool) -> Env {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
     let config = dir.path().join("do-like.yaml");
+    let config_url = match api_url {
+        ApiUrl::CloudConfig => sim.url(),
+        ApiUrl::Flag => "http://127.0.0.1:1".to_owned(),
+    };
     std::fs::write(
         &config,
         format!(
-            "apiUrl: {}\ntokenFile: {}\nregion: ams3\ncacheTtlSeconds: 1\nrequestsPerSecond: 100\nmaxRetryAfterSeconds: 2\n",
-            sim.url(),
+            "apiUrl: {config_url}\ntokenFile: {}\nregion: ams3\ncacheTtlSeconds: 1\nrequestsPerSecond: 100\nmaxRetryAfterSeconds: 2\n",
             dir.path().join("token").display()
         ),
     )
     .unwrap();
+    let flag = (api_url == ApiUrl::Flag).then(|| format!("--do-like-api-url={}", sim.url()));
     let ccm = CcmProcess::builder(BIN)
+        .args(flag)
         .args([
             "--cloud-provider=digitalocean".to_owned(),
             format!("--cloud-config={}", config.display()),
@@ -121,6 +140,14 @@ async fn register_nodes(env: &Env) {
             "{addresses:?}"
         );
     }
+}
+
+/// The provider's own flag reaches it: with the cloud-config's `apiUrl` wrong and
+/// `--do-like-api-url` right, the Nodes are initialised from the simulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_url_flag_wins_over_the_cloud_config() {
+    let env = start_env_full(true, ApiUrl::Flag).await;
+    register_nodes(&env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

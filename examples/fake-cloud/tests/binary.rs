@@ -11,7 +11,7 @@ use ccm_test::process::{CcmProcess, Finished, Signal};
 use ccm_test::{ControlPlane, eventually, unique_name};
 use common::{
     BIN, NodeAndOrphan, WAIT, assert_nothing_refused, base_args, cloud_config, create_node,
-    lease_holder, quick_leader_election, wait_initialized, wait_leader,
+    lease_holder, quick_leader_election, serving_on, wait_initialized, wait_leader,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -32,22 +32,6 @@ async fn set_up() -> (ControlPlane, Vec<String>, TempDir) {
     let config = cloud_config(dir.path(), "nodesAreInstances: true\n");
     let args = base_args(cp.kubeconfig_path(), &config);
     (cp, args, dir)
-}
-
-/// `args` with the endpoints served over plain HTTP on 127.0.0.1:`port` in place of
-/// `--secure-port=0`.
-fn serving_on(port: u16, args: &[String]) -> Vec<String> {
-    let mut args: Vec<String> = args
-        .iter()
-        .filter(|a| *a != "--secure-port=0")
-        .cloned()
-        .collect();
-    args.extend([
-        "--insecure-serving".to_owned(),
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={port}"),
-    ]);
-    args
 }
 
 /// Waits until the controller manager logs that it starts a controller.
@@ -311,6 +295,15 @@ async fn bad_flags_and_config_fail_fast_with_one_line() {
     let out = run(&["--node-monitor-period=5"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(out.log.contains("--node-monitor-period"));
+    // So is a feature gate Go's command does not know, with Go's message.
+    let out = run(&["--feature-gates=CloudControllerManagerWebhook=false,NoSuchGate=true"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", out.log);
+    assert!(
+        out.log.contains("--feature-gates")
+            && out.log.contains("unrecognized feature gate: NoSuchGate"),
+        "{}",
+        out.log
+    );
     // --version and --version=raw print the binary's version and exit 0, as Go's; an
     // explicit false runs (and fails here on the missing --cloud-provider).
     let out = run(&["--version"]).await;

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ccm_test::net::{free_port, http_get};
 use ccm_test::process::CcmProcess;
 use ccm_test::{ControlPlane, unique_name};
-use common::{BIN, WAIT, base_args, cloud_config, create_node};
+use common::{BIN, WAIT, create_node};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
@@ -69,23 +69,17 @@ fn exposed(text: &str) -> BTreeMap<String, BTreeSet<BTreeSet<String>>> {
 async fn every_go_metric_a_dashboard_queries_is_served_with_go_s_labels() {
     let cp = common::control_plane(ControlPlane::builder()).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = cloud_config(dir.path(), "nodesAreInstances: true\n");
     let port = free_port();
-    let mut args: Vec<String> = base_args(cp.kubeconfig_path(), &config)
-        .into_iter()
-        .filter(|a| a != "--secure-port=0")
-        .collect();
-    args.extend(
-        [
+    let args = common::args_serving_on(
+        &cp,
+        dir.path(),
+        port,
+        &[
             "--leader-elect=true",
             "--controllers=*,nodeipam",
             "--allocate-node-cidrs",
-            "--insecure-serving",
-            "--bind-address=127.0.0.1",
-        ]
-        .map(str::to_owned),
+        ],
     );
-    args.push(format!("--secure-port={port}"));
     let ccm = CcmProcess::start(BIN, args);
     let nodes: Api<Node> = Api::all(cp.client().unwrap());
     let name = unique_name("metrics");

@@ -9,7 +9,7 @@ mod common;
 use ccm_test::net::{free_port, http_get};
 use ccm_test::process::CcmProcess;
 use ccm_test::{ControlPlane, unique_name};
-use common::{BIN, WAIT, base_args, cloud_config, create_node};
+use common::{BIN, WAIT, create_node};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 
@@ -23,20 +23,9 @@ const IPAM: [&str; 4] = [
 /// The flags of a controller manager for `cp` with the node-ipam flags `ipam` (after the
 /// base ones, so they win), serving plain HTTP on `port`.
 fn args(cp: &ControlPlane, dir: &std::path::Path, ipam: &[&str], port: u16) -> Vec<String> {
-    let config = cloud_config(dir, "nodesAreInstances: true\n");
-    let mut args: Vec<String> = base_args(cp.kubeconfig_path(), &config)
-        .into_iter()
-        .filter(|a| a != "--secure-port=0")
-        .collect();
-    args.extend(ipam.iter().map(|s| (*s).to_owned()));
-    args.extend([
-        "--leader-elect=false".to_owned(),
-        "--configure-cloud-routes=false".to_owned(),
-        "--insecure-serving".to_owned(),
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={port}"),
-    ]);
-    args
+    let mut extra = ipam.to_vec();
+    extra.extend(["--leader-elect=false", "--configure-cloud-routes=false"]);
+    common::args_serving_on(cp, dir, port, &extra)
 }
 
 fn pod_cidrs(node: &Node) -> Vec<String> {

@@ -29,6 +29,7 @@ use super::leader::{
     LeaderElectionConfig, LeaderElector, LeaderHealthz, LeadershipEnd, MAX_TOLERABLE_EXPIRED_LEASE,
 };
 use super::options::{BinaryVersion, FlagError, LogFormat, Options, PrintRequest};
+use super::provider_flags::{CommandExtensions, ProviderFlags};
 use super::selection::ControllerSelection;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
 use crate::client::{ApiLayer, Fence, build_client, rate_limited};
@@ -160,6 +161,7 @@ pub struct CloudControllerManager {
     shutdown_grace: Duration,
     watch_failure_threshold: Duration,
     version: BinaryVersion,
+    extensions: CommandExtensions,
 }
 
 impl CloudControllerManager {
@@ -173,6 +175,7 @@ impl CloudControllerManager {
             shutdown_grace: Duration::from_secs(10),
             watch_failure_threshold: Duration::from_secs(30),
             version: BinaryVersion::default(),
+            extensions: CommandExtensions::default(),
         }
     }
 
@@ -201,6 +204,28 @@ impl CloudControllerManager {
             version,
             git_commit: git_commit.filter(|c| !c.is_empty()),
         };
+        self
+    }
+
+    /// Adds a provider's own flags (Go's `additionalFlags`): listed by `--help`, parsed with
+    /// ours, and read by the provider's factory from its clone of `flags` (see
+    /// [`ProviderFlags`]). A name that is taken is an error when the binary starts.
+    #[must_use]
+    pub fn with_flags<T>(mut self, flags: ProviderFlags<T>) -> Self
+    where
+        T: clap::Args + Clone + Send + Sync + 'static,
+    {
+        self.extensions.add_flags(flags);
+        self
+    }
+
+    /// Changes the default of one of our flags, named as on the command line
+    /// (`with_flag_default("--cluster-name", "prod")`); `--help` shows it. An unknown flag or
+    /// a value it cannot take is an error when the binary starts. [`Options::from_args`]
+    /// keeps Go's defaults.
+    #[must_use]
+    pub fn with_flag_default(mut self, flag: &'static str, value: impl Into<String>) -> Self {
+        self.extensions.set_default(flag, value.into());
         self
     }
 
@@ -233,6 +258,13 @@ impl CloudControllerManager {
             .mut_arg("controllers", |arg| {
                 arg.help(controllers_help(&controllers))
             });
+        let command = match self.extensions.command(command) {
+            Ok(command) => command,
+            Err(err) => {
+                report(&err.to_string());
+                return ExitCode::FAILURE;
+            }
+        };
         let mut help = command.clone();
         let matches = match command.try_get_matches_from(args) {
             Ok(m) => m,
@@ -265,6 +297,10 @@ impl CloudControllerManager {
                 return ExitCode::SUCCESS;
             }
             None => {}
+        }
+        if let Err(err) = self.extensions.fill(&matches) {
+            let _ = err.print();
+            return ExitCode::from(2);
         }
         init_logging(&options);
         let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -300,6 +336,9 @@ impl CloudControllerManager {
         options.validate()?;
         for (flag, why) in options.ignored_flags() {
             tracing::info!("flag {flag} is accepted and ignored: {why}");
+        }
+        for note in options.feature_gate_notes() {
+            tracing::warn!("{note}");
         }
         let controllers = self.controllers();
         let selection = ControllerSelection::parse(&options.controllers, &controllers)?;
@@ -447,6 +486,9 @@ impl CloudControllerManager {
                 &lease_client,
                 metrics.clone(),
                 health.clone(),
+                serving::DebugEndpoints::default()
+                    .with_verbosity(crate::logging::verbosity())
+                    .with_configz(super::configz::render(&options)),
                 shutdown.clone(),
             ))
             .await;
@@ -898,17 +940,16 @@ fn default_kubeconfig_files() -> Vec<(&'static str, std::path::PathBuf)> {
         .collect()
 }
 
+/// Installs the log subscriber, its verbosity changeable at `/debug/flags/v`.
 fn init_logging(options: &Options) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(options.log_directives()));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match options.logging_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let format = match options.logging_format {
+        LogFormat::Text => crate::logging::Format::Text,
+        LogFormat::Json => crate::logging::Format::Json,
     };
+    let flags = options.clone();
+    crate::logging::init(format, options.verbosity, move |v| {
+        flags.log_directives_at(v)
+    });
 }
 
 fn spawn_signal_handler(shutdown: CancellationToken) {

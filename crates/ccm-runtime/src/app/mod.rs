@@ -4,18 +4,24 @@
 //! [`crate::serving`]; Go's flag syntax is [`crate::flags`].
 
 pub mod builtin;
+mod configz;
 pub mod controller;
 pub mod leader;
 pub mod manager;
 pub mod options;
+pub mod provider_flags;
 pub mod selection;
 
 pub use self::builtin::{
-    CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, NODE_ROUTE_CONTROLLER,
-    SERVICE_LB_CONTROLLER,
+    CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, NODE_IPAM_CONTROLLER,
+    NODE_ROUTE_CONTROLLER, SERVICE_LB_CONTROLLER,
 };
 pub use self::controller::{Capability, Controller, ControllerContext, ControllerFuture};
 pub use self::manager::{AppError, CloudControllerManager};
 pub use self::options::{FlagError, LeaderElectionOptions, LogFormat, Options};
+pub use self::provider_flags::ProviderFlags;
 pub use self::selection::ControllerSelection;
 pub use crate::serving::{EndpointServer, Health, ServeOptions, Serving, ServingOptions};
+/// The clap crate the flags are parsed with: a provider's flags derive `clap::Args` with it
+/// (`use ccm_core::app::clap;`), at the same version.
+pub use clap;

@@ -16,6 +16,7 @@ use clap::{ArgAction, Args, Parser};
 
 pub use crate::flags::FlagError;
 use crate::flags::duration::parse_go_duration;
+use crate::flags::feature_gates::FeatureGates;
 use crate::flags::goflag::{self, VersionFlag};
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -203,6 +204,11 @@ pub struct Options {
     /// Mask size of a Node's IPv6 pod CIDR in a dual-stack cluster (0: 64).
     #[arg(long, value_name = "BITS", value_parser = goflag::go_int32, default_value_t = 0, help_heading = "Node IPAM")]
     pub node_cidr_mask_size_ipv6: i32,
+    /// Kubernetes feature gates, `Name=bool,...`: the gates Go's cloud-controller-manager
+    /// knows (see docs/app.md for those that change what this one does); an unknown one is
+    /// refused.
+    #[arg(long, value_name = "NAME=BOOL,...", value_parser = FeatureGates::parse, default_value = "", hide_default_value = true, help_heading = "Controllers")]
+    pub feature_gates: FeatureGates,
     /// Whether the route controller configures cloud routes for pod CIDRs.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub configure_cloud_routes: bool,
@@ -304,9 +310,6 @@ pub(crate) struct IgnoredFlags {
     /// Ignored: only for Go's in-tree volume plugins.
     #[arg(long, value_name = "NAME", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
     external_cloud_volume_plugin: Option<String>,
-    /// Ignored: no feature gates; `Name=bool` pairs are checked for syntax only.
-    #[arg(long, value_name = "NAME=BOOL,...", value_parser = goflag::feature_gates, help_heading = IGNORED_HEADING)]
-    feature_gates: Option<String>,
     /// Ignored: requests are JSON.
     #[arg(long, value_name = "TYPE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
     kube_api_content_type: Option<String>,
@@ -374,6 +377,21 @@ pub(crate) struct IgnoredFlags {
 
 const IGNORED_HEADING: &str = "Accepted for compatibility with Go, no effect";
 
+/// The gates that change what Go's controllers do, and what this controller manager does
+/// whatever they say.
+const GATE_NOTES: &[(&str, &str)] = &[
+    (
+        "CloudControllerManagerWatchBasedRoutesReconciliation",
+        "the route controller always reconciles on Node changes (debounced) as well as every \
+         --route-reconciliation-period",
+    ),
+    (
+        "ControllerManagerReleaseLeaderElectionLockOnExit",
+        "the leader always releases its Lease when it shuts down",
+    ),
+    ("CloudControllerManagerWebhook", "no webhooks are served"),
+];
+
 /// Each ignored flag and why, as [`Options::ignored_flags`] reports it.
 const IGNORED: &[(&str, &str)] = &[
     (
@@ -388,7 +406,6 @@ const IGNORED: &[(&str, &str)] = &[
         "--disable-http2-serving",
         "the endpoints are served over HTTP/1.1",
     ),
-    ("--feature-gates", "ccm-core has no feature gates"),
     (
         "--http2-max-streams-per-connection",
         "the endpoints are served over HTTP/1.1",
@@ -448,7 +465,6 @@ impl IgnoredFlags {
                 "--external-cloud-volume-plugin",
                 self.external_cloud_volume_plugin.is_some(),
             ),
-            ("--feature-gates", self.feature_gates.is_some()),
             (
                 "--kube-api-content-type",
                 self.kube_api_content_type.is_some(),
@@ -685,6 +701,18 @@ impl Options {
         Ok(options)
     }
 
+    /// What to log at start about `--feature-gates`: Go's warnings (GA or deprecated gates
+    /// set), and how this controller manager treats the gates that change Go's controllers.
+    pub fn feature_gate_notes(&self) -> Vec<String> {
+        let mut notes = self.feature_gates.warnings().to_vec();
+        for (gate, how) in GATE_NOTES {
+            if let Some(on) = self.feature_gates.given().get(*gate) {
+                notes.push(format!("feature gate {gate}={on}: {how}"));
+            }
+        }
+        notes
+    }
+
     /// Go's flags that were given and have no effect here, each with why: the manager logs
     /// them once at startup (`flag --x is accepted and ignored: why`). Flags at their
     /// defaults are not listed.
@@ -716,12 +744,13 @@ impl Options {
             .collect()
     }
 
-    /// The `tracing_subscriber::EnvFilter` directives of `-v` and `--vmodule`, e.g.
+    /// The `tracing_subscriber::EnvFilter` directives of `-v` at `verbosity` (the flag's
+    /// value at start, the level `/debug/flags/v` sets later) and `--vmodule`, e.g.
     /// `info,kube_client=warn,hyper=warn,rustls=warn,ccm_runtime::controllers=debug`.
-    pub(crate) fn log_directives(&self) -> String {
+    pub(crate) fn log_directives_at(&self, verbosity: u8) -> String {
         let mut directives = format!(
             "{},kube_client=warn,hyper=warn,rustls=warn",
-            level_name(i64::from(self.verbosity))
+            level_name(i64::from(verbosity))
         );
         for (module, level) in self.vmodule_entries().0 {
             directives.push_str(&format!(",{module}={}", level_name(i64::from(level))));

@@ -166,19 +166,6 @@ pub(crate) fn go_ip(s: &str) -> Result<IpAddr, String> {
         .map_err(|_| format!("invalid IP address {s:?}"))
 }
 
-/// Kubernetes' feature gates (`mapStringBool`): `Name=bool` pairs separated by commas, each
-/// boolean as `strconv.ParseBool`. The names are not checked (see `--feature-gates`).
-pub(crate) fn feature_gates(s: &str) -> Result<String, String> {
-    for pair in s.split(',').filter(|p| !p.is_empty()) {
-        let (name, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("missing bool value for {}", pair.trim()))?;
-        go_bool(value.trim())
-            .map_err(|e| format!("invalid value of {}={}: {e}", name.trim(), value.trim()))?;
-    }
-    Ok(s.to_owned())
-}
-
 /// Kubernetes' `resource.Quantity`: a decimal number with an optional binary (`Ki` … `Ei`),
 /// decimal (`n u m k M G T P E`) or exponent (`e3`) suffix, e.g. `0`, `64Ki`, `1.5M`.
 pub(crate) fn quantity(s: &str) -> Result<String, String> {
@@ -386,10 +373,6 @@ mod tests {
         for bad in ["", "x", "1.2.3", "1KB", "Ki", "1e"] {
             assert!(quantity(bad).is_err(), "{bad}");
         }
-        assert!(feature_gates("").is_ok());
-        assert!(feature_gates("A=true, B=F").is_ok());
-        assert!(feature_gates("A").is_err());
-        assert!(feature_gates("A=maybe").is_err());
         assert_eq!(
             vmodule("node*=4,route=2"),
             Ok(vec![("node*".into(), 4), ("route".into(), 2)])

@@ -5,6 +5,7 @@
 //! an argument list copied from a Go cloud-controller-manager parses unchanged.
 
 pub mod duration;
+pub mod feature_gates;
 pub(crate) mod goflag;
 
 /// A flag with a value it cannot take.

@@ -7,6 +7,7 @@
 //! name before anything else starts.
 
 pub mod auth;
+pub mod debug;
 pub mod delegation;
 pub mod options;
 pub mod server;
@@ -22,6 +23,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Bytes;
 
+pub use self::debug::DebugEndpoints;
 pub use self::options::ServingOptions;
 pub use self::server::{EndpointServer, Health, ServeOptions, Serving};
 use crate::flags::FlagError;
@@ -94,6 +96,7 @@ pub(crate) async fn start_server(
     client: &kube::Client,
     metrics: crate::metrics::Metrics,
     health: Health,
+    debug: DebugEndpoints,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<Option<EndpointServer>, StartError> {
     let Some(port) = options.port() else {
@@ -115,7 +118,8 @@ pub(crate) async fn start_server(
     let mut serve_options = ServeOptions::new(options.bind_address, port, serving)
         .with_tls(tls_settings)
         .with_cert_dir(options.cert_dir())
-        .with_socket_sharing(options.permit_port_sharing, options.permit_address_sharing);
+        .with_socket_sharing(options.permit_port_sharing, options.permit_address_sharing)
+        .with_debug(debug);
     if options.insecure_serving {
         tracing::warn!(
             "--insecure-serving: serving /metrics, /healthz, /livez and /readyz over plain HTTP \

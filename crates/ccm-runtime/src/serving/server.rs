@@ -51,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ServeError;
 use super::auth::DelegatedAuth;
+use super::debug::DebugEndpoints;
 use super::tls::{self, ClientCas, TlsSettings};
 use crate::metrics::{self, Metrics};
 
@@ -110,6 +111,8 @@ pub struct ServeOptions {
     pub permit_port_sharing: bool,
     /// `SO_REUSEADDR` (`--permit-address-sharing`).
     pub permit_address_sharing: bool,
+    /// `/debug/flags/v` and `/configz`; off unless set.
+    pub debug: DebugEndpoints,
 }
 
 impl Default for ServeOptions {
@@ -136,7 +139,15 @@ impl ServeOptions {
             auth: None,
             permit_port_sharing: false,
             permit_address_sharing: false,
+            debug: DebugEndpoints::default(),
         }
+    }
+
+    /// Serves the live-debugging endpoints `debug` offers.
+    #[must_use]
+    pub fn with_debug(mut self, debug: DebugEndpoints) -> Self {
+        self.debug = debug;
+        self
     }
 
     /// Sets the TLS settings.
@@ -473,6 +484,7 @@ impl EndpointServer {
             metrics,
             health,
             auth,
+            debug: options.debug.clone(),
         });
         let task = tokio::spawn(accept_loop(listener, acceptor, endpoints, shutdown));
         Ok(Self {
@@ -641,7 +653,7 @@ async fn serve_http<S>(
     let service = service_fn(move |req: Request<Incoming>| {
         let endpoints = Arc::clone(&endpoints);
         let peer = Arc::clone(&peer);
-        async move { Ok::<_, Infallible>(endpoints.respond(&req, &peer).await) }
+        async move { Ok::<_, Infallible>(endpoints.respond(req, &peer).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -666,6 +678,7 @@ struct Endpoints {
     metrics: Metrics,
     health: Health,
     auth: Option<Arc<DelegatedAuth>>,
+    debug: DebugEndpoints,
 }
 
 impl Endpoints {
@@ -673,9 +686,13 @@ impl Endpoints {
     /// then answers it.
     async fn respond<B>(
         &self,
-        req: &Request<B>,
+        req: Request<B>,
         peer: &[CertificateDer<'static>],
-    ) -> Response<Full<Bytes>> {
+    ) -> Response<Full<Bytes>>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         if let Some(auth) = &self.auth
             && let Some(refused) = auth
                 .check(req.headers(), peer, req.method(), req.uri().path())
@@ -683,7 +700,10 @@ impl Endpoints {
         {
             return refused;
         }
-        self.handle(req)
+        if DebugEndpoints::owns(req.uri().path()) {
+            return self.debug.respond(req).await;
+        }
+        self.handle(&req)
     }
 
     fn handle<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {

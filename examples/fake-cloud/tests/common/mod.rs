@@ -61,6 +61,36 @@ pub(crate) fn base_args(kubeconfig: &Path, config: &Path) -> Vec<String> {
     ]
 }
 
+/// `args` with the endpoints served over plain HTTP on 127.0.0.1:`port` in place of
+/// `--secure-port=0`.
+pub(crate) fn serving_on(port: u16, args: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "--secure-port=0")
+        .cloned()
+        .collect();
+    args.extend([
+        "--insecure-serving".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+    ]);
+    args
+}
+
+/// The flags of a controller manager for `cp` whose Nodes are all instances (cloud-config
+/// in `dir`), then `extra`, serving plain HTTP on 127.0.0.1:`port`.
+pub(crate) fn args_serving_on(
+    cp: &ControlPlane,
+    dir: &Path,
+    port: u16,
+    extra: &[&str],
+) -> Vec<String> {
+    let config = cloud_config(dir, "nodesAreInstances: true\n");
+    let mut args = base_args(cp.kubeconfig_path(), &config);
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    serving_on(port, &args)
+}
+
 /// The flags of leader election on the Lease `lease` with a 3 s lease, renewed every 250 ms:
 /// a standby takes over within seconds.
 pub(crate) fn quick_leader_election(lease: &str) -> [String; 5] {

@@ -177,7 +177,7 @@ fn v_and_vmodule_become_tracing_directives() {
         "-v=4",
         "--vmodule=ccm_runtime::controllers=6,node*=2,kube=0",
     ]);
-    let directives = o.log_directives();
+    let directives = o.log_directives_at(o.verbosity);
     assert_eq!(
         directives,
         "debug,kube_client=warn,hyper=warn,rustls=warn,ccm_runtime::controllers=trace,kube=info"

@@ -80,18 +80,27 @@ async fn new_nodes_get_distinct_pod_cidrs_from_the_cluster_cidr() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cidrs_nodes_already_have_are_never_given_again() {
     let h = Harness::new(FakeCloud::new()).await;
-    // Nodes from before the controller started (a restart): 10.9.0.0/24 and 10.9.2.0/24.
-    for cidr in ["10.9.0.0/24", "10.9.2.0/24"] {
+    // As after a restart: Nodes with the first two of the four /24s, and two without, all
+    // there before the controller starts. Every Node is queued at once, so only the pass
+    // that marks the existing CIDRs used before any allocation keeps them from being given
+    // again.
+    for cidr in ["10.9.0.0/24", "10.9.1.0/24"] {
         h.create_node(&h.new_node_with_pod_cidrs("before", &[cidr]))
             .await;
     }
+    let bare: Vec<String> = futures::future::join_all(
+        (0..2).map(|_| async { h.create_node(&h.new_node("bare")).await.name_any() }),
+    )
+    .await;
     start_on(&h, "10.9.0.0/22", "", 24);
-    let (_, a) = node_with_cidrs(&h, "after").await;
-    let (_, b) = node_with_cidrs(&h, "after").await;
-    let got: BTreeSet<_> = a.into_iter().chain(b).collect();
+    let mut got = BTreeSet::new();
+    for name in &bare {
+        let node = h.wait_node(name, WAIT, |n| !pod_cidrs(n).is_empty()).await;
+        got.extend(pod_cidrs(&node));
+    }
     assert_eq!(
         got,
-        BTreeSet::from(["10.9.1.0/24".to_owned(), "10.9.3.0/24".to_owned()])
+        BTreeSet::from(["10.9.2.0/24".to_owned(), "10.9.3.0/24".to_owned()])
     );
 }
 

@@ -70,9 +70,9 @@ struct Inner {
     recorder: EventRecorder,
     queue: Queue<String>,
     allocator: Mutex<RangeAllocator>,
-    /// CIDRs reserved for a Node (by name, with its UID) and not yet seen on it in the cache:
-    /// a retry writes the same ones, and nothing reserved is lost.
-    reserved: Mutex<HashMap<String, (String, Vec<Cidr>)>>,
+    /// CIDRs reserved for a Node (by name) and not yet seen on it in the cache: a retry
+    /// writes the same ones, and nothing reserved is lost.
+    reserved: Mutex<HashMap<String, Reservation>>,
 }
 
 impl NodeIpamController {
@@ -192,11 +192,11 @@ impl Inner {
             }
         }
         let reserved = self.reserved.lock().remove(&name);
-        if let Some((owner, reserved)) = reserved
-            && owner == uid(node)
-            && !same(&reserved, cidrs)
+        if let Some(reserved) = reserved
+            && reserved.owner == uid(node)
+            && !same(&reserved.cidrs, cidrs)
         {
-            self.allocator.lock().release_cidrs(&reserved);
+            self.allocator.lock().release_cidrs(&reserved.cidrs);
         }
     }
 
@@ -215,9 +215,10 @@ impl Inner {
             self.settle_reservation(name, existing);
             return Outcome::Done;
         }
-        let reserved = self.reserve(&node);
-        let cidrs = match reserved {
-            Ok(cidrs) => cidrs,
+        let cidrs = match self.reserve(&node) {
+            // Written; the cache has not shown it yet, and its update will settle it.
+            Ok(None) => return Outcome::Done,
+            Ok(Some(cidrs)) => cidrs,
             Err(full) => {
                 tracing::warn!(node = name, error = %full, "no pod CIDR is available");
                 self.recorder.warning(
@@ -232,36 +233,44 @@ impl Inner {
         self.write(&node, &cidrs).await
     }
 
-    /// The CIDRs reserved for this Node, or new ones.
-    fn reserve(&self, node: &Node) -> Result<Vec<Cidr>, Exhausted> {
+    /// The CIDRs to write to this Node: those reserved for it, or new ones; `None` when
+    /// they are written already.
+    fn reserve(&self, node: &Node) -> Result<Option<Vec<Cidr>>, Exhausted> {
         let (name, uid) = (node.name_any(), uid(node));
         let mut reserved = self.reserved.lock();
-        if let Some((owner, cidrs)) = reserved.get(&name) {
-            if *owner == uid {
-                return Ok(cidrs.clone());
+        if let Some(r) = reserved.get(&name) {
+            if r.owner == uid {
+                return Ok((!r.written).then(|| r.cidrs.clone()));
             }
             // A Node of the same name was replaced before it showed its CIDRs.
-            let stale = cidrs.clone();
+            let stale = r.cidrs.clone();
             self.allocator.lock().release_cidrs(&stale);
         }
         let cidrs = self.allocator.lock().allocate()?;
-        reserved.insert(name, (uid, cidrs.clone()));
-        Ok(cidrs)
+        reserved.insert(
+            name,
+            Reservation {
+                owner: uid,
+                cidrs: cidrs.clone(),
+                written: false,
+            },
+        );
+        Ok(Some(cidrs))
     }
 
     /// The Node shows `existing`: its reservation, if any, is settled — kept when it is what
     /// the Node shows, freed when the Node got other CIDRs.
     fn settle_reservation(&self, name: &str, existing: &[String]) {
-        let Some((_, reserved)) = self.reserved.lock().remove(name) else {
+        let Some(reserved) = self.reserved.lock().remove(name) else {
             return;
         };
-        if !same(&reserved, existing) {
+        if !same(&reserved.cidrs, existing) {
             tracing::info!(
                 node = name,
                 ?existing,
                 "node already has other pod CIDRs; releasing the ones reserved for it"
             );
-            self.allocator.lock().release_cidrs(&reserved);
+            self.allocator.lock().release_cidrs(&reserved.cidrs);
         }
     }
 
@@ -281,10 +290,13 @@ impl Inner {
                 .patch(&name, &params, &Patch::Strategic(&patch))
                 .await
             {
-                Ok(written) => {
+                Ok(_) => {
                     tracing::info!(node = name, pod_cidrs = ?list, "set node pod CIDRs");
-                    // The reply shows what the Node has now; the cache will too.
-                    self.settle_reservation(&name, pod_cidrs(&written));
+                    // Kept until the cache shows the Node with them, so that a pass on an
+                    // older copy meanwhile does not reserve others.
+                    if let Some(r) = self.reserved.lock().get_mut(&name) {
+                        r.written = true;
+                    }
                     return Outcome::Done;
                 }
                 Err(kube::Error::Api(status)) if status.code == 404 => {
@@ -316,6 +328,15 @@ impl Inner {
         // same CIDRs are written again or found on the Node.
         Outcome::Retry
     }
+}
+
+/// CIDRs taken for a Node that the cache does not show on it yet.
+struct Reservation {
+    /// The Node's UID: a Node of the same name created since is another Node.
+    owner: String,
+    cidrs: Vec<Cidr>,
+    /// Whether the API server has accepted them.
+    written: bool,
 }
 
 /// Whether the reserved CIDRs are those a Node shows.

@@ -91,6 +91,10 @@ struct Options {
     /// Which CCMs to run, in order: `rust`, `go`, or both (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "rust,go")]
     ccm: Vec<String>,
+    /// Runs of each CCM, alternating the order (`--ccm` order first, then reversed, …);
+    /// the table shows each measure's median and range over the runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: u32,
     /// `--kube-api-qps` of both CCMs.
     #[arg(long, default_value_t = 20.0)]
     qps: f64,
@@ -182,7 +186,7 @@ async fn run(opts: Options) -> Result<()> {
     if opts.nodes == 0 {
         return Err("--nodes must be at least 1".into());
     }
-    let mut results = Vec::new();
+    let mut binaries = Vec::new();
     for name in &opts.ccm {
         let binary = match name.as_str() {
             "rust" => rust_binary(&opts)?,
@@ -190,7 +194,27 @@ async fn run(opts: Options) -> Result<()> {
             other => return Err(format!("unknown --ccm {other:?}: use rust, go").into()),
         };
         progress(format_args!("{name}: {}", binary.display()));
-        results.push(bench_one(&opts, name, &binary).await?);
+        binaries.push((name, binary));
+    }
+    let mut results = Vec::new();
+    for repeat in 0..opts.repeat as usize {
+        // Alternate the order, so that neither CCM always runs on a warmer machine.
+        let mut order: Vec<&(&String, PathBuf)> = binaries.iter().collect();
+        if repeat % 2 == 1 {
+            order.reverse();
+        }
+        for (name, binary) in order {
+            if opts.repeat > 1 {
+                progress(format_args!(
+                    "run {} of {}: {name}",
+                    repeat + 1,
+                    opts.repeat
+                ));
+            }
+            let mut result = bench_one(&opts, name, binary).await?;
+            result.repeat = repeat;
+            results.push(result);
+        }
     }
     let report = Report {
         settings: Settings {

@@ -118,10 +118,12 @@ pub(crate) struct CcmResult {
     pub(crate) duplicate_condition_writes: Option<f64>,
     /// The scenario that timed out, when one did; the CCM's later scenarios were skipped.
     pub(crate) timed_out: Option<String>,
+    /// Which run of `--repeat` this was, from 0 (0 in results written before repeats).
+    pub(crate) repeat: usize,
 }
 
 /// The JSON written to `--out`.
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, Clone)]
 pub(crate) struct Report {
     /// The settings both CCMs ran with.
     pub(crate) settings: Settings,
@@ -132,7 +134,7 @@ pub(crate) struct Report {
 }
 
 /// The settings both CCMs ran with.
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) nodes: usize,
     pub(crate) services: usize,
@@ -149,7 +151,7 @@ pub(crate) struct Settings {
 }
 
 /// The machine.
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, Clone)]
 pub(crate) struct Machine {
     pub(crate) cpus: usize,
     pub(crate) kernel: String,
@@ -159,6 +161,12 @@ pub(crate) struct Machine {
 #[derive(Clone, Debug, PartialEq)]
 enum Cell {
     Value(f64),
+    /// Over the runs of `--repeat`: their median, lowest and highest.
+    Runs {
+        median: f64,
+        min: f64,
+        max: f64,
+    },
     Note(String),
     None,
 }
@@ -166,14 +174,40 @@ enum Cell {
 impl Cell {
     fn value(&self) -> Option<f64> {
         match self {
-            Self::Value(v) => Some(*v),
+            Self::Value(v) | Self::Runs { median: v, .. } => Some(*v),
             Self::Note(_) | Self::None => None,
+        }
+    }
+
+    /// The cell of a row over several runs: the median and range of their values, or, when
+    /// a run has none (a timeout, a scenario not run), that run's cell.
+    fn over_runs<'a>(cells: impl IntoIterator<Item = &'a Cell>) -> Cell {
+        let cells: Vec<&Cell> = cells.into_iter().collect();
+        if let Some(odd) = cells.iter().find(|c| c.value().is_none()) {
+            return (*odd).clone();
+        }
+        let mut values: Vec<f64> = cells.iter().filter_map(|c| c.value()).collect();
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        match n {
+            0 => Cell::None,
+            1 => Cell::Value(values[0]),
+            _ => Cell::Runs {
+                median: if n % 2 == 1 {
+                    values[n / 2]
+                } else {
+                    (values[n / 2 - 1] + values[n / 2]) / 2.0
+                },
+                min: values[0],
+                max: values[n - 1],
+            },
         }
     }
 
     fn show(&self) -> String {
         match self {
             Self::Value(v) => format!("{v:.2}"),
+            Self::Runs { median, min, max } => format!("{median:.2} ({min:.2}–{max:.2})"),
             Self::Note(n) => n.clone(),
             Self::None => "-".to_owned(),
         }
@@ -319,6 +353,51 @@ fn scenario_order(report: &Report) -> Vec<&String> {
 }
 
 pub(crate) fn table(report: &Report) -> String {
+    render(&rows_over_runs(report))
+}
+
+/// The rows of a report with several runs of `--repeat`: each row's cells are the median
+/// and range of that row in each run, the ratio that of the medians.
+fn rows_over_runs(report: &Report) -> Vec<Row> {
+    let runs: std::collections::BTreeSet<usize> = report.results.iter().map(|r| r.repeat).collect();
+    if runs.len() <= 1 {
+        return rows(report);
+    }
+    let per_run: Vec<Vec<Row>> = runs
+        .iter()
+        .map(|&n| {
+            let mut one = report.clone();
+            one.results.retain(|r| r.repeat == n);
+            rows(&one)
+        })
+        .collect();
+    let mut labels: Vec<&String> = Vec::new();
+    for row in per_run.iter().flatten() {
+        if !labels.contains(&&row.label) {
+            labels.push(&row.label);
+        }
+    }
+    labels
+        .into_iter()
+        .map(|label| {
+            let same: Vec<&Row> = per_run
+                .iter()
+                .filter_map(|rows| rows.iter().find(|r| &r.label == label))
+                .collect();
+            Row {
+                label: label.clone(),
+                rust: Cell::over_runs(same.iter().map(|r| &r.rust)),
+                go: Cell::over_runs(same.iter().map(|r| &r.go)),
+                target: same[0].target,
+                timed_out: same.iter().find_map(|r| r.timed_out),
+                note: same.iter().find_map(|r| r.note),
+            }
+        })
+        .collect()
+}
+
+/// The rows of one run (one result per CCM).
+fn rows(report: &Report) -> Vec<Row> {
     let get = |name: &str| report.results.iter().find(|r| r.name == name);
     let (rust, go) = (get("rust"), get("go"));
     let mut rows: Vec<Row> = Vec::new();
@@ -499,7 +578,7 @@ pub(crate) fn table(report: &Report) -> String {
         row.note = whole_run.map(TimedOut::who);
         rows.push(row);
     }
-    render(&rows)
+    rows
 }
 
 /// The rows as a Markdown table, columns padded.
@@ -763,6 +842,40 @@ mod tests {
             cells[4].clone(),
             cells[5].clone(),
         ]
+    }
+
+    #[test]
+    fn repeated_runs_show_the_median_and_range_and_divide_the_medians() {
+        let one = report();
+        let mut r = report();
+        r.results.clear();
+        // Three runs: rust 2, 3, 10 s; go 4, 4, 6 s (and so on for the other figures).
+        for (n, (rust, go)) in [(2.0, 4.0), (3.0, 4.0), (10.0, 6.0)]
+            .into_iter()
+            .enumerate()
+        {
+            for (result, seconds) in [(&one.results[0], rust), (&one.results[1], go)] {
+                let mut result = result.clone();
+                result.repeat = n;
+                result.scenarios.get_mut("node_init").unwrap().seconds = seconds;
+                r.results.push(result);
+            }
+        }
+        let t = table(&r);
+        assert_eq!(
+            row(&t, "node_init: seconds"),
+            ["3.00 (2.00–10.00)", "4.00 (4.00–6.00)", "0.75", "≤ 1 met"]
+        );
+        // The same in every run: one value.
+        assert_eq!(
+            row(&t, "peak RSS (MiB)")[..3],
+            ["10.00 (10.00–10.00)", "40.00 (40.00–40.00)", "0.25"]
+        );
+        // An even number of runs: the mean of the middle two.
+        r.results.retain(|x| x.repeat < 2);
+        assert_eq!(row(&table(&r), "node_init: seconds")[0], "2.50 (2.00–3.00)");
+        // One run, as before.
+        assert_eq!(row(&table(&one), "node_init: seconds")[0], "2.00");
     }
 
     #[test]

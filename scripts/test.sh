@@ -30,6 +30,9 @@ scripts/provider-docs.py --check
 step "Go's cloud-controller-manager flags (tools/go-ccm-flags/check.sh)"
 tools/go-ccm-flags/check.sh
 
+step "alerting rules (scripts/alerts.sh: promtool check/test rules, metric names vs docs/metrics.md)"
+scripts/alerts.sh
+
 step "release manifests (releases/ rendered from each provider's deploy/)"
 scripts/release-manifests.sh --check
 

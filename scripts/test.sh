@@ -33,8 +33,11 @@ tools/go-ccm-flags/check.sh
 step "alerting rules (scripts/alerts.sh: promtool check/test rules, metric names vs docs/metrics.md)"
 scripts/alerts.sh
 
-step "release manifests (releases/ rendered from each provider's deploy/)"
+step "release manifests (releases/ and examples/*/deploy/ rendered from charts/cloud-controller-manager)"
 scripts/release-manifests.sh --check
+
+step "Helm chart: lint, snapshots, refused values (scripts/helm-check.sh)"
+scripts/helm-check.sh
 
 step "control-plane binaries (kube-apiserver, etcd, kubectl)"
 KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"

@@ -51,5 +51,8 @@ scripts/images.sh --debug
 step "cargo test"
 cargo test --workspace --all-features --locked "$@"
 
+step "Kubernetes versions: the publishable crates at k8s-openapi's earliest and latest (scripts/k8s-versions.sh)"
+scripts/k8s-versions.sh
+
 step "crates.io readiness (scripts/package.sh): package every publishable crate, build an author's crate on the packages"
 scripts/package.sh

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod fields;
 pub mod go_metrics;
 pub mod service_account;
 

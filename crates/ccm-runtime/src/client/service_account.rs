@@ -34,6 +34,7 @@ use http::header::AUTHORIZATION;
 use http::{HeaderValue, Request, Response, StatusCode};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::client::ClientBuilder;
@@ -44,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
 use super::ApiLayer;
+use super::fields::{field, optional};
 use ccm_provider::BoxError;
 
 /// The namespace of the controllers' ServiceAccounts (Go's `metav1.NamespaceSystem`).
@@ -285,7 +287,7 @@ impl Inner {
             }
         }
         let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
+            spec: field(TokenRequestSpec {
                 expiration_seconds: Some(i64::try_from(self.lifetime.as_secs()).unwrap_or(3600)),
                 ..TokenRequestSpec::default()
             }),
@@ -297,12 +299,16 @@ impl Inner {
             accounts.create_token_request(name, &PostParams::default(), &request),
         )
         .await?;
-        let status = answer.status.unwrap_or_default();
-        let Some(token) = status.token.filter(|t| !t.is_empty()) else {
+        // The status's fields are optional from Kubernetes 1.36's types on, required before
+        // (`super::fields`); an empty token is none at every version.
+        let Some(status) = answer.status else {
+            return Err("request a token: the answer holds no token".to_owned());
+        };
+        let Some(token) = optional::<String>(status.token).filter(|t| !t.is_empty()) else {
             return Err("request a token: the answer holds no token".to_owned());
         };
         // The lifetime left by the server's clock; the one asked for when it gives none.
-        let left = status.expiration_timestamp.and_then(|t| {
+        let left = optional::<Time>(status.expiration_timestamp).and_then(|t| {
             let left = t.0.duration_since(k8s_openapi::jiff::Timestamp::now());
             left.is_positive().then(|| left.unsigned_abs())
         });

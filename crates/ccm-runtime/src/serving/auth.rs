@@ -34,6 +34,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::tls::{self, ChainVerifier};
+use crate::client::fields::field;
 
 /// How long one `TokenReview` or `SubjectAccessReview` may take (Go's 10 s client timeouts).
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -479,7 +480,8 @@ impl DelegatedAuth {
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: token.to_owned(),
+                // `String` from Kubernetes 1.36's types on, `Option<String>` before.
+                token: field(token.to_owned()),
                 ..TokenReviewSpec::default()
             },
             ..TokenReview::default()

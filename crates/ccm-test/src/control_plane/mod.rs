@@ -204,7 +204,7 @@ impl ControlPlane {
         let service_accounts = Api::<ServiceAccount>::namespaced(client, namespace);
         create_if_missing(&service_accounts, &named::<ServiceAccount>(name)).await?;
         let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
+            spec: version_neutral(TokenRequestSpec {
                 expiration_seconds: Some(3600),
                 ..Default::default()
             }),
@@ -215,7 +215,7 @@ impl ControlPlane {
             .await?;
         response
             .status
-            .and_then(|s| s.token)
+            .and_then(|s| optional::<String>(s.token))
             .filter(|t| !t.is_empty())
             .ok_or_else(|| {
                 Error::Certificate(format!(
@@ -659,6 +659,19 @@ fn cert_auth(cert: &pki::Issued) -> AuthInfo {
         client_key_data: Some(SecretString::from(b64(&cert.key_pem))),
         ..AuthInfo::default()
     }
+}
+
+/// A field's value, for a field k8s-openapi types `T` at some Kubernetes versions and
+/// `Option<T>` at others (the binary picks the version): `TokenRequest.spec` is optional
+/// from Kubernetes 1.36's types on, required before.
+fn version_neutral<T, F: From<T>>(value: T) -> F {
+    F::from(value)
+}
+
+/// A field typed `T` at some Kubernetes versions and `Option<T>` at others, read as an
+/// `Option<T>`: `TokenRequestStatus.token` is optional from Kubernetes 1.36's types on.
+fn optional<T>(field: impl Into<Option<T>>) -> Option<T> {
+    field.into()
 }
 
 async fn create_if_missing<K>(api: &Api<K>, object: &K) -> Result<(), Error>

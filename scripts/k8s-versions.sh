@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Kubernetes versions: every publishable crate builds and passes its unit tests at both ends
+# of the window k8s-openapi supports (its `earliest` and `latest` features), not only at the
+# 1.36 the workspace's tests use. A library must not force the newest: the provider's binary
+# picks the version. For each end: `cargo check --all-targets` (the tests against a real
+# kube-apiserver must compile), then the unit tests (`--lib`), the doc tests (`--doc`) and
+# the mock-only targets (ccm-provider's parsers, ccm-conformance's mock example).
+#
+# The version is given with K8S_OPENAPI_ENABLED_VERSION, and the crates' dev-dependencies
+# drop their `v1_36` under `--cfg ccm_k8s_version_from_env` (k8s-openapi refuses two
+# versions). Each end builds in a target folder of its own ($target/k8s-versions/<end>), so
+# the workspace's main build cache is never rebuilt for another version.
+#
+#   scripts/k8s-versions.sh                 # earliest and latest
+#   scripts/k8s-versions.sh earliest        # one end (or `latest`)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+crates=(ccm-provider ccm-runtime ccm-core ccm-test ccm-conformance)
+ends=("$@")
+[ "${#ends[@]}" -gt 0 ] || ends=(earliest latest)
+
+# Run before the version is set: the workspace's own 1.36 resolves as usual.
+metadata="$(cargo metadata --format-version 1 --locked)"
+target_dir="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])' <<<"$metadata")"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+for end in "${ends[@]}"; do
+  # The version an end stands for, from the k8s-openapi in Cargo.lock (`earliest = ["v1_33"]`).
+  version="$(python3 -c '
+import json, re, sys
+end = sys.argv[1]
+found = [p for p in json.load(sys.stdin)["packages"] if p["name"] == "k8s-openapi"]
+if len(found) != 1:
+    sys.exit(f"k8s-versions.sh: {len(found)} k8s-openapi packages in Cargo.lock, expected one")
+features = found[0]["features"].get(end)
+if not features or len(features) != 1 or not re.fullmatch(r"v1_\d+", features[0]):
+    version = found[0]["version"]
+    sys.exit(f"k8s-versions.sh: k8s-openapi {version} has no feature {end!r} naming one version: {features}")
+print("1." + features[0][len("v1_"):])
+' "$end" <<<"$metadata")"
+  (
+    export K8S_OPENAPI_ENABLED_VERSION="$version"
+    export RUSTFLAGS="${RUSTFLAGS:-} --cfg ccm_k8s_version_from_env"
+    export CARGO_TARGET_DIR="$target_dir/k8s-versions/$end"
+    packages=()
+    for crate in "${crates[@]}"; do packages+=(-p "$crate"); done
+
+    step "$end (Kubernetes $version): cargo check --all-targets"
+    cargo check --locked --all-targets --all-features "${packages[@]}"
+    step "$end (Kubernetes $version): unit tests"
+    cargo test --locked --all-features "${packages[@]}" --lib
+    step "$end (Kubernetes $version): doc tests"
+    cargo test --locked --all-features "${packages[@]}" --doc
+    step "$end (Kubernetes $version): mock-only test targets"
+    cargo test --locked --all-features -p ccm-provider --test parsers
+    cargo test --locked --all-features -p ccm-conformance --example unit_test_with_mocks
+  )
+done
+echo "k8s-versions.sh: ok (${crates[*]} at ${ends[*]})" >&2

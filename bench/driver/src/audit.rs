@@ -1,16 +1,23 @@
-//! Node condition writes, counted from the API server's audit log: the control plane logs
-//! (at level `Request`) only the CCM's PATCH and UPDATE of `nodes/status`, and the driver
-//! reads the file's new lines at the start and end of each scenario.
+//! The CCM's requests as the API server saw them, from its audit log: the control plane logs
+//! every request of the CCM's user (at level `Metadata`; its PATCH and UPDATE of Nodes and
+//! `nodes/status` at level `Request`, with their bodies), and the driver reads the file's new
+//! lines at the start and end of each scenario. Two things are taken from it:
+//!
+//! - Node condition writes (below);
+//! - per request kind (`verb resource[/subresource]`): the count, the API server's time from
+//!   receiving the request to completing the response, and the body size (of Node writes:
+//!   the body as the audit log shows it, in JSON, whatever the wire encoding was).
 //!
 //! A write of a condition type to a Node whose `(status, reason)` equals that Node's
 //! previous write of that type is a duplicate write: it changed nothing a reader of the
 //! condition acts on (the target is 0).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 
 use crate::Result;
 
@@ -18,8 +25,8 @@ use crate::Result;
 /// so the audit policy can pick their requests out.
 pub(crate) const USER: &str = "ccm-bench";
 
-/// The audit policy: the CCM's PATCH and UPDATE of `nodes/status` with their request
-/// bodies, nothing else.
+/// The audit policy: the CCM's PATCH and UPDATE of Nodes and `nodes/status` with their
+/// request bodies, its other requests without, nothing else.
 pub(crate) fn policy() -> String {
     format!(
         "apiVersion: audit.k8s.io/v1\n\
@@ -31,7 +38,9 @@ pub(crate) fn policy() -> String {
            verbs: [patch, update]\n  \
            resources:\n  \
            - group: \"\"\n    \
-             resources: [nodes/status]\n\
+             resources: [nodes, nodes/status]\n\
+         - level: Metadata\n  \
+           users: [{USER}]\n\
          - level: None\n"
     )
 }
@@ -70,6 +79,21 @@ impl std::ops::Sub for Counts {
     }
 }
 
+/// One kind of request (`verb resource[/subresource]`) of the CCM, as the API server saw it.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub(crate) struct RequestStats {
+    /// Requests completed.
+    pub(crate) count: f64,
+    /// Of those, refused with a 4xx or 5xx code.
+    pub(crate) failed: f64,
+    /// Seconds from receipt to the response's end, summed (not for watches: they last).
+    pub(crate) server_seconds: f64,
+    /// Request body bytes (compact JSON as the audit log holds it), summed; 0 where the
+    /// policy does not log bodies.
+    pub(crate) body_bytes: f64,
+}
+
 /// Reads an audit log as it grows, remembering each Node's last written conditions.
 pub(crate) struct AuditLog {
     path: PathBuf,
@@ -78,6 +102,8 @@ pub(crate) struct AuditLog {
     /// `(Node, condition type)` → the `(status, reason)` last written.
     last: HashMap<(String, String), (String, Option<String>)>,
     counts: Counts,
+    /// The CCM's requests by kind since [`AuditLog::take_requests`] last took them.
+    requests: BTreeMap<String, RequestStats>,
 }
 
 /// The part of an audit event read here.
@@ -94,6 +120,12 @@ struct Event {
     response_status: Option<ResponseStatus>,
     #[serde(default)]
     request_object: Option<serde_json::Value>,
+    #[serde(default)]
+    stage: String,
+    #[serde(default)]
+    request_received_timestamp: Option<String>,
+    #[serde(default)]
+    stage_timestamp: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -126,7 +158,14 @@ impl AuditLog {
             offset: 0,
             last: HashMap::new(),
             counts: Counts::default(),
+            requests: BTreeMap::new(),
         }
+    }
+
+    /// The CCM's requests by kind read since the last call (call [`AuditLog::read_new`]
+    /// first).
+    pub(crate) fn take_requests(&mut self) -> BTreeMap<String, RequestStats> {
+        std::mem::take(&mut self.requests)
     }
 
     /// Reads the lines written since the last call (whole lines only) and returns the
@@ -159,8 +198,43 @@ impl AuditLog {
         Ok(self.counts)
     }
 
+    /// Counts one completed request of the CCM by its kind.
+    fn count_request(&mut self, event: &Event) {
+        if event.stage != "ResponseComplete" || event.user.username != USER {
+            return;
+        }
+        let r = &event.object_ref;
+        let kind = match (r.resource.as_str(), r.subresource.as_str()) {
+            ("", _) => format!("{} (non-resource)", event.verb),
+            (resource, "") => format!("{} {resource}", event.verb),
+            (resource, sub) => format!("{} {resource}/{sub}", event.verb),
+        };
+        let stats = self.requests.entry(kind).or_default();
+        stats.count += 1.0;
+        if event
+            .response_status
+            .as_ref()
+            .is_some_and(|s| s.code >= 400)
+        {
+            stats.failed += 1.0;
+        }
+        if event.verb != "watch" {
+            let time = |t: &Option<String>| t.as_deref()?.parse::<Timestamp>().ok();
+            if let (Some(received), Some(done)) = (
+                time(&event.request_received_timestamp),
+                time(&event.stage_timestamp),
+            ) {
+                stats.server_seconds += done.duration_since(received).as_secs_f64().max(0.0);
+            }
+        }
+        if let Some(body) = &event.request_object {
+            stats.body_bytes += serde_json::to_vec(body).map_or(0, |b| b.len()) as f64;
+        }
+    }
+
     /// Counts the conditions one event wrote.
     fn record(&mut self, event: &Event) {
+        self.count_request(event);
         let r = &event.object_ref;
         let status_write = (event.verb == "patch" || event.verb == "update")
             && r.resource == "nodes"
@@ -329,10 +403,66 @@ mod tests {
     }
 
     #[test]
-    fn the_policy_logs_the_ccms_node_status_writes_only() {
+    fn the_policy_logs_the_ccms_requests_only_with_node_write_bodies() {
         let p = policy();
         assert!(p.contains("users: [ccm-bench]"), "{p}");
-        assert!(p.contains("resources: [nodes/status]"), "{p}");
+        assert!(p.contains("resources: [nodes, nodes/status]"), "{p}");
+        assert!(
+            p.contains("- level: Metadata\n  users: [ccm-bench]\n"),
+            "{p}"
+        );
         assert!(p.ends_with("- level: None\n"), "{p}");
+    }
+
+    #[test]
+    fn requests_are_counted_by_kind_with_server_time_and_body_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let line = |verb: &str, resource: &str, sub: &str, code: i64, body: Option<&str>| {
+            let mut e = serde_json::json!({
+                "stage": "ResponseComplete",
+                "verb": verb,
+                "user": {"username": USER},
+                "objectRef": {"resource": resource, "subresource": sub, "name": "n1"},
+                "responseStatus": {"code": code},
+                "requestReceivedTimestamp": "2026-01-01T00:00:00.000000Z",
+                "stageTimestamp": "2026-01-01T00:00:00.002500Z",
+            });
+            if let Some(b) = body {
+                e["requestObject"] = serde_json::from_str(b).unwrap();
+            }
+            e.to_string() + "\n"
+        };
+        let mut other_user = line("create", "events", "", 201, None);
+        other_user = other_user.replace(USER, "someone-else");
+        let started =
+            line("watch", "nodes", "", 200, None).replace("ResponseComplete", "ResponseStarted");
+        let text = [
+            line("patch", "nodes", "status", 200, Some(r#"[{"op":"test"}]"#)),
+            line("patch", "nodes", "status", 409, Some(r#"[{"op":"test"}]"#)),
+            line("update", "nodes", "", 200, Some(r#"{"a":1}"#)),
+            line("watch", "nodes", "", 200, None),
+            started,
+            other_user,
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        let mut log = AuditLog::new(path);
+        log.read_new().unwrap();
+        let r = log.take_requests();
+        assert_eq!(
+            r.keys().collect::<Vec<_>>(),
+            ["patch nodes/status", "update nodes", "watch nodes"]
+        );
+        let status = &r["patch nodes/status"];
+        assert_eq!((status.count, status.failed), (2.0, 1.0));
+        assert!((status.server_seconds - 0.005).abs() < 1e-9, "{status:?}");
+        assert_eq!(status.body_bytes, 2.0 * r#"[{"op":"test"}]"#.len() as f64);
+        assert_eq!(r["update nodes"].body_bytes, 7.0);
+        assert_eq!(
+            r["watch nodes"].server_seconds, 0.0,
+            "watches last; not timed"
+        );
+        assert!(log.take_requests().is_empty(), "taken");
     }
 }

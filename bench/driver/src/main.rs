@@ -60,7 +60,8 @@ use crate::objects::{
     watch_done,
 };
 use crate::process::{
-    API_REQUESTS, DUPLICATE_ROUTE_CREATES, Process, REDUNDANT_LB_UPDATES, RssSampler, Scrape, delta,
+    API_REQUESTS, DUPLICATE_ROUTE_CREATES, Process, REDUNDANT_LB_UPDATES, RssSampler, Scrape,
+    cpu_seconds, delta,
 };
 use crate::report::{CcmResult, IdleResult, Machine, Report, ScenarioResult, Settings, svg, table};
 
@@ -343,6 +344,10 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
     // The CCM runs as a user of its own, so the audit policy can pick out its requests.
     let kubeconfig = cp.kubeconfig_for_user(audit::USER, &["system:masters"])?;
     let mut audit = AuditLog::new(audit_path);
+    let servers: Vec<u32> = {
+        let (etcd, apiserver) = cp.process_ids();
+        etcd.into_iter().chain(apiserver).collect()
+    };
     let mut ccm = Process::start(opts, name, binary, &kubeconfig, dir.path())?;
     let rss = RssSampler::start(ccm.pid(), Instant::now(), Duration::from_millis(250));
     let mut result = CcmResult {
@@ -374,7 +379,7 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
     let s1 = measure(
         opts,
         &mut ccm,
-        &mut audit,
+        (&mut audit, &servers),
         "nodes initialised",
         n,
         create_all(nodes.clone(), n, |i| tainted_node("bench-node", i)),
@@ -390,7 +395,7 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
         let s2 = measure(
             opts,
             &mut ccm,
-            &mut audit,
+            (&mut audit, &servers),
             "LBs with ingress",
             m,
             create_all(services.clone(), m, lb_service),
@@ -404,7 +409,7 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
             let s2b = measure(
                 opts,
                 &mut ccm,
-                &mut audit,
+                (&mut audit, &servers),
                 "new Nodes in every LB",
                 k,
                 create_all(nodes.clone(), k, |i| tainted_node("bench-new-node", i)),
@@ -421,7 +426,7 @@ async fn bench_one(opts: &Options, name: &str, binary: &Path) -> Result<CcmResul
         let s3 = measure(
             opts,
             &mut ccm,
-            &mut audit,
+            (&mut audit, &servers),
             "Nodes with a route",
             r,
             create_all(nodes.clone(), r, route_node),
@@ -562,10 +567,13 @@ async fn settle(ccm: &mut Process, quiet: Duration, max: Duration) -> Result<()>
 /// Runs `create`, waits until `done` has seen `count` objects done, and measures. At
 /// `--timeout-secs` it stops waiting and returns what it measured so far, marked
 /// `timed_out`; a CCM that exits, a failed create or a watch that ends are errors.
+/// Runs one scenario: `create` the objects while `done` counts those finished; measured
+/// on the CCM (`/metrics`, `/proc`), and on the API server through its audit log and the
+/// CPU time of its processes (`servers`: etcd's and kube-apiserver's pids).
 async fn measure<C, D>(
     opts: &Options,
     ccm: &mut Process,
-    audit: &mut AuditLog,
+    (audit, servers): (&mut AuditLog, &[u32]),
     what: &str,
     count: usize,
     create: C,
@@ -578,7 +586,10 @@ where
     let name = ccm.name.clone();
     let before = ccm.scrape()?;
     let cpu_before = ccm.cpu_seconds()?;
+    let server_cpu = || -> Result<f64> { servers.iter().map(|&pid| cpu_seconds(pid)).sum() };
+    let server_cpu_before = server_cpu()?;
     let conditions_before = audit.read_new()?;
+    audit.take_requests();
     let start = Instant::now();
     let mut creator = tokio::spawn(async move {
         create.await?;
@@ -642,7 +653,9 @@ where
         settle(ccm, Duration::from_secs(1), Duration::from_secs(10)).await?;
     }
     let after = ccm.scrape()?;
+    let server_cpu_seconds = server_cpu()? - server_cpu_before;
     let conditions = audit.read_new()? - conditions_before;
+    let requests = audit.take_requests();
     let by_series = delta(&after.series(API_REQUESTS), &before.series(API_REQUESTS));
     let api_requests: f64 = by_series.values().sum();
     let cloud_calls = delta(&after.cloud_calls(), &before.cloud_calls());
@@ -651,11 +664,20 @@ where
     progress(format_args!(
         "{name}: {seen}/{count} {what} in {seconds:.2} s, {api_requests} API requests, {} cloud \
          calls, {cpu_seconds:.2} CPU s, {redundant} redundant LB updates, {} Node condition \
-         writes ({} duplicates)",
+         writes ({} duplicates); API server and etcd: {server_cpu_seconds:.2} CPU s",
         cloud_calls.values().sum::<f64>(),
         conditions.writes,
         conditions.duplicates,
     ));
+    for (kind, r) in &requests {
+        progress(format_args!(
+            "{name}:   {kind}: {} ({} failed), server {:.2} ms each, body {:.0} B each",
+            r.count,
+            r.failed,
+            1000.0 * r.server_seconds / r.count.max(1.0),
+            r.body_bytes / r.count.max(1.0)
+        ));
+    }
     Ok(ScenarioResult {
         objects: count,
         seconds,
@@ -663,6 +685,8 @@ where
         api_requests,
         api_requests_per_object: api_requests / seen.max(1) as f64,
         cpu_seconds,
+        server_cpu_seconds: Some(server_cpu_seconds),
+        requests,
         api_requests_by_series: by_series,
         cloud_calls,
         duplicate_route_creates: after.sum(DUPLICATE_ROUTE_CREATES)

@@ -294,7 +294,7 @@ impl Drop for RssSampler {
 }
 
 /// CPU seconds (user + system) of `pid` so far, from `/proc/<pid>/stat`.
-fn cpu_seconds(pid: u32) -> Result<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the `(comm)`, which may hold spaces: state is field 3; utime 14, stime 15.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();

@@ -16,6 +16,7 @@
 
 pub(crate) mod fields;
 pub mod go_metrics;
+pub(crate) mod priority;
 pub mod service_account;
 
 use parking_lot::Mutex;
@@ -460,10 +461,14 @@ where
         self.layer.counters.record(&req);
         let method = req.method().as_str().to_owned();
         let counters = self.layer.counters.clone();
+        // Events wait for the other writes (see `priority`): count those while in flight.
+        let foreground = (!is_read(&req) && !priority::is_event_path(req.uri().path()))
+            .then(|| priority::PROCESS.enter());
         let started = Instant::now();
         let call = self.inner.call(req);
         Box::pin(async move {
             let result = call.await.map_err(Into::into);
+            drop(foreground);
             let code = match &result {
                 Ok(response) => response.status().as_str().to_owned(),
                 Err(_) => NO_RESPONSE.to_owned(),

@@ -14,7 +14,9 @@
 //! What this writer keeps from its own design: [`EventRecorder::normal`] and
 //! [`EventRecorder::warning`] never wait. They correlate at once (a few hash-map operations)
 //! and queue the write; tasks of the recorder write the queue (four lanes at once, events about
-//! one object in order). At most [`MAX_QUEUED_EVENTS`] writes wait; past that, and for what the
+//! one object in order), each write after the process's Node, Service and Lease writes in
+//! flight, waiting at most a second for them (`client::priority`), so events never slow the
+//! writes they report on. At most [`MAX_QUEUED_EVENTS`] writes wait; past that, and for what the
 //! spam filter or the API server refuses, the event is dropped and counted in
 //! `ccm_events_dropped_total{component, reason}`. The caches are bounded (4096 entries each,
 //! as Go's LRUs) and keep hashes and counts, not copies of events. `docs/architecture.md`
@@ -36,11 +38,16 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::mpsc;
+
+use crate::client::priority;
 use tokio::time::Instant;
 
-/// Writes waiting per recorder (split among its lanes) before new events are dropped (Go's
-/// broadcaster queues 1000 too).
-pub const MAX_QUEUED_EVENTS: usize = 1000;
+/// Writes waiting per recorder (split among its lanes) before new events are dropped: ten
+/// times Go's broadcaster's 1000, because an Event write here gives way to the Node,
+/// Service and Lease writes in flight (up to a second each), so a burst of Node
+/// initialisations queues its events rather than losing them (a queued write holds well
+/// under 1 KiB).
+pub const MAX_QUEUED_EVENTS: usize = 10_000;
 
 /// Messages longer than this are cut (Go does not cut; a provider's error can be long).
 const MAX_MESSAGE_BYTES: usize = 4096;
@@ -265,6 +272,10 @@ impl EventRecorder {
 async fn record(client: &Client, component: &str, mut write: Write) {
     let name = write.event.metadata.name.clone().unwrap_or_default();
     for tries in 1..=MAX_TRIES {
+        // After the Node, Service and Lease writes in flight (see `client::priority`).
+        priority::PROCESS
+            .background_turn(priority::MAX_EVENT_DEFERRAL)
+            .await;
         let err = match write_once(client, &mut write).await {
             Ok(()) => return,
             Err(err) => err,

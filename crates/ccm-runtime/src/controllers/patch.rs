@@ -8,6 +8,10 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 /// Escapes one JSON Pointer segment (`~` → `~0`, `/` → `~1`).
@@ -78,6 +82,51 @@ pub(crate) fn to_patch(ops: Vec<Value>) -> json_patch::Patch {
     serde_json::from_value(Value::Array(ops)).unwrap_or(json_patch::Patch(Vec::new()))
 }
 
+/// What a patch asks the API server to answer with: the object's metadata only
+/// (`PartialObjectMetadata`, as kube's `patch_metadata` asks), not the whole object.
+const METADATA_ANSWER: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// Patches the object `name` of `api` (its `subresource`, when given) and reads back its
+/// metadata only: a controller reads nothing else from the answer to its own write (the
+/// new `resourceVersion` and labels), and the API server then encodes the metadata instead
+/// of the whole object — for a Node, its status is most of it.
+pub(crate) async fn patch_for_metadata<K, P>(
+    api: &Api<K>,
+    name: &str,
+    subresource: Option<&str>,
+    params: &PatchParams,
+    patch: &Patch<P>,
+) -> Result<ObjectMeta, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    P: serde::Serialize + std::fmt::Debug,
+{
+    let request = metadata_patch_request(api.resource_url(), name, subresource, params, patch)
+        .map_err(kube::Error::BuildRequest)?;
+    let answer: PartialObjectMeta<K> = api.clone().into_client().request(request).await?;
+    Ok(answer.metadata)
+}
+
+/// The request of [`patch_for_metadata`] to the collection at `url`.
+fn metadata_patch_request<P: serde::Serialize + std::fmt::Debug>(
+    url: &str,
+    name: &str,
+    subresource: Option<&str>,
+    params: &PatchParams,
+    patch: &Patch<P>,
+) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+    let request = kube::core::Request::new(url);
+    let mut request = match subresource {
+        Some(subresource) => request.patch_subresource(subresource, name, params, patch),
+        None => request.patch(name, params, patch),
+    }?;
+    request.headers_mut().insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static(METADATA_ANSWER),
+    );
+    Ok(request)
+}
+
 /// How a guarded patch failed.
 #[derive(Debug)]
 pub(crate) enum PatchFailure {
@@ -107,6 +156,32 @@ impl From<kube::Error> for PatchFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patches_ask_for_the_metadata_only() {
+        let params = PatchParams {
+            field_manager: Some("m".to_owned()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Json::<()>(to_patch(vec![
+            json!({"op": "add", "path": "/spec/providerID", "value": "fake://1"}),
+        ]));
+        for (sub, path) in [
+            (Some("status"), "/api/v1/nodes/n1/status?&fieldManager=m"),
+            (None, "/api/v1/nodes/n1?&fieldManager=m"),
+        ] {
+            let req = metadata_patch_request("/api/v1/nodes", "n1", sub, &params, &patch).unwrap();
+            assert_eq!(req.method(), http::Method::PATCH);
+            assert_eq!(req.uri().to_string(), path);
+            assert_eq!(req.headers()[http::header::ACCEPT], METADATA_ANSWER);
+            assert_eq!(
+                req.headers()[http::header::CONTENT_TYPE],
+                "application/json-patch+json"
+            );
+            let body: Value = serde_json::from_slice(req.body()).unwrap();
+            assert_eq!(body[0]["path"], "/spec/providerID");
+        }
+    }
 
     #[test]
     fn escapes_pointer_segments() {

@@ -35,7 +35,7 @@ use self::decision::{
     secondary_label_updates, taints, updated_addresses,
 };
 use super::guarded_patch::{PatchError, Patched, guarded_patch};
-use super::patch::{PatchFailure, add_labels, replace_list, to_patch};
+use super::patch::{PatchFailure, add_labels, patch_for_metadata, replace_list, to_patch};
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
 use crate::metrics::ControllerMetrics;
@@ -396,12 +396,11 @@ impl Inner {
         if let Some(addresses) = &plan.addresses {
             let old = node.status.as_ref().and_then(|s| s.addresses.as_deref());
             let ops = replace_list("/status/addresses", old, addresses, rv.as_deref());
-            let updated = self
-                .nodes_api
-                .patch_status(name, &params, &Patch::Json::<()>(to_patch(ops)))
-                .await?;
-            labels = updated.metadata.labels;
-            rv = updated.metadata.resource_version;
+            let patch = Patch::Json::<()>(to_patch(ops));
+            let updated =
+                patch_for_metadata(&self.nodes_api, name, Some("status"), &params, &patch).await?;
+            labels = updated.labels;
+            rv = updated.resource_version;
         }
         let mut ops = Vec::new();
         if let Some(id) = &plan.provider_id {
@@ -416,9 +415,8 @@ impl Inner {
             &plan.taints,
             rv.as_deref(),
         ));
-        self.nodes_api
-            .patch(name, &params, &Patch::Json::<()>(to_patch(ops)))
-            .await?;
+        let patch = Patch::Json::<()>(to_patch(ops));
+        patch_for_metadata(&self.nodes_api, name, None, &params, &patch).await?;
         Ok(())
     }
 
@@ -434,11 +432,8 @@ impl Inner {
             node.metadata.resource_version.as_deref(),
         );
         let patch = Patch::Json::<()>(to_patch(ops));
-        match self
-            .nodes_api
-            .patch(node_name(node), &PatchParams::default(), &patch)
-            .await
-        {
+        let params = PatchParams::default();
+        match patch_for_metadata(&self.nodes_api, node_name(node), None, &params, &patch).await {
             Ok(_) => Outcome::Done,
             Err(err) => match PatchFailure::from(err) {
                 PatchFailure::Gone => Outcome::Done,
@@ -503,10 +498,9 @@ impl Inner {
             node.metadata.resource_version.as_deref(),
         );
         let patch = Patch::Json::<()>(to_patch(ops));
-        if let Err(err) = self
-            .nodes_api
-            .patch_status(name, &PatchParams::default(), &patch)
-            .await
+        let params = PatchParams::default();
+        if let Err(err) =
+            patch_for_metadata(&self.nodes_api, name, Some("status"), &params, &patch).await
         {
             // A conflict is settled on the next pass, with the fresh Node from the cache.
             tracing::warn!(node = name, error = %err, "error patching node with cloud addresses");

@@ -34,7 +34,7 @@ say() { printf '\n==> %s\n' "$*" >&2; }
 say "building: the cluster's binaries from Go modules on first use, the images, the launcher"
 KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
 export KUBEBUILDER_ASSETS
-scripts/images.sh --debug "${images[@]}"
+scripts/images.sh --debug --platform linux/amd64 "${images[@]}"
 cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 

@@ -1,32 +1,50 @@
 #!/usr/bin/env bash
-# Builds the container image of each bundled binary without a Docker engine: a statically
-# linked binary (glibc, `-C target-feature=+crt-static`), staged with the CA certificates
-# into a build context, then the binary's Containerfile built with buildah (vfs storage,
-# chroot isolation: works as root with no daemon) and saved as an OCI archive:
+# Builds the multi-arch container image (linux/amd64 and linux/arm64) of each bundled binary
+# without a Docker engine: a statically linked binary per platform (glibc,
+# `-C target-feature=+crt-static`; arm64 cross-compiled with Debian's gcc-aarch64-linux-gnu
+# and libc6-dev-arm64-cross), staged with the CA certificates into a build context, each
+# platform's image built from the binary's Containerfile with buildah (vfs storage, chroot
+# isolation: works as root with no daemon; FROM scratch + COPY needs no emulation), the
+# platforms joined in an OCI image index (`buildah manifest`) and saved as an OCI archive.
+# Then scripts/images-check.sh proves the result (arm64 binaries run under qemu, the index
+# lists each platform):
 #
-#   scripts/images.sh                         # release images of all three binaries
+#   scripts/images.sh                         # release images of all three binaries, both platforms
 #   scripts/images.sh --debug fake-cloud-controller-manager   # a quicker debug build (tests)
-#   scripts/images.sh --stage-only do-like-cloud-controller-manager   # context only, for `docker build`
+#   scripts/images.sh --debug --platform linux/amd64          # one platform only (quick local runs)
+#   scripts/images.sh --stage-only do-like-cloud-controller-manager   # contexts only, for `docker build`
 #
-# Writes target/images/<binary>.tar (load with `podman load`, `docker load` after
-# `skopeo copy oci-archive:… docker-archive:…`, or push with `skopeo copy`/`buildah push`)
-# and target/images/context/<binary>/. Prints each image's size.
+# Writes target/images/<binary>.tar, an OCI archive holding one index named
+# localhost/<binary>:<version> with a manifest per platform (`buildah from` and
+# `ctr images import` pick the host's platform; push every platform with
+# `skopeo copy --all oci-archive:target/images/<binary>.tar docker://REGISTRY/<binary>:TAG`),
+# and the build contexts target/images/context/<binary>/ (linux/amd64, the host's) and
+# target/images/context/<binary>-arm64/ (linux/arm64). Prints each binary's and archive's size.
+# Needs buildah, and for linux/arm64 gcc-aarch64-linux-gnu, libc6-dev-arm64-cross,
+# qemu-user-static (apt-get) and `rustup target add aarch64-unknown-linux-gnu`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=release
 stage_only=false
+platforms=()
 binaries=()
-for arg in "$@"; do
-  case "$arg" in
+while [ $# -gt 0 ]; do
+  case "$1" in
     --debug) profile=debug ;;
     --stage-only) stage_only=true ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    -*) echo "images.sh: unknown option $arg" >&2; exit 2 ;;
-    *) binaries+=("$arg") ;;
+    --platform)
+      [ $# -ge 2 ] || { echo "images.sh: --platform needs linux/amd64 or linux/arm64" >&2; exit 2; }
+      IFS=, read -r -a more <<<"$2"; platforms+=("${more[@]}"); shift ;;
+    --platform=*) IFS=, read -r -a more <<<"${1#--platform=}"; platforms+=("${more[@]}") ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -*) echo "images.sh: unknown option $1" >&2; exit 2 ;;
+    *) binaries+=("$1") ;;
   esac
+  shift
 done
 [ ${#binaries[@]} -gt 0 ] || binaries=(fake-cloud-controller-manager do-like-cloud-controller-manager do-like-api-simulator)
+[ ${#platforms[@]} -gt 0 ] || platforms=(linux/amd64 linux/arm64)
 
 # binary -> the directory of the crate that builds it (and holds its Containerfile).
 crate_dir() {
@@ -37,58 +55,107 @@ crate_dir() {
     *) echo "images.sh: no image for '$1'" >&2; exit 2 ;;
   esac
 }
+# platform -> Rust target, the strip that reads its binaries, and the context folder suffix
+# (none for the host's platform, so target/images/context/<binary>/ stays the amd64 one).
+rust_target() {
+  case "$1" in
+    linux/amd64) echo x86_64-unknown-linux-gnu ;;
+    linux/arm64) echo aarch64-unknown-linux-gnu ;;
+    *) echo "images.sh: unsupported platform '$1' (linux/amd64, linux/arm64)" >&2; exit 2 ;;
+  esac
+}
+strip_tool() { case "$1" in linux/amd64) echo strip ;; linux/arm64) echo aarch64-linux-gnu-strip ;; esac; }
+suffix() { case "$1" in linux/amd64) echo "" ;; linux/arm64) echo -arm64 ;; esac; }
+for platform in "${platforms[@]}"; do rust_target "$platform" >/dev/null; done
 
-host=x86_64-unknown-linux-gnu
 ca_bundle=/etc/ssl/certs/ca-certificates.crt
 [ -r "$ca_bundle" ] || { echo "images.sh: $ca_bundle is missing (apt-get install ca-certificates)" >&2; exit 1; }
 if ! $stage_only; then
   command -v buildah >/dev/null || { echo "images.sh: buildah is required (apt-get install buildah)" >&2; exit 1; }
+fi
+if [[ " ${platforms[*]} " == *" linux/arm64 "* ]]; then
+  for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-strip; do
+    command -v "$tool" >/dev/null || { echo "images.sh: $tool is required for linux/arm64 (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)" >&2; exit 1; }
+  done
+  [ -r /usr/aarch64-linux-gnu/lib/libc.a ] || { echo "images.sh: /usr/aarch64-linux-gnu/lib/libc.a is missing: the static arm64 link needs it (apt-get install libc6-dev-arm64-cross)" >&2; exit 1; }
+  rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu \
+    || { echo "images.sh: the Rust target aarch64-unknown-linux-gnu is missing (rustup target add aarch64-unknown-linux-gnu)" >&2; exit 1; }
 fi
 
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 out=target/images
 mkdir -p "$out/context"
 revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+# Read once: every platform's binary prints the same commit, even if HEAD moves mid-build.
+commit="$(git rev-parse --short HEAD 2>/dev/null || true)"
 
 packages=()
 for bin in "${binaries[@]}"; do
   packages+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$(crate_dir "$bin")/Cargo.toml" | head -1)")
 done
 # An explicit --target keeps the static build apart from the host's (build scripts and proc
-# macros are still built for the host, dynamically), so the two caches do not thrash.
+# macros are still built for the host, dynamically), so the two caches do not thrash. Each
+# platform is built by its own cargo run: a cold arm64 build reuses the host's build scripts.
 profile_flag=()
 [ "$profile" = release ] && profile_flag=(--release)
-echo "images.sh: building ${binaries[*]} ($profile, static)" >&2
-# The commit `--version` prints, given to the examples' build.rs explicitly: it reruns when
-# this changes, even when the target folder is shared with another checkout whose git
-# files it last watched.
-CCM_GIT_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || true)" \
-CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
-  cargo build --locked --quiet --target "$host" "${profile_flag[@]}" "${packages[@]}" \
-  $(printf -- '--bin %s ' "${binaries[@]}")
+for platform in "${platforms[@]}"; do
+  target="$(rust_target "$platform")"
+  echo "images.sh: building ${binaries[*]} ($profile, static, $target)" >&2
+  start=$(date +%s)
+  # The commit `--version` prints, given to the examples' build.rs explicitly: it reruns when
+  # this changes, even when the target folder is shared with another checkout whose git
+  # files it last watched.
+  CCM_GIT_COMMIT="$commit" \
+  CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+    cargo build --locked --quiet --target "$target" "${profile_flag[@]}" "${packages[@]}" \
+    $(printf -- '--bin %s ' "${binaries[@]}")
+  echo "images.sh: built $target in $(( $(date +%s) - start ))s" >&2
+done
 
+buildah=(buildah --storage-driver vfs)
 for bin in "${binaries[@]}"; do
   dir="$(crate_dir "$bin")"
-  context="$out/context/$bin"
-  rm -rf "$context" && mkdir -p "$context"
-  cp "$target_dir/$host/$profile/$bin" "$context/$bin"
-  [ "$profile" = release ] && strip "$context/$bin" 2>/dev/null || true
-  cp "$ca_bundle" "$context/ca-certificates.crt"
   version="$(cargo pkgid --manifest-path "$dir/Cargo.toml" | sed 's/.*[#@]//')"
-  if $stage_only; then
-    echo "images.sh: staged $context (docker build -f $dir/Containerfile --build-arg VERSION=$version --build-arg REVISION=$revision $context)" >&2
-    continue
-  fi
   tag="localhost/$bin:$version"
-  buildah=(buildah --storage-driver vfs)
-  "${buildah[@]}" bud --quiet --isolation chroot --layers=false \
-    --build-arg "VERSION=$version" --build-arg "REVISION=$revision" \
-    -f "$dir/Containerfile" -t "$tag" "$context" >/dev/null
+  sizes=()
+  for platform in "${platforms[@]}"; do
+    context="$out/context/$bin$(suffix "$platform")"
+    rm -rf "$context" && mkdir -p "$context"
+    cp "$target_dir/$(rust_target "$platform")/$profile/$bin" "$context/$bin"
+    if [ "$profile" = release ]; then "$(strip_tool "$platform")" "$context/$bin"; fi
+    cp "$ca_bundle" "$context/ca-certificates.crt"
+    sizes+=("${platform#linux/} $(( $(stat -c %s "$context/$bin") / 1024 )) KiB")
+    if $stage_only; then
+      echo "images.sh: staged $context (docker build --platform $platform -f $dir/Containerfile --build-arg VERSION=$version --build-arg REVISION=$revision $context)" >&2
+    fi
+  done
+  $stage_only && continue
+  # One image per platform (tagged <version>-<arch>, removed once in the index), then the
+  # index under the image's name, pushed with every platform's blobs.
+  "${buildah[@]}" manifest rm "$tag" >/dev/null 2>&1 || true
+  "${buildah[@]}" rmi "$tag" >/dev/null 2>&1 || true
+  "${buildah[@]}" manifest create "$tag" >/dev/null
+  for platform in "${platforms[@]}"; do
+    arch="${platform#linux/}"
+    "${buildah[@]}" bud --quiet --isolation chroot --layers=false --platform "$platform" \
+      --build-arg "VERSION=$version" --build-arg "REVISION=$revision" \
+      -f "$dir/Containerfile" -t "$tag-$arch" "$out/context/$bin$(suffix "$platform")" >/dev/null
+    "${buildah[@]}" manifest add --os linux --arch "$arch" "$tag" "containers-storage:$tag-$arch" >/dev/null
+  done
   rm -f "$out/$bin.tar"
-  "${buildah[@]}" push --quiet "$tag" "oci-archive:$out/$bin.tar:$tag"
-  "${buildah[@]}" rmi "$tag" >/dev/null
+  "${buildah[@]}" manifest push --quiet --all --format oci "$tag" "oci-archive:$out/$bin.tar:$tag"
+  "${buildah[@]}" manifest rm "$tag" >/dev/null
+  for platform in "${platforms[@]}"; do "${buildah[@]}" rmi "$tag-${platform#linux/}" >/dev/null; done
   # Images that tests unpacked from older archives.
   "${buildah[@]}" rmi --prune >/dev/null 2>&1 || true
-  printf 'images.sh: %s  %s  binary %s KiB, archive %s KiB\n' "$out/$bin.tar" "$tag" \
-    "$(( $(stat -c %s "$context/$bin") / 1024 ))" "$(( $(stat -c %s "$out/$bin.tar") / 1024 ))" >&2
+  printf 'images.sh: %s  %s  binary %s, archive %s KiB\n' "$out/$bin.tar" "$tag" \
+    "$(IFS=,; echo "${sizes[*]}" | sed 's/,/, /g')" "$(( $(stat -c %s "$out/$bin.tar") / 1024 ))" >&2
 done
+
+# The proof: each platform's binary runs (arm64 under qemu-aarch64-static) and is a static
+# ELF of its architecture, and each archive's index lists the platforms built.
+check=()
+$stage_only && check=(--contexts-only)
+scripts/images-check.sh "${check[@]}" --platform "$(IFS=,; echo "${platforms[*]}")" "${binaries[@]}"

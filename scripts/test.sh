@@ -44,7 +44,7 @@ KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
 export KUBEBUILDER_ASSETS
 echo "using $KUBEBUILDER_ASSETS" >&2
 
-step "container images (debug, static; scripts/images.sh)"
+step "container images (debug, static, linux/amd64 + linux/arm64, arm64 run under qemu; scripts/images.sh)"
 # The image tests run these archives; release images are built by `scripts/images.sh`.
 scripts/images.sh --debug
 

@@ -26,7 +26,7 @@ use ccm_do_like_simulator::{RunningSimulator, SimulatorConfig};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: do-like-api-simulator [--listen 127.0.0.1:PORT] [--token-file FILE] \
+        "usage: do-like-api-simulator [--version] [--listen 127.0.0.1:PORT] [--token-file FILE] \
          [--admin-token-file FILE] [--state-file FILE] [--lb-activation-ms MS] \
          [--rate-limit N] [--droplets N] [--routes-extension on|off] [--non-loopback on|off] \
          [--lb-addresses CIDR]\n\
@@ -54,6 +54,10 @@ async fn main() -> ExitCode {
         };
         if flag == "--help" || flag == "-h" {
             return usage();
+        }
+        if flag == "--version" || flag == "-V" {
+            println!("do-like-api-simulator v{}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
         }
         let Some(value) = inline.or_else(|| args.next()) else {
             eprintln!("error: {flag} needs a value");

@@ -116,20 +116,7 @@ async fn chart_snapshots_are_admitted_by_a_real_api_server() {
             cp.run_kubectl(["create", "namespace", namespace.as_str()])
                 .unwrap_or_else(|e| panic!("{e}"));
         }
-        let out = cp
-            .kubectl()
-            .expect("kubectl")
-            .args(["apply", "--dry-run=server", "-f"])
-            .arg(file)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}: {}{stdout}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let stdout = dry_run(&cp, file);
         // One line of kubectl's per object of the snapshot: each was admitted.
         let text = std::fs::read_to_string(file).unwrap();
         let objects = text.lines().filter(|l| l.starts_with("kind: ")).count();
@@ -142,6 +129,26 @@ async fn chart_snapshots_are_admitted_by_a_real_api_server() {
     }
 }
 
+/// `kubectl apply --dry-run=server -f file` against `cp`: its output, or a panic with the
+/// API server's refusal.
+fn dry_run(cp: &ControlPlane, file: &Path) -> String {
+    let out = cp
+        .kubectl()
+        .expect("kubectl")
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}: {}{stdout}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[tokio::test]
 async fn release_manifests_are_admitted_by_a_real_api_server() {
     let cp = ControlPlane::start().await.expect("a real control plane");
@@ -152,20 +159,7 @@ async fn release_manifests_are_admitted_by_a_real_api_server() {
         "a release manifest per provider: {files:?}"
     );
     for (version, file) in &files {
-        let out = cp
-            .kubectl()
-            .expect("kubectl")
-            .args(["apply", "--dry-run=server", "-f"])
-            .arg(file)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}: {}{stdout}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let stdout = dry_run(&cp, file);
         for kind in ["serviceaccount/", "clusterrole.", "deployment.apps/"] {
             assert!(
                 stdout.contains(kind),

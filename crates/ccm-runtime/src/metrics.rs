@@ -242,6 +242,23 @@ impl Metrics {
         self.inner.sources.api.lock().push(counters);
     }
 
+    /// Exports the gauge `gauge` (no labels) as `read` answers at each scrape: a count
+    /// over a controller's cache, which would cost a walk of the cache on every change if it
+    /// were kept up to date instead. Registering a name again replaces the earlier reader.
+    pub(crate) fn register_cache_gauge(
+        &self,
+        gauge: CacheGaugeName,
+        read: impl Fn() -> i64 + Send + Sync + 'static,
+    ) {
+        self.inner.sources.gauges.lock().insert(
+            gauge.name,
+            CacheGauge {
+                help: gauge.help,
+                read: Arc::new(read),
+            },
+        );
+    }
+
     /// Sets `running_managed_controllers{name, manager}` to 1 (Go's
     /// `ControllerStarted`).
     pub fn controller_started(&self, name: &str) {
@@ -508,11 +525,49 @@ fn go_arch(arch: &str) -> &str {
     }
 }
 
-/// What is read at scrape time: the work queues and the Kubernetes clients' counters.
+/// What is read at scrape time: the work queues, the Kubernetes clients' counters and the
+/// gauges counted from the controllers' caches.
 #[derive(Debug, Default)]
 struct ScrapeSources {
     queues: Mutex<BTreeMap<String, Arc<QueueMetrics>>>,
     api: Mutex<Vec<Arc<ApiCounters>>>,
+    gauges: Mutex<BTreeMap<&'static str, CacheGauge>>,
+}
+
+/// The name and help of a gauge counted from a controller's cache.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CacheGaugeName {
+    name: &'static str,
+    help: &'static str,
+}
+
+/// `ccm_nodes_uninitialized`, counted from the cloud-node controller's cache.
+pub(crate) const NODES_UNINITIALIZED: CacheGaugeName = CacheGaugeName {
+    name: "ccm_nodes_uninitialized",
+    help: "Nodes that still carry the node.cloudprovider.kubernetes.io/uninitialized taint \
+           (not being deleted), as the cloud-node controller's cache has them.",
+};
+
+/// `ccm_service_load_balancers_pending`, counted from the service controller's cache.
+pub(crate) const SERVICE_LOAD_BALANCERS_PENDING: CacheGaugeName = CacheGaugeName {
+    name: "ccm_service_load_balancers_pending",
+    help: "Services of type LoadBalancer without a loadBalancerClass (not being deleted) \
+           that have no ingress yet, as the service controller's cache has them.",
+};
+
+/// A gauge counted at scrape time from an informer's cache (`ccm_nodes_uninitialized`…).
+#[derive(Clone)]
+struct CacheGauge {
+    help: &'static str,
+    read: Arc<dyn Fn() -> i64 + Send + Sync>,
+}
+
+impl fmt::Debug for CacheGauge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheGauge")
+            .field("help", &self.help)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Collector for ScrapeSources {
@@ -547,7 +602,20 @@ impl Collector for ScrapeSources {
             }
         }
         let clients: Vec<GoClientCounts> = self.api.lock().iter().map(|c| c.go_counts()).collect();
-        encode_go_client(&mut encoder, &clients)
+        encode_go_client(&mut encoder, &clients)?;
+        // Read outside the lock: a count walks a whole cache.
+        let gauges: Vec<(&'static str, CacheGauge)> = self
+            .gauges
+            .lock()
+            .iter()
+            .map(|(name, gauge)| (*name, gauge.clone()))
+            .collect();
+        for (name, gauge) in gauges {
+            encoder
+                .encode_descriptor(name, gauge.help, None, MetricType::Gauge)?
+                .encode_gauge(&(gauge.read)())?;
+        }
+        Ok(())
     }
 }
 

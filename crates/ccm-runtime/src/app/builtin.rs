@@ -7,11 +7,16 @@ use ccm_provider::BoxError;
 
 use super::controller::{Capability, Controller, ControllerContext, ControllerFuture};
 use super::options::{FlagError, Options};
-use crate::controllers::node::{CloudNodeController, CloudNodeControllerConfig};
+use crate::controllers::node::{
+    CloudNodeController, CloudNodeControllerConfig, uninitialized_nodes,
+};
 use crate::controllers::node_ipam::{MaskSizeFlags, NodeIpamConfig, NodeIpamController};
 use crate::controllers::node_lifecycle::{NodeLifecycleController, NodeLifecycleControllerConfig};
 use crate::controllers::route::{RouteConfigError, RouteController, RouteControllerConfig};
-use crate::controllers::service::{ServiceController, ServiceControllerConfig};
+use crate::controllers::service::{
+    ServiceController, ServiceControllerConfig, pending_load_balancers,
+};
+use crate::metrics::{NODES_UNINITIALIZED, SERVICE_LOAD_BALANCERS_PENDING};
 
 /// The cloud-node controller's name.
 pub const CLOUD_NODE_CONTROLLER: &str = "cloud-node-controller";
@@ -67,6 +72,11 @@ pub(crate) fn builtin_controllers() -> Vec<Controller> {
     ]
 }
 
+/// A count as a gauge's value.
+fn gauge_value(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
 /// The error when a capability checked by the registration is gone at start.
 fn missing(capability: Capability) -> BoxError {
     format!("the provider no longer offers {capability}").into()
@@ -83,6 +93,11 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
         .ok_or_else(|| missing(Capability::Instances))?;
     ctx.manager_metrics
         .register_queue(c.queue().name(), c.queue().shared_metrics());
+    let nodes = ctx.nodes.clone();
+    ctx.manager_metrics
+        .register_cache_gauge(NODES_UNINITIALIZED, move || {
+            gauge_value(uninitialized_nodes(&nodes))
+        });
     Ok(Box::pin(c.run(ctx.cancel.clone())))
 }
 
@@ -111,6 +126,11 @@ fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> 
     .ok_or_else(|| missing(Capability::LoadBalancer))?;
     ctx.manager_metrics
         .register_queue(c.queue().name(), c.queue().shared_metrics());
+    let services = ctx.services.clone();
+    ctx.manager_metrics
+        .register_cache_gauge(SERVICE_LOAD_BALANCERS_PENDING, move || {
+            gauge_value(pending_load_balancers(&services))
+        });
     Ok(Box::pin(c.run(ctx.cancel.clone())))
 }
 

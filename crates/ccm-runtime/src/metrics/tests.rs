@@ -665,6 +665,37 @@ fn extra_metrics_can_be_registered() {
     assert_eq!(value(&text, "acme_servers"), Some(7.0));
 }
 
+#[test]
+fn cache_gauges_are_read_at_each_scrape() {
+    let metrics = Metrics::new();
+    assert!(
+        !metrics.encode().contains("ccm_nodes_uninitialized"),
+        "not before it is registered"
+    );
+    let count = Arc::new(std::sync::atomic::AtomicI64::new(3));
+    let read = Arc::clone(&count);
+    metrics.register_cache_gauge(super::NODES_UNINITIALIZED, move || {
+        read.load(std::sync::atomic::Ordering::SeqCst)
+    });
+    let text = metrics.encode();
+    assert!(
+        text.contains("# TYPE ccm_nodes_uninitialized gauge"),
+        "{text}"
+    );
+    assert_eq!(value(&text, "ccm_nodes_uninitialized"), Some(3.0));
+    count.store(0, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        value(&metrics.encode(), "ccm_nodes_uninitialized"),
+        Some(0.0)
+    );
+    // Registered again (a controller restarted): the new reader counts.
+    metrics.register_cache_gauge(super::NODES_UNINITIALIZED, || 9);
+    assert_eq!(
+        value(&metrics.encode(), "ccm_nodes_uninitialized"),
+        Some(9.0)
+    );
+}
+
 /// Every metric `docs/metrics.md` lists is exported, and every exported one is listed.
 #[tokio::test]
 async fn docs_list_exactly_the_exported_metrics() {
@@ -685,6 +716,8 @@ async fn docs_list_exactly_the_exported_metrics() {
     crate::events::count_drop("c", "queue_full");
     metrics.count_leader_slowpath("l", 0);
     metrics.set_build_info("1.2.3", Some("abc1234"));
+    metrics.register_cache_gauge(super::NODES_UNINITIALIZED, || 0);
+    metrics.register_cache_gauge(super::SERVICE_LOAD_BALANCERS_PENDING, || 0);
     let ipam = &metrics.controllers().node_ipam;
     ipam.count("10.0.0.0/8", 65536, 1, 1, 0);
     ipam.observe_tries("10.0.0.0/8", 0);

@@ -508,6 +508,17 @@ impl Inner {
     }
 }
 
+/// How many Nodes of the cache still carry the `node.cloudprovider.kubernetes.io/uninitialized`
+/// taint and are not being deleted (`ccm_nodes_uninitialized`).
+pub(crate) fn uninitialized_nodes(nodes: &Informer<Node>) -> usize {
+    nodes
+        .store()
+        .state()
+        .iter()
+        .filter(|n| is_uninitialized(n) && n.metadata.deletion_timestamp.is_none())
+        .count()
+}
+
 fn node_key(node: &Node) -> (String, String) {
     (
         node.name_any(),

@@ -84,7 +84,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio_util::sync::CancellationToken;
 
 use self::decision::wants::{
-    has_finalizer, needs_cleanup, needs_update, wanted_on_add, wants_load_balancer,
+    has_finalizer, needs_cleanup, needs_update, waits_for_load_balancer, wanted_on_add,
+    wants_load_balancer,
 };
 use self::node_sync::NodeSync;
 use self::records::{Record, Records};
@@ -395,6 +396,17 @@ fn on_service_change(change: &Change<Service>, queue: &Queue<ServiceKey>, record
             }
         }
     }
+}
+
+/// How many Services of the cache wait for their load balancer: they want one from this
+/// controller, are not being deleted and have no ingress yet (`ccm_service_load_balancers_pending`).
+pub(crate) fn pending_load_balancers(services: &Informer<Service>) -> usize {
+    services
+        .store()
+        .state()
+        .iter()
+        .filter(|s| waits_for_load_balancer(s))
+        .count()
 }
 
 #[cfg(test)]

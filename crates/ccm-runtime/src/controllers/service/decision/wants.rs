@@ -31,6 +31,14 @@ pub(crate) fn wants_load_balancer(service: &Service) -> bool {
         && spec(service).is_none_or(|s| s.load_balancer_class.is_none())
 }
 
+/// Whether the Service waits for its load balancer: it wants one from this controller, is
+/// not being deleted, and has no ingress yet (`ccm_service_load_balancers_pending`).
+pub(crate) fn waits_for_load_balancer(service: &Service) -> bool {
+    wants_load_balancer(service)
+        && service.metadata.deletion_timestamp.is_none()
+        && super::ingress::ingress(service).is_empty()
+}
+
 /// Whether the Service carries the `service.kubernetes.io/load-balancer-cleanup` finalizer.
 pub(crate) fn has_finalizer(service: &Service) -> bool {
     finalizers(service)
@@ -285,6 +293,30 @@ mod tests {
         assert!(!wants_load_balancer(&Service::default()), "no spec at all");
         assert!(wanted_on_add(&lb_service()));
         assert!(!wanted_on_add(&Service::default()));
+    }
+
+    #[test]
+    fn a_load_balancer_is_pending_until_its_ingress_is_written() {
+        use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus};
+        assert!(waits_for_load_balancer(&lb_service()));
+        let mut served = lb_service();
+        served.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    ip: Some("192.0.2.1".into()),
+                    ..LoadBalancerIngress::default()
+                }]),
+            }),
+            ..ServiceStatus::default()
+        });
+        assert!(!waits_for_load_balancer(&served));
+        assert!(!waits_for_load_balancer(&deleting(lb_service())));
+        assert!(!waits_for_load_balancer(&with_spec(lb_service(), |s| {
+            s.load_balancer_class = Some("example.com/other".into());
+        })));
+        assert!(!waits_for_load_balancer(&with_spec(lb_service(), |s| {
+            s.type_ = Some("ClusterIP".into());
+        })));
     }
 
     #[test]

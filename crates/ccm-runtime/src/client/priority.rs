@@ -6,8 +6,8 @@
 //! until none is ([`WritePriority::background_turn`]), at most [`MAX_EVENT_DEFERRAL`]. Under a burst — a
 //! thousand Nodes registering at once — the API server then spends its time on the Nodes,
 //! and the Events follow as the writes thin out; no Event is lost for it (the recorder's
-//! queue holds [`MAX_QUEUED_EVENTS`](crate::events::MAX_QUEUED_EVENTS)), and none waits
-//! longer than the bound when the writes never stop. Go's recorder gets the same effect
+//! queue holds [`MAX_QUEUED_EVENTS`](crate::events::MAX_QUEUED_EVENTS)), and while the
+//! writes never stop each of the recorder's lanes still writes one Event per bound. Go's recorder gets the same effect
 //! from its single sequential writer, at the cost of a slower drain afterwards. The count
 //! is per process, as the API server's load is: every client of the controller manager
 //! (the per-controller ones of `--use-service-account-credentials` too) adds to it.

@@ -55,7 +55,11 @@ while read -r file reference; do
   images+=(--image "$e2e/$file")
 done <"$e2e/images.txt"
 
-report="$(mktemp -d /tmp/ccm-e2e-upstream.XXXXXX)"
+# The last run's JUnit report, kept for reading under the target folder (not a new /tmp
+# folder per run).
+report="$target_dir/e2e-upstream/report"
+rm -rf "$report"
+mkdir -p "$report"
 ginkgo=(--ginkgo.timeout="$timeout" --ginkgo.v --ginkgo.no-color --ginkgo.fail-on-empty)
 for re in "${focus[@]}"; do ginkgo+=(--ginkgo.focus="$re"); done
 

@@ -145,6 +145,16 @@ where
         rx.wait_for(|s| *s).await.is_ok()
     }
 
+    /// [`wait_synced`](Self::wait_synced), unless `cancel` fires first: `true` once the
+    /// cache is synced, `false` if the informer stopped or `cancel` fired. What a
+    /// controller's `run` starts with.
+    pub async fn synced_or_cancelled(&self, cancel: &tokio_util::sync::CancellationToken) -> bool {
+        tokio::select! {
+            synced = self.wait_synced() => synced,
+            () = cancel.cancelled() => false,
+        }
+    }
+
     /// Whether the first full list is in the cache.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()

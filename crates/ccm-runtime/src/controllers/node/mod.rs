@@ -184,9 +184,8 @@ impl CloudNodeController {
     /// `workers` workers and refreshes addresses periodically.
     pub async fn run(self, cancel: CancellationToken) {
         let inner = self.inner;
-        tokio::select! {
-            synced = inner.nodes.wait_synced() => if !synced { return },
-            () = cancel.cancelled() => return,
+        if !inner.nodes.synced_or_cancelled(&cancel).await {
+            return;
         }
         // Nodes listed before this controller subscribed.
         for node in inner.nodes.store().state() {

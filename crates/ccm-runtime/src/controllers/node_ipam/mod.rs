@@ -117,9 +117,8 @@ impl NodeIpamController {
     /// already have as used, then gives CIDRs to the Nodes without.
     pub async fn run(self, cancel: CancellationToken) {
         let inner = self.inner;
-        tokio::select! {
-            synced = inner.nodes.wait_synced() => if !synced { return },
-            () = cancel.cancelled() => return,
+        if !inner.nodes.synced_or_cancelled(&cancel).await {
+            return;
         }
         tracing::info!("starting range CIDR allocator");
         let nodes = inner.nodes.store().state();

@@ -95,9 +95,8 @@ impl NodeLifecycleController {
 
     /// Runs until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
-        tokio::select! {
-            synced = self.nodes.wait_synced() => if !synced { return },
-            () = cancel.cancelled() => return,
+        if !self.nodes.synced_or_cancelled(&cancel).await {
+            return;
         }
         let mut tick = tokio::time::interval(self.config.monitor_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

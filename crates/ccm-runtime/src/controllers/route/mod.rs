@@ -187,9 +187,8 @@ impl RouteController {
     pub async fn run(self, cancel: CancellationToken) {
         let Self { inner, changes } = self;
         let inner = Arc::new(inner);
-        tokio::select! {
-            synced = inner.nodes.wait_synced() => if !synced { return },
-            () = cancel.cancelled() => return,
+        if !inner.nodes.synced_or_cancelled(&cancel).await {
+            return;
         }
         tracing::info!(
             cluster = inner.config.cluster_name(),

@@ -319,10 +319,10 @@ impl ServiceController {
             queue,
             config,
         } = self;
-        let synced = async { services.wait_synced().await && nodes.wait_synced().await };
-        tokio::select! {
-            synced = synced => if !synced { return },
-            () = cancel.cancelled() => return,
+        if !(services.synced_or_cancelled(&cancel).await
+            && nodes.synced_or_cancelled(&cancel).await)
+        {
+            return;
         }
         tracing::info!(workers = config.workers, "starting service controller");
         // Services listed before this controller subscribed.

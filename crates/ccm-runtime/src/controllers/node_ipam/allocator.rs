@@ -124,13 +124,7 @@ impl RangeAllocator {
                     index,
                 });
             };
-            if !set.overlaps(&cidr) {
-                return Err(super::cidr_set::OutOfRange {
-                    cidr,
-                    cluster: set.cluster(),
-                }
-                .into());
-            }
+            set.check(&cidr)?;
             cidrs.push(cidr);
         }
         Ok(cidrs)

@@ -185,14 +185,22 @@ impl CidrSet {
         self.cluster.contains(cidr.network()) || cidr.contains(self.cluster.network())
     }
 
-    /// The indices of the first and last subnets `cidr` covers.
-    fn range(&self, cidr: &Cidr) -> Result<(u64, u64), OutOfRange> {
-        if !self.overlaps(cidr) {
-            return Err(OutOfRange {
+    /// `Ok` when `cidr` [`overlaps`](Self::overlaps) the cluster CIDR, so that
+    /// [`occupy`](Self::occupy) and [`release`](Self::release) take it.
+    pub fn check(&self, cidr: &Cidr) -> Result<(), OutOfRange> {
+        if self.overlaps(cidr) {
+            Ok(())
+        } else {
+            Err(OutOfRange {
                 cidr: *cidr,
                 cluster: self.cluster,
-            });
+            })
         }
+    }
+
+    /// The indices of the first and last subnets `cidr` covers.
+    fn range(&self, cidr: &Cidr) -> Result<(u64, u64), OutOfRange> {
+        self.check(cidr)?;
         if cidr.prefix_len() <= self.cluster.prefix_len() {
             return Ok((0, self.subnets - 1));
         }

@@ -73,11 +73,13 @@ impl Drop for Foreground {
 /// Whether a request writes Events (core `events` or `events.k8s.io`): those wait for the
 /// others, and are not counted as foreground writes.
 pub(crate) fn is_event_path(path: &str) -> bool {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match segments.as_slice() {
-        ["apis", "events.k8s.io", ..] => true,
+    let mut segments = path.trim_matches('/').split('/');
+    let mut next = || segments.next();
+    match (next(), next(), next(), next(), next()) {
+        (Some("apis"), Some("events.k8s.io"), ..) => true,
         // /api/v1/events, /api/v1/namespaces/NS/events[/NAME]
-        ["api", _, "events", ..] | ["api", _, "namespaces", _, "events", ..] => true,
+        (Some("api"), Some(_), Some("events"), ..)
+        | (Some("api"), Some(_), Some("namespaces"), Some(_), Some("events")) => true,
         _ => false,
     }
 }

@@ -63,11 +63,16 @@ mkdir -p "$report"
 ginkgo=(--ginkgo.timeout="$timeout" --ginkgo.v --ginkgo.no-color --ginkgo.fail-on-empty)
 for re in "${focus[@]}"; do ginkgo+=(--ginkgo.focus="$re"); done
 
+# e2e.test copies the kubeconfig into test-kuberc* folders of TMPDIR and leaves them: it
+# gets a TMPDIR of its own, removed when this script ends.
+scratch="$(mktemp -d /tmp/ccm-e2e-tmp.XXXXXX)"
+trap 'rm -rf "$scratch"' EXIT
+
 say "running e2e.test $("$e2e/e2e.test" --version 2>/dev/null | head -1) in a 3-node cluster with the do-like provider"
 start=$(date +%s)
 status=0
 "$target_dir/debug/ccm-local-cluster" --provider do-like --nodes 3 --once "${images[@]}" \
-  --exec "$e2e/e2e.test" \
+  --exec env TMPDIR="$scratch" "$e2e/e2e.test" \
   --provider=aws \
   --kubectl-path="$KUBEBUILDER_ASSETS/kubectl" \
   --report-dir="$report" \

@@ -378,13 +378,7 @@ fn rows_over_runs(report: &Report) -> Vec<Row> {
             rows(&one)
         })
         .collect();
-    let mut labels: Vec<&String> = Vec::new();
-    for row in per_run.iter().flatten() {
-        if !labels.contains(&&row.label) {
-            labels.push(&row.label);
-        }
-    }
-    labels
+    labels_in_order(&per_run)
         .into_iter()
         .map(|label| {
             let same: Vec<&Row> = per_run
@@ -401,6 +395,26 @@ fn rows_over_runs(report: &Report) -> Vec<Row> {
             }
         })
         .collect()
+}
+
+/// The labels of every run's rows, each run's order kept: a label only some runs have (a
+/// cloud method called in one run only) goes right after the row it follows there, not
+/// at the end of the table.
+fn labels_in_order(per_run: &[Vec<Row>]) -> Vec<&String> {
+    let mut labels: Vec<&String> = Vec::new();
+    for rows in per_run {
+        let mut at = 0;
+        for row in rows {
+            match labels.iter().position(|l| *l == &row.label) {
+                Some(i) => at = i + 1,
+                None => {
+                    labels.insert(at, &row.label);
+                    at += 1;
+                }
+            }
+        }
+    }
+    labels
 }
 
 /// The rows of one run (one result per CCM).
@@ -995,6 +1009,37 @@ mod tests {
         assert_eq!(row(&table(&r), "node_init: seconds")[0], "2.50 (2.00–3.00)");
         // One run, as before.
         assert_eq!(row(&table(&one), "node_init: seconds")[0], "2.00");
+    }
+
+    #[test]
+    fn a_row_only_some_runs_have_stays_beside_its_neighbours() {
+        let one = report();
+        let mut r = report();
+        r.results.clear();
+        for n in 0..2 {
+            for result in &one.results {
+                let mut result = result.clone();
+                result.repeat = n;
+                if n == 1 {
+                    let calls = &mut result.scenarios.get_mut("node_init").unwrap().cloud_calls;
+                    calls.insert("list_routes".to_owned(), 1.0);
+                }
+                r.results.push(result);
+            }
+        }
+        let t = table(&r);
+        let labels: Vec<&str> = t
+            .lines()
+            .filter_map(|l| l.split('|').nth(1).map(str::trim))
+            .collect();
+        let at = |label: &str| labels.iter().position(|l| *l == label).unwrap();
+        let routes = at("node_init: cloud calls per object: list_routes");
+        assert_eq!(
+            labels[routes - 1],
+            "node_init: cloud calls per object: instance_metadata",
+            "{t}"
+        );
+        assert!(routes < at("peak RSS (MiB)"), "{t}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use super::builtin::builtin_controllers;
 use super::controller::{
     Applies, Controller, ControllerContext, ControllerFuture, controllers_help,
 };
+use super::kubeconfig::kube_config;
 use super::leader::{
     LeaderElectionConfig, LeaderElector, LeaderHealthz, LeadershipEnd, MAX_TOLERABLE_EXPIRED_LEASE,
 };
@@ -36,9 +37,7 @@ use crate::client::{ApiLayer, Fence, build_client, rate_limited};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use crate::serving::{self, Health};
-use ccm_provider::{
-    BoxError, CloudProvider, InitContext, ProviderRegistry, RegistryError, display_chain,
-};
+use ccm_provider::{CloudProvider, InitContext, ProviderRegistry, RegistryError};
 
 /// What every part of a running manager shares.
 #[derive(Clone)]
@@ -68,72 +67,7 @@ struct LeaderWork {
     shared: Shared,
 }
 
-/// Why the controller manager stopped with an error.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AppError {
-    /// A flag has a value it cannot take.
-    #[error(transparent)]
-    Flag(#[from] FlagError),
-    /// A file a flag names (or a file named inside it) could not be read: the message
-    /// names the flag, the file and why.
-    #[error(transparent)]
-    File(#[from] ccm_provider::file::FileError),
-    /// The provider could not be picked or built.
-    #[error("{}", display_chain(.0))]
-    Provider(#[from] RegistryError),
-    /// The API server could not be reached or configured. The message carries the whole
-    /// cause chain.
-    #[error("{context}: {}", display_chain(&**source))]
-    Kube {
-        /// What was being done.
-        context: String,
-        /// Why it failed.
-        source: BoxError,
-    },
-    /// The provider's `initialize` failed.
-    #[error("initializing the cloud provider: {}", .0.chain_to_string())]
-    Initialize(#[source] ccm_provider::CloudError),
-    /// The endpoints could not be served (e.g. the address is in use).
-    #[error("{context}: {}", display_chain(source))]
-    Serve {
-        /// What was being done: `--secure-port: cannot serve on <address>`.
-        context: String,
-        /// Why it failed.
-        #[source]
-        source: serving::ServeError,
-    },
-    /// A start-up step could not run (a thread could not be started).
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A controller failed to start.
-    #[error("controller {name}: {}", display_chain(&**source))]
-    Controller {
-        /// The controller.
-        name: String,
-        /// Why.
-        source: BoxError,
-    },
-    /// The leader Lease was lost.
-    #[error("leader election lost")]
-    LostLeadership,
-}
-
-impl From<serving::StartError> for AppError {
-    fn from(e: serving::StartError) -> Self {
-        match e {
-            serving::StartError::Flag(e) => Self::Flag(e),
-            serving::StartError::File(e) => Self::File(e),
-            serving::StartError::Serve { context, source } => Self::Serve { context, source },
-        }
-    }
-}
+pub use super::error::AppError;
 
 /// The builder of a cloud-controller-manager binary.
 ///
@@ -813,131 +747,6 @@ fn jitter(d: Duration) -> Duration {
     let mut byte = [0u8; 1];
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut byte);
     d + d.mul_f64(f64::from(byte[0]) / 256.0)
-}
-
-async fn kube_config(options: &Options) -> Result<kube::Config, AppError> {
-    let err = |context: &str, e: BoxError| AppError::Kube {
-        context: context.to_owned(),
-        source: e,
-    };
-    let kubeconfig_path = options
-        .kubeconfig
-        .as_deref()
-        .filter(|p| !p.as_os_str().is_empty());
-    tracing::info!(kubeconfig = ?kubeconfig_path, "configuring the Kubernetes client");
-    // Every file is read here, with the guards of `files`, and inlined: kube reads none
-    // itself but for a token file it re-reads (checked the same way).
-    let kubeconfig = if let Some(path) = kubeconfig_path {
-        Some(crate::files::kubeconfig("--kubeconfig", path).map_err(kubeconfig_error)?)
-    } else {
-        let mut merged: Option<kube::config::Kubeconfig> = None;
-        for (source, path) in default_kubeconfig_files() {
-            let config = match crate::files::kubeconfig(source, &path) {
-                // kube then tries the next, and the in-cluster configuration.
-                Err(crate::files::KubeconfigError::Read(e))
-                    if e.source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    continue;
-                }
-                other => other.map_err(kubeconfig_error)?,
-            };
-            merged = Some(match merged {
-                None => config,
-                Some(first) => first.merge(config).map_err(|e| {
-                    err(
-                        &format!("{source}: cannot merge {}", path.display()),
-                        Box::new(e),
-                    )
-                })?,
-            });
-        }
-        merged
-    };
-    let mut config = match kubeconfig {
-        Some(kubeconfig) => kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .map_err(|e| {
-            let source = kubeconfig_path.map_or("the default kubeconfig", |_| "--kubeconfig");
-            err(&format!("{source}: invalid configuration"), Box::new(e))
-        })?,
-        None => {
-            check_in_cluster_files()?;
-            kube::Config::incluster().map_err(|e| {
-                err(
-                    "no --kubeconfig given and no in-cluster or default configuration found",
-                    Box::new(e),
-                )
-            })?
-        }
-    };
-    if !options.master.is_empty() {
-        config.cluster_url = options
-            .master
-            .parse()
-            .map_err(|e| err("--master: invalid URL", Box::new(e)))?;
-    }
-    Ok(config)
-}
-
-/// A kubeconfig that could not be used, as a startup error naming its flag.
-fn kubeconfig_error(e: crate::files::KubeconfigError) -> AppError {
-    match e {
-        crate::files::KubeconfigError::Read(e) => AppError::File(e),
-        crate::files::KubeconfigError::Invalid {
-            origin,
-            path,
-            source,
-        } => AppError::Kube {
-            context: format!("{origin}: invalid {}", path.display()),
-            source: Box::new(source),
-        },
-    }
-}
-
-/// The service-account files kube reads for the in-cluster configuration (the CA bundle
-/// once, the token as it rotates), checked with the guards of `files` first.
-fn check_in_cluster_files() -> Result<(), AppError> {
-    const DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
-        return Ok(()); // not in a Pod: kube says so
-    }
-    for (name, limit) in [
-        ("token", ccm_provider::file::MAX_TOKEN_BYTES),
-        ("ca.crt", ccm_provider::file::MAX_PEM_BYTES),
-    ] {
-        let path = std::path::Path::new(DIR).join(name);
-        ccm_provider::file::read_named("in-cluster configuration", &path, limit)?;
-    }
-    Ok(())
-}
-
-/// The files `kube::Config::infer` reads without `--kubeconfig`, and where each came from:
-/// the paths in `$KUBECONFIG`, else `~/.kube/config` (else the in-cluster configuration,
-/// whose files the kubelet mounts).
-fn default_kubeconfig_files() -> Vec<(&'static str, std::path::PathBuf)> {
-    let from_env: Vec<_> = std::env::var_os("KUBECONFIG")
-        .map(|v| {
-            std::env::split_paths(&v)
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(|p| ("$KUBECONFIG", p))
-                .collect()
-        })
-        .unwrap_or_default();
-    if !from_env.is_empty() {
-        return from_env;
-    }
-    std::env::var_os("HOME")
-        .map(|home| {
-            (
-                "~/.kube/config",
-                std::path::Path::new(&home).join(".kube/config"),
-            )
-        })
-        .into_iter()
-        .collect()
 }
 
 /// Installs the log subscriber, its verbosity changeable at `/debug/flags/v`.

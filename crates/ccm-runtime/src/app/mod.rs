@@ -6,6 +6,8 @@
 pub mod builtin;
 mod configz;
 pub mod controller;
+mod error;
+mod kubeconfig;
 pub mod leader;
 pub mod manager;
 pub mod options;

@@ -12,6 +12,8 @@
 #   scripts/images-check.sh --contexts-only                   # after `images.sh --stage-only`
 set -euo pipefail
 cd "$(dirname "$0")/.."
+me=images-check.sh
+source scripts/lib/images.sh
 
 platforms=()
 binaries=()
@@ -21,16 +23,16 @@ while [ $# -gt 0 ]; do
     --contexts-only) contexts_only=true ;;
     --platform)
       [ $# -ge 2 ] || { echo "images-check.sh: --platform needs linux/amd64 or linux/arm64" >&2; exit 2; }
-      IFS=, read -r -a more <<<"$2"; platforms+=("${more[@]}"); shift ;;
-    --platform=*) IFS=, read -r -a more <<<"${1#--platform=}"; platforms+=("${more[@]}") ;;
+      add_platforms "$2"; shift ;;
+    --platform=*) add_platforms "${1#--platform=}" ;;
     -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     -*) echo "images-check.sh: unknown option $1" >&2; exit 2 ;;
     *) binaries+=("$1") ;;
   esac
   shift
 done
-[ ${#binaries[@]} -gt 0 ] || binaries=(fake-cloud-controller-manager do-like-cloud-controller-manager do-like-api-simulator)
-[ ${#platforms[@]} -gt 0 ] || platforms=(linux/amd64 linux/arm64)
+[ ${#binaries[@]} -gt 0 ] || binaries=("${default_binaries[@]}")
+[ ${#platforms[@]} -gt 0 ] || platforms=("${default_platforms[@]}")
 
 fail() { echo "images-check.sh: $*" >&2; exit 1; }
 command -v file >/dev/null || fail "'file' is required (apt-get install file)"
@@ -39,23 +41,13 @@ if [[ " ${platforms[*]} " == *" linux/arm64 "* ]]; then
     || fail "qemu-aarch64-static is required to run the arm64 binaries (apt-get install qemu-user-static)"
 fi
 
-crate_dir() {
-  case "$1" in
-    fake-cloud-controller-manager) echo examples/fake-cloud ;;
-    do-like-cloud-controller-manager) echo examples/do-like-cloud ;;
-    do-like-api-simulator) echo examples/do-like-simulator ;;
-    *) fail "no image for '$1'" ;;
-  esac
-}
-
-out=target/images
 for bin in "${binaries[@]}"; do
-  version="$(cargo pkgid --manifest-path "$(crate_dir "$bin")/Cargo.toml" | sed 's/.*[#@]//')"
+  version="$(image_version "$bin")"
   for platform in "${platforms[@]}"; do
+    context="$out/context/$bin$(suffix "$platform")"
     case "$platform" in
-      linux/amd64) context="$out/context/$bin"; machine="x86-64"; runner=() ;;
-      linux/arm64) context="$out/context/$bin-arm64"; machine="ARM aarch64"; runner=(qemu-aarch64-static) ;;
-      *) fail "unsupported platform '$platform' (linux/amd64, linux/arm64)" ;;
+      linux/amd64) machine="x86-64"; runner=() ;;
+      linux/arm64) machine="ARM aarch64"; runner=(qemu-aarch64-static) ;;
     esac
     binary="$context/$bin"
     [ -x "$binary" ] || fail "no $platform binary at $binary: run scripts/images.sh"

@@ -24,6 +24,8 @@
 # qemu-user-static (apt-get) and `rustup target add aarch64-unknown-linux-gnu`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+me=images.sh
+source scripts/lib/images.sh
 
 profile=release
 stage_only=false
@@ -35,28 +37,18 @@ while [ $# -gt 0 ]; do
     --stage-only) stage_only=true ;;
     --platform)
       [ $# -ge 2 ] || { echo "images.sh: --platform needs linux/amd64 or linux/arm64" >&2; exit 2; }
-      IFS=, read -r -a more <<<"$2"; platforms+=("${more[@]}"); shift ;;
-    --platform=*) IFS=, read -r -a more <<<"${1#--platform=}"; platforms+=("${more[@]}") ;;
+      add_platforms "$2"; shift ;;
+    --platform=*) add_platforms "${1#--platform=}" ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "images.sh: unknown option $1" >&2; exit 2 ;;
     *) binaries+=("$1") ;;
   esac
   shift
 done
-[ ${#binaries[@]} -gt 0 ] || binaries=(fake-cloud-controller-manager do-like-cloud-controller-manager do-like-api-simulator)
-[ ${#platforms[@]} -gt 0 ] || platforms=(linux/amd64 linux/arm64)
+[ ${#binaries[@]} -gt 0 ] || binaries=("${default_binaries[@]}")
+[ ${#platforms[@]} -gt 0 ] || platforms=("${default_platforms[@]}")
 
-# binary -> the directory of the crate that builds it (and holds its Containerfile).
-crate_dir() {
-  case "$1" in
-    fake-cloud-controller-manager) echo examples/fake-cloud ;;
-    do-like-cloud-controller-manager) echo examples/do-like-cloud ;;
-    do-like-api-simulator) echo examples/do-like-simulator ;;
-    *) echo "images.sh: no image for '$1'" >&2; exit 2 ;;
-  esac
-}
-# platform -> Rust target, the strip that reads its binaries, and the context folder suffix
-# (none for the host's platform, so target/images/context/<binary>/ stays the amd64 one).
+# platform -> Rust target, and the strip that reads its binaries.
 rust_target() {
   case "$1" in
     linux/amd64) echo x86_64-unknown-linux-gnu ;;
@@ -65,7 +57,6 @@ rust_target() {
   esac
 }
 strip_tool() { case "$1" in linux/amd64) echo strip ;; linux/arm64) echo aarch64-linux-gnu-strip ;; esac; }
-suffix() { case "$1" in linux/amd64) echo "" ;; linux/arm64) echo -arm64 ;; esac; }
 for platform in "${platforms[@]}"; do rust_target "$platform" >/dev/null; done
 
 ca_bundle=/etc/ssl/certs/ca-certificates.crt
@@ -83,7 +74,6 @@ if [[ " ${platforms[*]} " == *" linux/arm64 "* ]]; then
 fi
 
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-out=target/images
 mkdir -p "$out/context"
 revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 # Read once: every platform's binary prints the same commit, even if HEAD moves mid-build.
@@ -91,7 +81,8 @@ commit="$(git rev-parse --short HEAD 2>/dev/null || true)"
 
 packages=()
 for bin in "${binaries[@]}"; do
-  packages+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$(crate_dir "$bin")/Cargo.toml" | head -1)")
+  dir="$(crate_dir "$bin")"
+  packages+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$dir/Cargo.toml" | head -1)")
 done
 # An explicit --target keeps the static build apart from the host's (build scripts and proc
 # macros are still built for the host, dynamically), so the two caches do not thrash. Each
@@ -117,7 +108,7 @@ done
 buildah=(buildah --storage-driver vfs)
 for bin in "${binaries[@]}"; do
   dir="$(crate_dir "$bin")"
-  version="$(cargo pkgid --manifest-path "$dir/Cargo.toml" | sed 's/.*[#@]//')"
+  version="$(image_version "$bin")"
   tag="localhost/$bin:$version"
   sizes=()
   for platform in "${platforms[@]}"; do

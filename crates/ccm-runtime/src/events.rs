@@ -16,8 +16,9 @@
 //! and queue the write; tasks of the recorder write the queue (four lanes at once, events about
 //! one object in order), each write after the process's Node, Service and Lease writes in
 //! flight, waiting for them at most a second once at the head of its lane
-//! (`client::priority`), so events never slow the writes they report on. At most [`MAX_QUEUED_EVENTS`] writes wait; past that, and for what the
-//! spam filter or the API server refuses, the event is dropped and counted in
+//! (`client::priority`), so events never slow the writes they report on. At most
+//! [`MAX_QUEUED_EVENTS`] writes wait; past that, and for what the spam filter or the API
+//! server refuses, the event is dropped and counted in
 //! `ccm_events_dropped_total{component, reason}`. The caches are bounded (4096 entries each,
 //! as Go's LRUs) and keep hashes and counts, not copies of events. `docs/architecture.md`
 //! ("Events: what differs from client-go") lists the differences.

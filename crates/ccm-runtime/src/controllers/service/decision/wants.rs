@@ -275,7 +275,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{ServiceStatus, SessionAffinityConfig};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-    use super::super::fixtures::{deleting, lb_service, with_finalizer, with_spec};
+    use super::super::fixtures::{deleting, ing, lb_service, with_finalizer, with_spec};
     use super::*;
 
     #[test]
@@ -297,15 +297,12 @@ mod tests {
 
     #[test]
     fn a_load_balancer_is_pending_until_its_ingress_is_written() {
-        use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus};
+        use k8s_openapi::api::core::v1::LoadBalancerStatus;
         assert!(waits_for_load_balancer(&lb_service()));
         let mut served = lb_service();
         served.status = Some(ServiceStatus {
             load_balancer: Some(LoadBalancerStatus {
-                ingress: Some(vec![LoadBalancerIngress {
-                    ip: Some("192.0.2.1".into()),
-                    ..LoadBalancerIngress::default()
-                }]),
+                ingress: Some(vec![ing(Some("192.0.2.1"), None)]),
             }),
             ..ServiceStatus::default()
         });

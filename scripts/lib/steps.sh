@@ -1,0 +1,75 @@
+# Step timing for scripts/test.sh and .ci/run (sourced, under `set -euo pipefail`): each
+# step prints its name, runs, and records its wall time and whether it found its caches warm,
+# so a run shows its own cost and a regression is seen.
+#
+#   run_step NAME COMMAND...   # runs COMMAND as one step (in this shell: functions work)
+#   steps_table                # prints the table of every step recorded so far
+#
+# Steps are appended to $CCM_STEPS_FILE (tab-separated: name, seconds, cache), so a caller
+# that sets it (.ci/run) gets one table over test.sh's steps and its own.
+#
+# "cache" says what the step had to build: `cached` when no Rust crate was compiled and the
+# build caches did not grow, else `cold` with the count of crates compiled (cargo's
+# fingerprints written in the step) and the growth of the disk holding the caches.
+
+: "${CCM_STEPS_FILE:=$(mktemp "${TMPDIR:-/tmp}/ccm-steps.XXXXXX")}"
+export CCM_STEPS_FILE
+
+steps__target_dir() {
+  if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+    echo "$CARGO_TARGET_DIR"
+  else
+    echo "$(pwd)/target"
+  fi
+}
+
+# Used KiB on the file system holding the caches (cargo's target, Go's, $CCM_CACHE_DIR).
+steps__used_kib() {
+  local dir="${CCM_CACHE_DIR:-$HOME/.cache}"
+  mkdir -p "$dir"
+  df -k --output=used "$dir" | tail -1 | tr -d ' '
+}
+
+# Crates compiled since MARKER: cargo writes a crate's fingerprint files when it builds it.
+steps__crates_since() {
+  local target
+  target="$(steps__target_dir)"
+  [ -d "$target" ] || { echo 0; return; }
+  find "$target" -mindepth 3 -maxdepth 4 -path '*/.fingerprint/*' -type f -newer "$1" \
+    -printf '%h\n' 2>/dev/null | sort -u | wc -l
+}
+
+run_step() {
+  local name="$1"
+  shift
+  printf '\n==> %s\n' "$name" >&2
+  local marker start used rc=0
+  marker="$(mktemp "${TMPDIR:-/tmp}/ccm-step.XXXXXX")"
+  start="$(date +%s)"
+  used="$(steps__used_kib)"
+  "$@" || rc=$?
+  local seconds=$(($(date +%s) - start))
+  local crates grown cache
+  crates="$(steps__crates_since "$marker")"
+  grown=$((($(steps__used_kib) - used) / 1024))
+  rm -f "$marker"
+  if [ "$crates" -eq 0 ] && [ "$grown" -lt 16 ]; then
+    cache=cached
+  else
+    cache="cold ($crates crates, +$grown MiB)"
+  fi
+  printf '%s\t%s\t%s\n' "$name" "$seconds" "$cache" >>"$CCM_STEPS_FILE"
+  printf '==> %s: %ss, %s%s\n' "$name" "$seconds" "$cache" "$([ "$rc" -eq 0 ] || echo ", FAILED (exit $rc)")" >&2
+  return "$rc"
+}
+
+steps_table() {
+  [ -s "$CCM_STEPS_FILE" ] || return 0
+  awk -F'\t' '
+    { name[NR] = $1; secs[NR] = $2; cache[NR] = $3; total += $2; if (length($1) > w) w = length($1) }
+    END {
+      printf "\n%-*s  %7s  %s\n", w, "step", "seconds", "cache"
+      for (i = 1; i <= NR; i++) printf "%-*s  %7d  %s\n", w, name[i], secs[i], cache[i]
+      printf "%-*s  %7d\n", w, "total", total
+    }' "$CCM_STEPS_FILE" >&2
+}

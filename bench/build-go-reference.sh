@@ -26,7 +26,10 @@ die() {
 command -v go >/dev/null 2>&1 || die "Go is not installed (need the version in $src/go.mod)"
 command -v sha256sum >/dev/null 2>&1 || die "sha256sum is not installed"
 
-key="$(cd "$src" && cat go.mod go.sum $(LC_ALL=C ls -- *.go) | sha256sum | cut -c1-16)"
+# Kubernetes' release build tags (as its own binaries and tools/control-plane/build.sh use):
+# the packages this shares with kube-apiserver compile once for both.
+readonly TAGS=selinux,notest,grpcnotrace
+key="$(cd "$src" && cat go.mod go.sum $(LC_ALL=C ls -- *.go) <(echo "$TAGS") | sha256sum | cut -c1-16)"
 cache="${CCM_CACHE_DIR:-${HOME:?HOME is not set}/.cache/ccm-rs}/bench"
 bin="$cache/go-reference-ccm-$key"
 
@@ -47,7 +50,7 @@ export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=readonly"
 
 start=$SECONDS
 log "building into $bin (a cold build compiles k8s.io/cloud-provider for a few minutes)"
-(cd "$src" && go build -trimpath \
+(cd "$src" && go build -trimpath -tags="$TAGS" \
 	-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v1.36.3 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36" \
 	-o "$tmp" .) >&2 || die "go build failed (see the Go output above)"
 chmod +x "$tmp"

@@ -34,7 +34,9 @@ say() { printf '\n==> %s\n' "$*" >&2; }
 say "building: the cluster's binaries from Go modules on first use, the images, the launcher"
 KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
 export KUBEBUILDER_ASSETS
-scripts/images.sh --debug --platform linux/amd64 "${images[@]}"
+# Inside scripts/test.sh (CCM_IMAGES_BUILT), this run's images are built already, for
+# both platforms; rebuilding them here would rewrite archives that tests beside this read.
+[ -n "${CCM_IMAGES_BUILT:-}" ] || scripts/images.sh --debug --platform linux/amd64 "${images[@]}"
 cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 

@@ -59,6 +59,12 @@ rust_target() {
 strip_tool() { case "$1" in linux/amd64) echo strip ;; linux/arm64) echo aarch64-linux-gnu-strip ;; esac; }
 for platform in "${platforms[@]}"; do rust_target "$platform" >/dev/null; done
 
+# One build at a time writes target/images/ (.ci/run builds a cluster's and the e2e run's
+# images side by side): a second caller waits for the first.
+mkdir -p "$out"
+exec 8>"$out/.lock"
+flock 8
+
 ca_bundle=/etc/ssl/certs/ca-certificates.crt
 [ -r "$ca_bundle" ] || { echo "images.sh: $ca_bundle is missing (apt-get install ca-certificates)" >&2; exit 1; }
 if ! $stage_only; then

@@ -3,13 +3,15 @@
 # of the window k8s-openapi supports (its `earliest` and `latest` features), not only at the
 # 1.36 the workspace's tests use. A library must not force the newest: the provider's binary
 # picks the version. For each end: `cargo check --all-targets` (the tests against a real
-# kube-apiserver must compile), then the unit tests (`--lib`), the doc tests (`--doc`) and
-# the mock-only targets (ccm-provider's parsers, ccm-conformance's mock example).
+# kube-apiserver must compile), then the unit tests (`--lib`) with the mock-only targets
+# (ccm-provider's and ccm-runtime's parsers, ccm-conformance's mock example) in one build,
+# and the doc tests (`--doc`).
 #
-# The version is given with K8S_OPENAPI_ENABLED_VERSION, and the crates' dev-dependencies
-# drop their `v1_36` under `--cfg ccm_k8s_version_from_env` (k8s-openapi refuses two
-# versions). Each end builds in a target folder of its own ($target/k8s-versions/<end>), so
-# the workspace's main build cache is never rebuilt for another version.
+# The version is given as k8s-openapi's feature (`--features k8s-openapi/earliest`), and the
+# crates' dev-dependencies drop their `v1_36` under `--cfg ccm_k8s_version_from_env`
+# (k8s-openapi refuses two versions). Both ends build in one target folder of their own
+# ($target/k8s-versions), so the workspace's main build cache is never rebuilt for another
+# version, and what does not depend on k8s-openapi compiles once for both.
 #
 #   scripts/k8s-versions.sh                 # earliest and latest
 #   scripts/k8s-versions.sh earliest        # one end (or `latest`)
@@ -41,21 +43,23 @@ if not features or len(features) != 1 or not re.fullmatch(r"v1_\d+", features[0]
 print("1." + features[0][len("v1_"):])
 ' "$end" <<<"$metadata")"
   (
-    export K8S_OPENAPI_ENABLED_VERSION="$version"
+    # The version as k8s-openapi's feature (not K8S_OPENAPI_ENABLED_VERSION): the two ends
+    # then differ in k8s-openapi's features, so both stay built side by side in one target
+    # folder, which compiles the dependencies that do not depend on k8s-openapi once.
+    unset K8S_OPENAPI_ENABLED_VERSION
     export RUSTFLAGS="${RUSTFLAGS:-} --cfg ccm_k8s_version_from_env"
-    export CARGO_TARGET_DIR="$target_dir/k8s-versions/$end"
-    packages=()
+    export CARGO_TARGET_DIR="$target_dir/k8s-versions"
+    packages=(--features "k8s-openapi/$end")
     for crate in "${crates[@]}"; do packages+=(-p "$crate"); done
 
     step "$end (Kubernetes $version): cargo check --all-targets"
     cargo check --locked --all-targets --all-features "${packages[@]}"
-    step "$end (Kubernetes $version): unit tests"
-    cargo test --locked --all-features "${packages[@]}" --lib
+    # One build for all: with the same packages and features as the check, the
+    # dependencies compile once (alone, `-p ccm-provider` resolved them anew).
+    step "$end (Kubernetes $version): unit tests and the mock-only test targets"
+    cargo test --locked --all-features "${packages[@]}" --lib --test parsers --example unit_test_with_mocks
     step "$end (Kubernetes $version): doc tests"
     cargo test --locked --all-features "${packages[@]}" --doc
-    step "$end (Kubernetes $version): mock-only test targets"
-    cargo test --locked --all-features -p ccm-provider --test parsers
-    cargo test --locked --all-features -p ccm-conformance --example unit_test_with_mocks
   )
 done
 echo "k8s-versions.sh: ok (${crates[*]} at ${ends[*]})" >&2

@@ -112,6 +112,11 @@ echo "package.sh: the author's crate: unit test with mocks, binary, real-apiserv
 (
   cd "$work"
   unset KUBEBUILDER_ASSETS TEST_ASSET_KUBE_APISERVER TEST_ASSET_ETCD TEST_ASSET_KUBECTL
+  # The author's crate picks its version with k8s-openapi's `v1_36`, as the workspace does.
+  # With K8S_OPENAPI_ENABLED_VERSION set too, k8s-openapi's build script would run anew in
+  # the shared target folder, and the next build of the workspace would rebuild k8s-openapi
+  # and all that depends on it.
+  unset K8S_OPENAPI_ENABLED_VERSION
   export CARGO_TARGET_DIR="$target_dir" CCM_CACHE_DIR="$cache" XDG_DATA_HOME="$cache"
   cargo test --quiet
   cargo build --quiet --bin acme-cloud-controller-manager

@@ -2,25 +2,72 @@
 # The one test command: formatting, lints, rustdoc, then every test — unit tests, mock
 # tests, the tests against a real kube-apiserver + etcd and those in a real cluster
 # (control-plane and node binaries built from their Go modules on first use, then reused).
-# It does its own set-up first (scripts/lib/prereqs.sh: Debian packages as root, rustup's
-# components and the arm64 target), and ends with a table of each step's wall time.
+# It does its own set-up first (scripts/lib/prereqs.sh: the Debian packages as root,
+# rustup's components and the arm64 target), and ends with a table of each step's wall time.
 #
-#   scripts/test.sh              # everything
-#   scripts/test.sh -p ccm-core  # extra arguments go to `cargo test`
+#   scripts/test.sh                 # everything
+#   scripts/test.sh --quick         # the inner loop: checks, unit, mock and doc tests; no Go
+#   scripts/test.sh -p ccm-core     # extra arguments go to `cargo test` (and after `--`, to
+#                                   # the test binaries)
+#   scripts/test.sh --also NAME=COMMAND ...   # more commands to run among the tests, once
+#                                   # everything is built (.ci/run: the clusters, e2e)
+#
+# Where the time goes: the Go builds run in a lane of their own from the start
+# (scripts/lib/go-tools.sh), beside the Rust builds; the test binaries then run side by
+# side, the longest first, with the version and packaging builds as more jobs among them
+# (scripts/lib/run-tests.py): most test time is waiting on API servers and kubelets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/prereqs.sh
 source scripts/lib/steps.sh
 
-ensure_prereqs
-# The table is printed however the run ends (.ci/run prints one over its own steps too).
-[ -n "${CCM_STEPS_OUTER:-}" ] || trap steps_table EXIT
+quick=false
+also=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=true; shift ;;
+    --also) also+=(--job "${2:?--also needs NAME=COMMAND}"); shift 2 ;;
+    --also=*) also+=(--job "${1#--also=}"); shift ;;
+    *) break ;;
+  esac
+done
+
+export CCM_CACHE_DIR="${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}"
+mkdir -p "$CCM_CACHE_DIR"
+go_pid=""
+go_log="$(mktemp "${TMPDIR:-/tmp}/ccm-go-tools.XXXXXX")"
+finish() {
+  [ -z "$go_pid" ] || kill -TERM -- "-$go_pid" 2>/dev/null || true
+  rm -f "$go_log"
+  # .ci/run prints one table over its own steps too.
+  [ -n "${CCM_STEPS_OUTER:-}" ] || steps_table
+}
+trap finish EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+# (Steps run as `run_step NAME COMMAND`, where errexit does not reach into a function: each
+# function below chains its commands with && or returns on failure.)
+if $quick; then
+  run_step "prerequisites" ensure_prereqs --quick
+else
+  run_step "prerequisites" ensure_prereqs
+  # The Go lane: its own session, so that it is stopped whole if this run stops.
+  setsid scripts/lib/go-tools.sh >"$go_log" 2>&1 &
+  go_pid=$!
+fi
 
 clippy() { cargo clippy --workspace --all-targets --all-features --locked -- -D warnings; }
 rustdoc() { RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --all-features --locked; }
-# (Steps run as `run_step NAME COMMAND`, where errexit does not reach into a function: each
-# function below chains its commands with && or returns on failure.)
 public_api() { scripts/public-api.py ccm_core --check && scripts/public-api.py ccm_provider --check; }
+wait_go() { # the Go lane's end; its output, then its status
+  local status=0
+  wait "$go_pid" || status=$?
+  go_pid=""
+  cat "$go_log" >&2
+  [ "$status" -eq 0 ] || echo "test.sh: the Go builds failed (exit $status; their output is above)" >&2
+  return "$status"
+}
 control_plane() { # kube-apiserver, etcd, kubectl and the cluster tier's node binaries
   KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)" || return
   export KUBEBUILDER_ASSETS
@@ -32,19 +79,32 @@ run_step "cargo clippy -D warnings" clippy
 run_step "cargo doc -D warnings" rustdoc
 run_step "public API (docs/public-api)" public_api
 run_step "provider docs (provider-docs.py)" scripts/provider-docs.py --check
-# Go's cloud-controller-manager flags, from its own module.
-run_step "Go CCM flags (go-ccm-flags)" tools/go-ccm-flags/check.sh
+
+runner=(scripts/lib/run-tests.py --durations "$CCM_CACHE_DIR/test-durations.json")
+if $quick; then
+  # Unit and mock tests (each crate's lib, bins and examples) and the doc tests.
+  run_step "cargo test (unit, mock, doc)" "${runner[@]}" --with-doc --workspace --all-features --locked --lib --bins --examples "$@"
+  exit 0
+fi
+
+run_step "build tests (cargo test --no-run)" cargo test --workspace --all-features --locked --no-run "$@"
+# Debug, static, linux/amd64 + linux/arm64, arm64 run under qemu; the image tests run these
+# archives; release images are built by `scripts/images.sh`.
+run_step "container images (images.sh --debug)" scripts/images.sh --debug
+export CCM_IMAGES_BUILT=1
+
+run_step "wait for the Go builds" wait_go
 # promtool check/test rules, metric names vs docs/metrics.md.
 run_step "alerting rules (alerts.sh)" scripts/alerts.sh
 # releases/ and examples/*/deploy/ rendered from charts/cloud-controller-manager.
 run_step "release manifests" scripts/release-manifests.sh --check
 run_step "Helm chart (helm-check.sh)" scripts/helm-check.sh
 run_step "control-plane binaries" control_plane
-# Debug, static, linux/amd64 + linux/arm64, arm64 run under qemu; the image tests run these
-# archives; release images are built by `scripts/images.sh`.
-run_step "container images (images.sh --debug)" scripts/images.sh --debug
-run_step "cargo test" cargo test --workspace --all-features --locked "$@"
-# The publishable crates at k8s-openapi's earliest and latest.
-run_step "Kubernetes versions (k8s-versions.sh)" scripts/k8s-versions.sh
-# Package every publishable crate, build an author's crate on the packages.
-run_step "crates.io readiness (package.sh)" scripts/package.sh
+
+# Every test binary and the doc tests, side by side; with them, as more jobs, the
+# publishable crates at k8s-openapi's earliest and latest (k8s-versions.sh), every
+# publishable crate packaged with an author's crate built on the packages (package.sh), and
+# the commands given with --also.
+run_step "cargo test (+ k8s-versions.sh, package.sh${also:+, --also})" "${runner[@]}" \
+  --job "k8s-versions.sh=scripts/k8s-versions.sh" --job "package.sh=scripts/package.sh" "${also[@]}" \
+  --workspace --all-features --locked "$@"

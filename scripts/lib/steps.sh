@@ -10,7 +10,8 @@
 #
 # "cache" says what the step had to build: `cached` when no Rust crate was compiled and the
 # build caches did not grow, else `cold` with the count of crates compiled (cargo's
-# fingerprints written in the step) and the growth of the disk holding the caches.
+# fingerprints written in the step) and the growth of the disk holding the caches. Steps
+# that run side by side share that disk, so a cached step beside a cold one may read cold.
 
 : "${CCM_STEPS_FILE:=$(mktemp "${TMPDIR:-/tmp}/ccm-steps.XXXXXX")}"
 export CCM_STEPS_FILE
@@ -31,11 +32,14 @@ steps__used_kib() {
 }
 
 # Crates compiled since MARKER: cargo writes a crate's fingerprint files when it builds it.
+# A lane that builds no Rust (scripts/lib/go-tools.sh) sets STEPS_NO_CRATES, so that the
+# crates another lane compiles meanwhile are not counted as its own.
 steps__crates_since() {
+  [ -z "${STEPS_NO_CRATES:-}" ] || { echo 0; return; }
   local target
   target="$(steps__target_dir)"
   [ -d "$target" ] || { echo 0; return; }
-  find "$target" -mindepth 3 -maxdepth 4 -path '*/.fingerprint/*' -type f -newer "$1" \
+  find "$target" -mindepth 4 -maxdepth 6 -path '*/.fingerprint/*' -type f -newer "$1" \
     -printf '%h\n' 2>/dev/null | sort -u | wc -l
 }
 

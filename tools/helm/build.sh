@@ -3,7 +3,7 @@
 # scripts/helm-check.sh and the chart tests: `helm.sh/helm/v4/cmd/helm` at the version
 # pinned in go.mod/go.sum beside this script, built once into
 #
-#     ${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/helm/<version>/helm
+#     ${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/helm/<version>-<key of go.mod and go.sum>/helm
 #
 # and reused (a stamp file is written last, so a half-finished build is redone).
 # Prints ONLY the binary's path on stdout (progress goes to stderr), so:
@@ -40,9 +40,11 @@ fi
 grep -q "^require helm.sh/helm/v4 $HELM_VERSION\$" "$here/go.mod" ||
 	die "$here/go.mod does not require helm.sh/helm/v4 $HELM_VERSION; update HELM_VERSION in build.sh and go.mod together"
 
-# 2. Our own cache folder.
+# 2. Our own cache folder, keyed by the version and by go.mod and go.sum, so that a change
+# of either builds again.
 cache="${CCM_CACHE_DIR:-${HOME:?HOME is not set}/.cache/ccm-rs}"
-out="$cache/helm/$HELM_VERSION"
+key="$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)"
+out="$cache/helm/$HELM_VERSION-$key"
 stamp="$out/.complete"
 
 if [[ -f "$stamp" && -x "$out/helm" ]]; then

@@ -11,7 +11,8 @@
 # - If PROMTOOL names an executable, nothing is built and it is printed (its version is
 #   not checked: the rules and tests are written for Prometheus v3).
 # - Else promtool is built once into
-#   ${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/promtool/v3.16.0/promtool and reused; a stamp
+#   ${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/promtool/v3.16.0-<key>/promtool and reused (the
+#   key hashes go.mod, go.sum and the build tags); a stamp
 #   file is written last, so a half-finished build is redone.
 #
 # Needs Go (see go.mod) and the Go module proxy (or a warm module cache). A cold build
@@ -42,9 +43,16 @@ fi
 grep -qE "^(require )?[[:space:]]*github.com/prometheus/prometheus $MODULE_VERSION\$" "$here/go.mod" ||
 	die "$here/go.mod does not require github.com/prometheus/prometheus $MODULE_VERSION; update MODULE_VERSION and PROMETHEUS_VERSION in $0 together with go.mod"
 
-# 2. Our own cache folder.
+# Build tags: netgo (no cgo resolver), and remove_all_sd: the rules checker needs none of
+# Prometheus' service-discovery plugins (AWS, Azure, GCE, ...), which are most of a cold
+# build's modules and compile time.
+readonly TAGS=netgo,remove_all_sd
+
+# 2. Our own cache folder, keyed by the version and by what the build is made of (go.mod,
+# go.sum, the tags), so that a change of any of them builds again.
 cache="${CCM_CACHE_DIR:-${HOME:?HOME is not set}/.cache/ccm-rs}"
-out="$cache/promtool/$PROMETHEUS_VERSION"
+key="$(cat "$here/go.mod" "$here/go.sum" <(echo "$TAGS") | sha256sum | cut -c1-12)"
+out="$cache/promtool/$PROMETHEUS_VERSION-$key"
 bin="$out/promtool"
 stamp="$out/.complete"
 
@@ -86,7 +94,7 @@ ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
 
 log "building promtool $PROMETHEUS_VERSION (github.com/prometheus/prometheus $MODULE_VERSION) into $out"
 start=$SECONDS
-(cd "$here" && go build -trimpath -tags=netgo -ldflags "$ldflags" -o "$tmp" \
+(cd "$here" && go build -trimpath -tags="$TAGS" -ldflags "$ldflags" -o "$tmp" \
 	github.com/prometheus/prometheus/cmd/promtool) >&2 ||
 	die "building promtool failed (see the Go output above)"
 chmod +x "$tmp"

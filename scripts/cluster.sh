@@ -37,7 +37,8 @@ export KUBEBUILDER_ASSETS
 # Inside scripts/test.sh (CCM_IMAGES_BUILT), this run's images are built already, for
 # both platforms; rebuilding them here would rewrite archives that tests beside this read.
 [ -n "${CCM_IMAGES_BUILT:-}" ] || scripts/images.sh --debug --platform linux/amd64 "${images[@]}"
-cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
+# (Inside scripts/test.sh, CCM_BINARIES_BUILT: the test build made it.)
+[ -n "${CCM_BINARIES_BUILT:-}" ] || cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 
 say "starting a ${args[*]:+${args[*]} }cluster with the $provider provider"

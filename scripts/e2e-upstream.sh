@@ -47,7 +47,8 @@ e2e="$(crates/ccm-test/e2e-upstream/build.sh)"
 # Inside scripts/test.sh (CCM_IMAGES_BUILT), this run's images are built already, for
 # both platforms; rebuilding them here would rewrite archives that tests beside this read.
 [ -n "${CCM_IMAGES_BUILT:-}" ] || scripts/images.sh --debug --platform linux/amd64 do-like-cloud-controller-manager do-like-api-simulator
-cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
+# (Inside scripts/test.sh, CCM_BINARIES_BUILT: the test build made it.)
+[ -n "${CCM_BINARIES_BUILT:-}" ] || cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 
 images=()

@@ -88,6 +88,10 @@ if $quick; then
 fi
 
 run_step "build tests (cargo test --no-run)" cargo test --workspace --all-features --locked --no-run "$@"
+# Every binary of the workspace is built now (the integration tests run them), unless
+# arguments chose packages; the scripts run among the tests then use these rather than
+# build other feature sets over them.
+[ $# -gt 0 ] || export CCM_BINARIES_BUILT=1
 # Debug, static, linux/amd64 + linux/arm64, arm64 run under qemu; the image tests run these
 # archives; release images are built by `scripts/images.sh`.
 run_step "container images (images.sh --debug)" scripts/images.sh --debug

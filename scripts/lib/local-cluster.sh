@@ -26,7 +26,10 @@ build_and_start_cluster() {
   say "building (control-plane binaries from Go modules on first use, then the Rust binaries)"
   KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
   export KUBEBUILDER_ASSETS
-  cargo build --quiet -p ccm-local-control-plane "$@"
+  # Inside scripts/test.sh (CCM_BINARIES_BUILT) the test build made every binary already,
+  # with the test run's features: building another feature set would rewrite binaries that
+  # the tests beside this run.
+  [ -n "${CCM_BINARIES_BUILT:-}" ] || cargo build --quiet -p ccm-local-control-plane "$@"
   target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
   kubectl="$KUBEBUILDER_ASSETS/kubectl"
 

@@ -117,8 +117,11 @@ class Runner:
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             with self.lock:
                 self.running[job["key"]] = process
-            status = process.wait()
+            # wait4: the exit status and the CPU time of the job and what it waited for.
+            _, raw, usage = os.wait4(process.pid, 0)
+            process.returncode = status = os.waitstatus_to_exitcode(raw)
             seconds = time.monotonic() - start
+            cpu = usage.ru_utime + usage.ru_stime
             out.seek(0)
             output = out.read()
         with self.lock:
@@ -132,7 +135,7 @@ class Runner:
                 record_step(f"  {job['key']} (beside the tests)", seconds, status)
             sys.stdout.write(f"\n     Running {job['key']} ({' '.join(job['command'])})\n{output}")
             sys.stdout.flush()
-            log(f"[{self.done}/{self.total}] {job['key']}: {verdict} in {seconds:.0f}s")
+            log(f"[{self.done}/{self.total}] {job['key']}: {verdict} in {seconds:.0f}s (CPU {cpu:.0f}s)")
 
     def worker(self):
         while True:

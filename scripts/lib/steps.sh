@@ -9,7 +9,7 @@
 # that sets it (.ci/run) gets one table over test.sh's steps and its own.
 #
 # "cache" says what the step had to build: `cached` when no Rust crate was compiled and the
-# build caches did not grow, else `cold` with the count of crates compiled (cargo's
+# build caches did not grow, else `cold` with the count of Rust units built (cargo's
 # fingerprints written in the step) and the growth of the disk holding the caches. Steps
 # that run side by side share that disk, so a cached step beside a cold one may read cold.
 
@@ -60,7 +60,7 @@ run_step() {
   if [ "$crates" -eq 0 ] && [ "$grown" -lt 16 ]; then
     cache=cached
   else
-    cache="cold ($crates crates, +$grown MiB)"
+    cache="cold ($crates built, +$grown MiB)"
   fi
   printf '%s\t%s\t%s\n' "$name" "$seconds" "$cache" >>"$CCM_STEPS_FILE"
   printf '==> %s: %ss, %s%s\n' "$name" "$seconds" "$cache" "$([ "$rc" -eq 0 ] || echo ", FAILED (exit $rc)")" >&2

@@ -34,11 +34,8 @@ done
 
 export CCM_CACHE_DIR="${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}"
 mkdir -p "$CCM_CACHE_DIR"
-go_pid=""
-go_log="$(mktemp "${TMPDIR:-/tmp}/ccm-go-tools.XXXXXX")"
 finish() {
-  [ -z "$go_pid" ] || kill -TERM -- "-$go_pid" 2>/dev/null || true
-  rm -f "$go_log"
+  stop_lanes
   # .ci/run prints one table over its own steps too.
   [ -n "${CCM_STEPS_OUTER:-}" ] || steps_table
 }
@@ -52,22 +49,12 @@ if $quick; then
   run_step "prerequisites" ensure_prereqs --quick
 else
   run_step "prerequisites" ensure_prereqs
-  # The Go lane: its own session, so that it is stopped whole if this run stops.
-  setsid scripts/lib/go-tools.sh >"$go_log" 2>&1 &
-  go_pid=$!
+  start_lane go scripts/lib/go-tools.sh
 fi
 
 clippy() { cargo clippy --workspace --all-targets --all-features --locked -- -D warnings; }
 rustdoc() { RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --all-features --locked; }
 public_api() { scripts/public-api.py ccm_core --check && scripts/public-api.py ccm_provider --check; }
-wait_go() { # the Go lane's end; its output, then its status
-  local status=0
-  wait "$go_pid" || status=$?
-  go_pid=""
-  cat "$go_log" >&2
-  [ "$status" -eq 0 ] || echo "test.sh: the Go builds failed (exit $status; their output is above)" >&2
-  return "$status"
-}
 control_plane() { # kube-apiserver, etcd, kubectl and the cluster tier's node binaries
   KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)" || return
   export KUBEBUILDER_ASSETS
@@ -97,7 +84,7 @@ run_step "build tests (cargo test --no-run)" cargo test --workspace --all-featur
 run_step "container images (images.sh --debug)" scripts/images.sh --debug
 export CCM_IMAGES_BUILT=1
 
-run_step "wait for the Go builds" wait_go
+run_step "wait for the Go builds" wait_lane go
 # promtool check/test rules, metric names vs docs/metrics.md.
 run_step "alerting rules (alerts.sh)" scripts/alerts.sh
 # releases/ and examples/*/deploy/ rendered from charts/cloud-controller-manager.

@@ -5,11 +5,11 @@
 # (keyed by its versions and module files) and is a quick check once built. In order:
 # Go's cloud-controller-manager flags (built and compared), promtool, helm, the control
 # plane and node binaries, and with CCM_BENCH_GO=1 the Go reference CCM of the benchmarks.
-# Progress goes to stderr; each build is one step of the run's table (scripts/lib/steps.sh).
+# Progress goes to stderr; each build is one step of the run's table (scripts/lib/steps.sh;
+# test.sh runs this with start_lane).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/lib/steps.sh
-export STEPS_NO_CRATES=1
 
 quiet() { "$@" >/dev/null; }
 

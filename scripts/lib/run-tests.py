@@ -41,7 +41,11 @@ def log(message):
 
 
 def build(cargo_args):
-    """The test executables `cargo test --no-run` builds: (key, executable, manifest, package)."""
+    """A job for each test executable `cargo test --no-run` builds.
+
+    A job is a dict: `key` (its name in the durations file), `kind` (`binary`, `doc` or
+    `extra`: a --job), `command`, `cwd` and `env`.
+    """
     command = ["cargo", "test", "--no-run", "--message-format=json-render-diagnostics", *cargo_args]
     log(" ".join(command))
     result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
@@ -63,6 +67,7 @@ def build(cargo_args):
         kind = target["kind"][0]
         jobs.append({
             "key": f"{package['name']} {kind} {target['name']}",
+            "kind": "binary",
             "command": [message["executable"]],
             "cwd": os.path.dirname(manifest),
             "env": {
@@ -112,8 +117,10 @@ class Runner:
         env = dict(os.environ, **job["env"])
         with tempfile.TemporaryFile(mode="w+") as out:
             start = time.monotonic()
+            # The binaries' arguments go to the test binaries and the doc tests, not to a --job.
+            args = [] if job["kind"] == "extra" else self.test_args
             process = subprocess.Popen(
-                job["command"] + (self.test_args if job.get("args", True) else []), cwd=job["cwd"], env=env,
+                job["command"] + args, cwd=job["cwd"], env=env,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             with self.lock:
                 self.running[job["key"]] = process
@@ -131,7 +138,7 @@ class Runner:
             verdict = "ok" if status == 0 else f"FAILED (exit {status})"
             if status != 0:
                 self.failed.append(job["key"])
-            if job.get("row"):
+            if job["kind"] != "binary":
                 record_step(f"  {job['key']} (beside the tests)", seconds, status)
             sys.stdout.write(f"\n     Running {job['key']} ({' '.join(job['command'])})\n{output}")
             sys.stdout.flush()
@@ -181,6 +188,14 @@ def without_targets(cargo_args):
     return kept
 
 
+def read_json(path):
+    """The JSON object in `path`, or {} when there is no such file."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def usage(message):
     print(f"run-tests: {message}\n\n{__doc__.strip()}", file=sys.stderr)
     sys.exit(2)
@@ -225,28 +240,26 @@ def main():
     jobs = build(cargo_args)
     # As `cargo test`: the doc tests run unless targets are selected (or --with-doc).
     doc = args["doc"]
+    doc_args = without_targets(cargo_args)
     if doc is None:
-        doc = without_targets(cargo_args) == cargo_args
+        doc = doc_args == cargo_args
     if doc:
         jobs.append({
             "key": "doc-tests",
-            "command": ["cargo", "test", "--doc", *without_targets(cargo_args), "--"],
+            "kind": "doc",
+            "command": ["cargo", "test", "--doc", *doc_args, "--"],
             "cwd": os.getcwd(),
             "env": {},
-            "row": True,
         })
     for name, command in args["extra"]:
-        jobs.append({"key": name, "command": ["bash", "-c", command], "cwd": os.getcwd(), "env": {},
-                     "args": False, "row": True})
-    known = {}
-    for path in (SEED, args["durations"]):
-        if path and os.path.exists(path):
-            with open(path) as f:
-                known.update(json.load(f))
-    extra = {name for name, _ in args["extra"]}
+        jobs.append({"key": name, "kind": "extra", "command": ["bash", "-c", command],
+                     "cwd": os.getcwd(), "env": {}})
+    # The last run's times (kept, and updated at the end) over the committed seed.
+    measured = read_json(args["durations"]) if args["durations"] else {}
+    known = {**read_json(SEED), **measured}
 
     def estimate(job):
-        default = JOB_SECONDS if job["key"] in extra else BINARY_SECONDS
+        default = JOB_SECONDS if job["kind"] == "extra" else BINARY_SECONDS
         return known.get(job["key"], default)
 
     jobs.sort(key=estimate, reverse=True)
@@ -259,15 +272,10 @@ def main():
     runner.run()
 
     if args["durations"] and not runner.stopping:
-        if os.path.exists(args["durations"]):
-            with open(args["durations"]) as f:
-                known = json.load(f)
-        else:
-            known = {}
-        known.update(runner.durations)
+        measured.update(runner.durations)
         os.makedirs(os.path.dirname(os.path.abspath(args["durations"])), exist_ok=True)
         with open(args["durations"], "w") as f:
-            json.dump(known, f, indent=1, sort_keys=True)
+            json.dump(measured, f, indent=1, sort_keys=True)
     slowest = sorted(runner.durations.items(), key=lambda kv: kv[1], reverse=True)[:8]
     log(f"{runner.done} test jobs in {time.monotonic() - start:.0f}s; the slowest: "
         + ", ".join(f"{key} {seconds:.0f}s" for key, seconds in slowest))

@@ -4,6 +4,9 @@
 #
 #   run_step NAME COMMAND...   # runs COMMAND as one step (in this shell: functions work)
 #   steps_table                # prints the table of every step recorded so far
+#   start_lane NAME COMMAND... # runs COMMAND beside the steps (see "Lanes" below)
+#   wait_lane NAME             # its output, then its status
+#   stop_lanes                 # stops every lane still running (for an EXIT trap)
 #
 # Steps are appended to $CCM_STEPS_FILE (tab-separated: name, seconds, cache), so a caller
 # that sets it (.ci/run) gets one table over test.sh's steps and its own.
@@ -33,8 +36,8 @@ steps__used_kib() {
 }
 
 # Crates compiled since MARKER: cargo writes a crate's fingerprint files when it builds it.
-# A lane that builds no Rust (scripts/lib/go-tools.sh) sets STEPS_NO_CRATES, so that the
-# crates another lane compiles meanwhile are not counted as its own.
+# In a lane (STEPS_NO_CRATES, below), none are counted: those the steps beside it compile
+# meanwhile are not its own.
 steps__crates_since() {
   [ -z "${STEPS_NO_CRATES:-}" ] || { echo 0; return; }
   local target
@@ -80,4 +83,39 @@ steps_table() {
       for (i = 1; i <= NR; i++) printf "%-*s  %7d  %s\n", w, name[i], secs[i], cache[i]
       printf "%-*s  %7d\n", w, "wall clock", wall
     }' "$CCM_STEPS_FILE" >&2
+}
+
+# Lanes: commands that run beside the steps (the Go builds from the start of a run), each in
+# a session of its own, so that it is stopped whole if the run stops, its output kept until
+# wait_lane prints it. COMMAND is a program, or run_step and its arguments. A lane builds no
+# Rust, so its steps count no crates (STEPS_NO_CRATES).
+steps__lanes=""
+
+start_lane() {
+  local name="$1"
+  shift
+  [ -n "$steps__lanes" ] || steps__lanes="$(mktemp -d "${TMPDIR:-/tmp}/ccm-lanes.XXXXXX")"
+  STEPS_NO_CRATES=1 setsid bash -c 'source scripts/lib/steps.sh && "$@"' "$name" "$@" \
+    >"$steps__lanes/$name.log" 2>&1 &
+  echo "$!" >"$steps__lanes/$name.pid"
+}
+
+wait_lane() {
+  local status=0
+  wait "$(cat "$steps__lanes/$1.pid")" || status=$?
+  rm -f "$steps__lanes/$1.pid"
+  printf '\n==> lane %s\n' "$1" >&2
+  cat "$steps__lanes/$1.log" >&2
+  [ "$status" -eq 0 ] || echo "lane $1 failed (exit $status; its output is above)" >&2
+  return "$status"
+}
+
+stop_lanes() {
+  [ -n "$steps__lanes" ] || return 0
+  local pid
+  for pid in "$steps__lanes"/*.pid; do
+    if [ -e "$pid" ]; then kill -TERM -- "-$(cat "$pid")" 2>/dev/null || true; fi
+  done
+  rm -rf "$steps__lanes"
+  steps__lanes=""
 }

@@ -7,11 +7,11 @@
 # (ccm-provider's and ccm-runtime's parsers, ccm-conformance's mock example) in one build,
 # and the doc tests (`--doc`).
 #
-# The version is given as k8s-openapi's feature (`--features k8s-openapi/earliest`), and the
-# crates' dev-dependencies drop their `v1_36` under `--cfg ccm_k8s_version_from_env`
-# (k8s-openapi refuses two versions). Both ends build in one target folder of their own
-# ($target/k8s-versions), so the workspace's main build cache is never rebuilt for another
-# version, and what does not depend on k8s-openapi compiles once for both.
+# The version is given as k8s-openapi's feature (`--features k8s-openapi/earliest`), with
+# K8S_OPENAPI_ENABLED_VERSION set empty over the workspace's 1.36 (.cargo/config.toml;
+# k8s-openapi refuses two versions). A feature, not the variable, so that each version's
+# k8s-openapi and what depends on it sit side by side in the workspace's own target folder:
+# everything else is compiled once, for the workspace's builds and both ends.
 #
 #   scripts/k8s-versions.sh                 # earliest and latest
 #   scripts/k8s-versions.sh earliest        # one end (or `latest`)
@@ -22,9 +22,10 @@ crates=(ccm-provider ccm-runtime ccm-core ccm-test ccm-conformance)
 ends=("$@")
 [ "${#ends[@]}" -gt 0 ] || ends=(earliest latest)
 
-# Run before the version is set: the workspace's own 1.36 resolves as usual.
 metadata="$(cargo metadata --format-version 1 --locked)"
+# Until December 2026 the ends were built in a target folder of their own; free its space.
 target_dir="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])' <<<"$metadata")"
+rm -rf "$target_dir/k8s-versions"
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
@@ -43,12 +44,7 @@ if not features or len(features) != 1 or not re.fullmatch(r"v1_\d+", features[0]
 print("1." + features[0][len("v1_"):])
 ' "$end" <<<"$metadata")"
   (
-    # The version as k8s-openapi's feature (not K8S_OPENAPI_ENABLED_VERSION): the two ends
-    # then differ in k8s-openapi's features, so both stay built side by side in one target
-    # folder, which compiles the dependencies that do not depend on k8s-openapi once.
-    unset K8S_OPENAPI_ENABLED_VERSION
-    export RUSTFLAGS="${RUSTFLAGS:-} --cfg ccm_k8s_version_from_env"
-    export CARGO_TARGET_DIR="$target_dir/k8s-versions"
+    export K8S_OPENAPI_ENABLED_VERSION=
     packages=(--features "k8s-openapi/$end")
     for crate in "${crates[@]}"; do packages+=(-p "$crate"); done
 

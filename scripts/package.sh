@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# crates.io readiness: packages every publishable crate (`cargo package`, which builds each
-# from its .crate alone), then builds a provider author's crate (tests/author-crate) that
-# depends on those packages, not on the workspace: its mock unit test, its binary, and a
-# real-apiserver test through the packaged ccm-test, which must find or build its control
-# plane on its own (no KUBEBUILDER_ASSETS; an empty cache folder, so it builds from the Go
-# module files it carries; Go's caches make that a link step once warm).
+# crates.io readiness: packages every publishable crate (`cargo package`), builds each from
+# its .crate alone, as `cargo package` would verify it, then builds a provider author's crate
+# (tests/author-crate) that depends on those packages, not on the workspace: its mock unit
+# test, its binary, and a real-apiserver test through the packaged ccm-test, which must find
+# or build its control plane on its own (no KUBEBUILDER_ASSETS; an empty cache folder, so it
+# builds from the Go module files it carries; Go's caches make that a link step once warm).
 #
 #   scripts/package.sh
 set -euo pipefail
@@ -13,33 +13,25 @@ cd "$(dirname "$0")/.."
 # In dependency order. Everything else in the workspace is `publish = false`.
 crates=(ccm-provider ccm-runtime ccm-core ccm-test ccm-conformance)
 
-# Libraries on k8s-openapi build only with a Kubernetes version chosen, as docs.rs does.
-export K8S_OPENAPI_ENABLED_VERSION="${K8S_OPENAPI_ENABLED_VERSION:-1.36}"
+# Libraries on k8s-openapi build only with a Kubernetes version chosen, as docs.rs does: the
+# workspace's (.cargo/config.toml), set here too because the author's crate below lives in
+# the target folder, which may be outside the workspace. The same value everywhere, so
+# nothing built with it is rebuilt.
+K8S_OPENAPI_ENABLED_VERSION="$(python3 -c '
+import sys, tomllib
+print(tomllib.load(open(".cargo/config.toml", "rb"))["env"]["K8S_OPENAPI_ENABLED_VERSION"])')"
+export K8S_OPENAPI_ENABLED_VERSION
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+# Until December 2026 packages were verified in a target folder of their own; free its space.
+rm -rf "$target_dir/package-verify"
 
-# Verification builds each package as a registry crate, and cargo never rebuilds a registry
-# crate of a version it has built: ours keep their version between changes, so they are
-# verified in a target folder of their own (dependencies cached there between runs) from
-# which our crates' old builds are removed first.
-verify_dir="$target_dir/package-verify"
-if [ -d "$verify_dir/debug" ]; then
-  find "$verify_dir/debug" -mindepth 1 -maxdepth 2 \
-    \( -name 'ccm-*' -o -name 'ccm_*' -o -name 'libccm_*' \) -exec rm -rf {} +
-fi
-# Cargo unpacks each package it verifies into $CARGO_HOME/registry/src/<overlay>/ and never
-# unpacks a version it finds there again: without this, a second run verifies against the
-# first run's sources of our crates (which keep their version between changes).
-for src in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/; do
-  case "$src" in */index.crates.io-*) continue ;; esac
-  for crate in "${crates[@]}"; do
-    version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
-    rm -rf "$src$crate-$version"
-  done
-done
 echo "package.sh: cargo package ${crates[*]}" >&2
 # --allow-dirty: the test command runs on working trees too; CI's clone is clean.
-CARGO_TARGET_DIR="$verify_dir" cargo package --locked --allow-dirty --quiet \
-  $(printf -- '-p %s ' "${crates[@]}")
+# --no-verify: each package is built from its .crate below, in the workspace's target folder
+# with the author's crate, so that dependencies compiled for the workspace are reused (cargo's
+# own verification builds in a folder of its own, every dependency again, and never rebuilds
+# a registry crate whose version it has built, which ours keep between changes).
+cargo package --locked --allow-dirty --no-verify --quiet $(printf -- '-p %s ' "${crates[@]}")
 
 unpublishable="$(cargo metadata --format-version 1 --no-deps | python3 -c '
 import json, sys
@@ -90,7 +82,7 @@ rm -rf "$work/src" "$work/tests" "$work/crates"
 mkdir -p "$work/crates"
 for crate in "${crates[@]}"; do
   version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
-  tar -xzf "$verify_dir/package/$crate-$version.crate" -C "$work/crates"
+  tar -xzf "$target_dir/package/$crate-$version.crate" -C "$work/crates"
 done
 cp -r tests/author-crate/src tests/author-crate/tests "$work/"
 {
@@ -102,7 +94,14 @@ cp -r tests/author-crate/src tests/author-crate/tests "$work/"
     version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
     echo "$crate = { path = \"crates/$crate-$version\" }"
   done
-} >"$work/Cargo.toml"
+} | python3 -c '
+import sys
+# The packages are members of the author workspace, so each can be built alone below.
+text = sys.stdin.read()
+if text.count("\n[workspace]\n") != 1:
+    sys.exit("package.sh: tests/author-crate/Cargo.toml must have one [workspace] table")
+sys.stdout.write(text.replace("\n[workspace]\n", "\n[workspace]\nmembers = [\".\", \"crates/*\"]\n"))
+' >"$work/Cargo.toml"
 # The workspace's versions of every dependency, so the author's build reuses compiled ones.
 cp Cargo.lock "$work/Cargo.lock"
 
@@ -112,12 +111,13 @@ echo "package.sh: the author's crate: unit test with mocks, binary, real-apiserv
 (
   cd "$work"
   unset KUBEBUILDER_ASSETS TEST_ASSET_KUBE_APISERVER TEST_ASSET_ETCD TEST_ASSET_KUBECTL
-  # The author's crate picks its version with k8s-openapi's `v1_36`, as the workspace does.
-  # With K8S_OPENAPI_ENABLED_VERSION set too, k8s-openapi's build script would run anew in
-  # the shared target folder, and the next build of the workspace would rebuild k8s-openapi
-  # and all that depends on it.
-  unset K8S_OPENAPI_ENABLED_VERSION
   export CARGO_TARGET_DIR="$target_dir" CCM_CACHE_DIR="$cache" XDG_DATA_HOME="$cache"
+  # What `cargo package` verifies: each package builds from its .crate alone, with its
+  # default features and nothing from the workspace.
+  for crate in "${crates[@]}"; do
+    echo "package.sh: building $crate from its package" >&2
+    cargo build --quiet -p "$crate"
+  done
   cargo test --quiet
   cargo build --quiet --bin acme-cloud-controller-manager
   "$target_dir/debug/acme-cloud-controller-manager" --help >/dev/null

@@ -85,8 +85,6 @@ run_step "container images (images.sh --debug)" scripts/images.sh --debug
 export CCM_IMAGES_BUILT=1
 
 run_step "wait for the Go builds" wait_lane go
-# promtool check/test rules, metric names vs docs/metrics.md.
-run_step "alerting rules (alerts.sh)" scripts/alerts.sh
 # releases/ and examples/*/deploy/ rendered from charts/cloud-controller-manager.
 run_step "release manifests" scripts/release-manifests.sh --check
 run_step "Helm chart (helm-check.sh)" scripts/helm-check.sh
@@ -94,8 +92,15 @@ run_step "control-plane binaries" control_plane
 
 # Every test binary and the doc tests, side by side; with them, as more jobs, the
 # publishable crates at k8s-openapi's earliest and latest (k8s-versions.sh), every
-# publishable crate packaged with an author's crate built on the packages (package.sh), and
-# the commands given with --also.
-run_step "cargo test (+ k8s-versions.sh, package.sh${also:+, --also})" "${runner[@]}" \
-  --job "k8s-versions.sh=scripts/k8s-versions.sh" --job "package.sh=scripts/package.sh" "${also[@]}" \
-  --workspace --all-features --locked "$@"
+# publishable crate packaged with an author's crate built on the packages (package.sh), the
+# checks whose Go builds no test needs (at a lower priority than the tests: on a fresh
+# machine they compile for minutes), and the commands given with --also.
+checks=(
+  # promtool check/test rules, metric names vs docs/metrics.md.
+  --job "alerting rules (alerts.sh)=nice -n 10 scripts/alerts.sh"
+  # The flags and feature gates of Go's cloud-controller-manager vs the committed lists.
+  --job "Go CCM flags (go-ccm-flags)=nice -n 10 tools/go-ccm-flags/check.sh"
+)
+run_step "cargo test (+ k8s-versions.sh, package.sh, checks${also:+, --also})" "${runner[@]}" \
+  --job "k8s-versions.sh=scripts/k8s-versions.sh" --job "package.sh=scripts/package.sh" \
+  "${checks[@]}" "${also[@]}" --workspace --all-features --locked "$@"

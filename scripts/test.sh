@@ -97,9 +97,9 @@ run_step "control-plane binaries" control_plane
 # machine they compile for minutes), and the commands given with --also.
 checks=(
   # promtool check/test rules, metric names vs docs/metrics.md.
-  --job "alerting rules (alerts.sh)=nice -n 10 scripts/alerts.sh"
+  --background-job "alerting rules (alerts.sh)=scripts/alerts.sh"
   # The flags and feature gates of Go's cloud-controller-manager vs the committed lists.
-  --job "Go CCM flags (go-ccm-flags)=nice -n 10 tools/go-ccm-flags/check.sh"
+  --background-job "Go CCM flags (go-ccm-flags)=tools/go-ccm-flags/check.sh"
 )
 run_step "cargo test (+ k8s-versions.sh, package.sh, checks${also:+, --also})" "${runner[@]}" \
   --job "k8s-versions.sh=scripts/k8s-versions.sh" --job "package.sh=scripts/package.sh" \

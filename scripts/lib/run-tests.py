@@ -12,12 +12,13 @@ lines are those of `cargo test`. Every binary runs even when one fails; the exit
 non-zero if any failed.
 
     run-tests.py [--jobs N] [--durations FILE] [--no-doc | --with-doc] [--job NAME=COMMAND]...
-                 [CARGO_TEST_ARGS...] [-- TEST_BINARY_ARGS...]
+                 [--background-job NAME=COMMAND]... [CARGO_TEST_ARGS...] [-- TEST_BINARY_ARGS...]
 
 The doc tests run as `cargo test` runs them: unless test targets are selected (--lib, --test
 NAME, ...); --with-doc adds them anyway, --no-doc leaves them out.
 --job adds a command (run with bash) as one more job, e.g. a build that can use the cores
-while the cluster tests wait; --jobs defaults to $CCM_TEST_JOBS or twice the cores.
+while the cluster tests wait; --background-job, one at a lower priority than the tests (a
+build only a check needs); --jobs defaults to $CCM_TEST_JOBS or twice the cores.
 """
 
 import json
@@ -44,7 +45,7 @@ def build(cargo_args):
     """A job for each test executable `cargo test --no-run` builds.
 
     A job is a dict: `key` (its name in the durations file), `kind` (`binary`, `doc` or
-    `extra`: a --job), `command`, `cwd` and `env`.
+    `extra`: a --job), `command`, `cwd`, `env` and, for a --background-job, `low`.
     """
     command = ["cargo", "test", "--no-run", "--message-format=json-render-diagnostics", *cargo_args]
     log(" ".join(command))
@@ -101,6 +102,21 @@ def record_step(name, seconds, status):
         f.write(f"{name}\t{round(seconds)}\t{cache}\n")
 
 
+def lower_priority():
+    """In a job's process, before it runs: nice 10 for its session.
+
+    Each job is a session of its own (so that it is stopped whole), and under Linux's
+    scheduler autogroups (one per session, on by default) nice ranks processes within their
+    session only: the session's autogroup is set to nice 10 too.
+    """
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("10")
+    except OSError:
+        pass
+    os.nice(10)
+
+
 class Runner:
     def __init__(self, jobs, slots, test_args):
         self.queue = jobs
@@ -121,7 +137,8 @@ class Runner:
             args = [] if job["kind"] == "extra" else self.test_args
             process = subprocess.Popen(
                 job["command"] + args, cwd=job["cwd"], env=env,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=lower_priority if job.get("low") else None)
             with self.lock:
                 self.running[job["key"]] = process
             # wait4: the exit status and the CPU time of the job and what it waited for.
@@ -210,7 +227,8 @@ def parse(argv):
         "extra": [],
     }
     rest = list(argv)
-    while rest and rest[0] in ("--jobs", "--durations", "--no-doc", "--with-doc", "--job"):
+    while rest and rest[0] in ("--jobs", "--durations", "--no-doc", "--with-doc", "--job",
+                               "--background-job"):
         option = rest.pop(0)
         if option in ("--no-doc", "--with-doc"):
             options["doc"] = option == "--with-doc"
@@ -227,8 +245,8 @@ def parse(argv):
         else:
             name, sep, command = value.partition("=")
             if not sep or not name or not command:
-                usage(f"--job {value!r} is not NAME=COMMAND")
-            options["extra"].append((name, command))
+                usage(f"{option} {value!r} is not NAME=COMMAND")
+            options["extra"].append((name, command, option == "--background-job"))
     if "--" in rest:
         split = rest.index("--")
         return options, rest[:split], rest[split + 1:]
@@ -251,9 +269,9 @@ def main():
             "cwd": os.getcwd(),
             "env": {},
         })
-    for name, command in args["extra"]:
+    for name, command, low in args["extra"]:
         jobs.append({"key": name, "kind": "extra", "command": ["bash", "-c", command],
-                     "cwd": os.getcwd(), "env": {}})
+                     "cwd": os.getcwd(), "env": {}, "low": low})
     # The last run's times (kept, and updated at the end) over the committed seed.
     measured = read_json(args["durations"]) if args["durations"] else {}
     known = {**read_json(SEED), **measured}

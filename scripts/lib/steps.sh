@@ -89,14 +89,29 @@ steps_table() {
 # a session of its own, so that it is stopped whole if the run stops, its output kept until
 # wait_lane prints it. COMMAND is a program, or run_step and its arguments. A lane builds no
 # Rust, so its steps count no crates (STEPS_NO_CRATES).
+#
+# `start_lane --low-priority NAME ...` runs a lane that only uses what the others leave idle
+# (a build needed late). Not by `nice` alone: under Linux's scheduler autogroups (one per
+# session, on by default) nice ranks processes within their session only, and a lane is a
+# session of its own, which would get as much of the CPU as the whole run. So the lane's
+# autogroup is set to nice 10 (/proc/self/autogroup), and nice 10 within it where there
+# are no autogroups.
 steps__lanes=""
 
 start_lane() {
+  local low=false
+  if [ "$1" = --low-priority ]; then low=true; shift; fi
   local name="$1"
   shift
   [ -n "$steps__lanes" ] || steps__lanes="$(mktemp -d "${TMPDIR:-/tmp}/ccm-lanes.XXXXXX")"
-  STEPS_NO_CRATES=1 setsid bash -c 'source scripts/lib/steps.sh && "$@"' "$name" "$@" \
-    >"$steps__lanes/$name.log" 2>&1 &
+  # shellcheck disable=SC2016 # expanded by the lane's bash
+  STEPS_NO_CRATES=1 STEPS_LOW_PRIORITY=$low setsid bash -c '
+    if [ "$STEPS_LOW_PRIORITY" = true ]; then
+      { [ -w /proc/self/autogroup ] && echo 10 >/proc/self/autogroup; } 2>/dev/null
+      renice -n 10 -p $$ >/dev/null
+    fi
+    unset STEPS_LOW_PRIORITY
+    source scripts/lib/steps.sh && "$@"' "$name" "$@" >"$steps__lanes/$name.log" 2>&1 &
   echo "$!" >"$steps__lanes/$name.pid"
 }
 

@@ -271,6 +271,16 @@ where
         })
     }
 
+    /// Applies `event` as if the watch had sent it, for unit tests of the subscribers.
+    /// Panics once [`run`](Self::run) has taken the cache's writer.
+    #[cfg(test)]
+    pub(crate) fn apply_for_test(&self, event: &Event<K>) {
+        let mut writer = self.writer.lock();
+        let writer = writer.as_mut().expect("the informer is not running");
+        let mut relist = None;
+        self.apply(writer, &mut relist, event);
+    }
+
     /// Applies one event to the cache and notifies the subscribers. `true` when the event
     /// shows the watch works: a completed list, or a change.
     fn apply(

@@ -108,28 +108,41 @@ async fn our_node_ipam_gives_the_pod_cidrs_and_routes_follow() {
         );
     }
 
-    // Written by our CCM (its leader logs each), not by kube-controller-manager.
-    let logs = cluster
-        .kubectl()
-        .unwrap()
-        .args([
-            "logs",
-            "-n",
-            "kube-system",
-            "-l",
-            "app=cloud-controller-manager",
-        ])
-        .args(["--tail=-1"])
-        .output()
-        .unwrap();
-    let logs = String::from_utf8_lossy(&logs.stdout);
-    for name in &names {
-        assert!(
-            logs.lines()
-                .any(|l| l.contains("set node pod CIDRs") && l.contains(name.as_str())),
-            "{name} not in the CCM's log:\n{logs}"
-        );
-    }
+    // Written by our CCM (its leader logs each), not by kube-controller-manager. Read
+    // through the kubelets, which can be slow to answer on a loaded machine: retried.
+    eventually(
+        "the CCM's log to name every Node's pod CIDRs",
+        WAIT,
+        || async {
+            let out = cluster
+                .kubectl()
+                .ok_or("no kubectl")?
+                .args([
+                    "logs",
+                    "-n",
+                    "kube-system",
+                    "-l",
+                    "app=cloud-controller-manager",
+                ])
+                .args(["--tail=-1"])
+                .output()
+                .map_err(|e| e.to_string())?;
+            let logs = String::from_utf8_lossy(&out.stdout);
+            match names.iter().find(|name| {
+                !logs
+                    .lines()
+                    .any(|l| l.contains("set node pod CIDRs") && l.contains(name.as_str()))
+            }) {
+                None => Ok(()),
+                Some(name) => Err(format!(
+                    "{name} not in the CCM's log ({}; stderr: {}):\n{logs}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )),
+            }
+        },
+    )
+    .await;
 
     // A Pod on the worker gets an address from the worker's CIDR: the pod network used it.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");

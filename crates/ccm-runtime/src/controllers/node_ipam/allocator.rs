@@ -106,7 +106,7 @@ impl RangeAllocator {
 
     /// How many subnets of each set are used.
     #[cfg(test)]
-    fn used(&self) -> Vec<u64> {
+    pub(super) fn used(&self) -> Vec<u64> {
         self.sets.iter().map(CidrSet::allocated).collect()
     }
 

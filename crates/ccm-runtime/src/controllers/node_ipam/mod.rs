@@ -163,8 +163,20 @@ fn status_message(node: &str, status: &str) -> String {
 
 impl Inner {
     /// Marks a Node's pod CIDRs used; one this controller cannot place is reported.
+    ///
+    /// Only while the cache still holds this Node: the cache drops a deleted Node before
+    /// [`deleted`](Self::deleted) releases its CIDRs under the allocator's lock, so checking
+    /// the cache under that lock means a copy read before the deletion never marks the
+    /// released CIDRs used again (they would be lost until a restart).
     fn occupy(&self, node: &Node, cidrs: &[String]) {
-        if let Err(err) = self.allocator.lock().occupy(cidrs) {
+        let mut allocator = self.allocator.lock();
+        let current = self.nodes.store().get(&ObjectRef::from_obj(node));
+        if current.is_none_or(|c| c.metadata.uid != node.metadata.uid) {
+            return;
+        }
+        let occupied = allocator.occupy(cidrs);
+        drop(allocator);
+        if let Err(err) = occupied {
             let name = node.name_any();
             tracing::warn!(node = name, error = %err, "cannot mark the node's pod CIDRs used");
             self.recorder.warning(
@@ -345,4 +357,64 @@ fn same(reserved: &[Cidr], shown: &[String]) -> bool {
             .iter()
             .zip(shown)
             .all(|(r, s)| Cidr::parse(s).is_ok_and(|s| s.to_string() == r.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::{self, Event};
+
+    fn node(name: &str, uid: &str, pod_cidr: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "uid": uid},
+            "spec": {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]},
+        }))
+        .unwrap()
+    }
+
+    /// A controller over an informer fed by hand; its client reaches no server.
+    fn controller() -> (NodeIpamController, Informer<Node>) {
+        let client = Client::new(
+            tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+                Err::<http::Response<kube::client::Body>, _>(std::io::Error::other("no server"))
+            }),
+            "default",
+        );
+        let nodes = Informer::new(Api::all(client.clone()), watcher::Config::default(), |_| {});
+        let config = NodeIpamConfig::new("10.244.0.0/16", "", MaskSizeFlags::default()).unwrap();
+        let controller = NodeIpamController::new(client, nodes.clone(), &config, None).unwrap();
+        (controller, nodes)
+    }
+
+    fn used(controller: &NodeIpamController) -> u64 {
+        controller.inner.allocator.lock().used()[0]
+    }
+
+    #[tokio::test]
+    async fn a_copy_read_before_a_deletion_does_not_take_back_the_released_cidrs() {
+        let (controller, nodes) = controller();
+        let a = node("a", "uid-a", "10.244.0.0/24");
+        nodes.apply_for_test(&Event::Apply(a.clone()));
+        controller.inner.occupy(&a, pod_cidrs(&a));
+        assert_eq!(used(&controller), 1);
+
+        // A worker read `a` from the cache; then the watch deleted it, which released its
+        // CIDR; then the worker marks what its copy shows.
+        nodes.apply_for_test(&Event::Delete(a.clone()));
+        assert_eq!(used(&controller), 0, "released on deletion");
+        controller.inner.occupy(&a, pod_cidrs(&a));
+        assert_eq!(
+            used(&controller),
+            0,
+            "a deleted Node's copy takes nothing back"
+        );
+
+        // Nor does the copy of a former Node of the same name, once another replaced it.
+        let new_a = node("a", "uid-a2", "10.244.1.0/24");
+        nodes.apply_for_test(&Event::Apply(new_a.clone()));
+        controller.inner.occupy(&a, pod_cidrs(&a));
+        assert_eq!(used(&controller), 0);
+        controller.inner.occupy(&new_a, pod_cidrs(&new_a));
+        assert_eq!(used(&controller), 1, "the Node in the cache is marked");
+    }
 }

@@ -69,6 +69,24 @@ pub fn size(slug: &str) -> Option<Size> {
     })
 }
 
+/// The simulator's one account, in the shape of DigitalOcean's `GET /v2/account`: active,
+/// with DigitalOcean's default limits, on a team.
+pub fn account() -> serde_json::Value {
+    serde_json::json!({
+        "droplet_limit": 25,
+        "floating_ip_limit": 3,
+        "reserved_ip_limit": 3,
+        "volume_limit": 100,
+        "email": "sammy@do-like.example.com",
+        "name": "Sammy the Shark",
+        "uuid": "b6fc48dbf6d9906cace5f3c78dc9851e757381ef",
+        "email_verified": true,
+        "status": "active",
+        "status_message": "",
+        "team": {"uuid": "5df3e3004a17e242b7c20ca6c9fc25b701a47ece", "name": "Simulated team"},
+    })
+}
+
 /// The slugs of the known sizes.
 pub fn size_slugs() -> impl Iterator<Item = &'static str> {
     SIZES.iter().map(|s| s.0)

@@ -8,6 +8,9 @@ pub(super) struct PageQuery {
     page: Option<usize>,
     per_page: Option<usize>,
     tag_name: Option<String>,
+    /// Droplets only: those of this exact name (DigitalOcean's CCM finds a Node's droplet
+    /// with `GET /v2/droplets?name=`).
+    name: Option<String>,
 }
 
 pub(super) async fn unknown_path() -> Response {
@@ -61,8 +64,28 @@ pub(super) async fn list_droplets(
         .droplets()
         .into_iter()
         .filter(|d| q.tag_name.as_ref().is_none_or(|t| d.tags.contains(t)))
+        .filter(|d| q.name.as_ref().is_none_or(|n| d.name == *n))
         .collect();
     page(&h, "droplets", "/v2/droplets", items, &q)
+}
+
+/// `GET /v2/regions`: every region of the catalog (DigitalOcean's CCM checks its `REGION`
+/// against this list at start-up, and exits when the answer is not a region list).
+pub(super) async fn list_regions(
+    State(h): State<SimulatorHandle>,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    let items: Vec<_> = catalog::REGIONS
+        .iter()
+        .filter_map(|(slug, _)| catalog::region(slug))
+        .collect();
+    page(&h, "regions", "/v2/regions", items, &q)
+}
+
+/// `GET /v2/account`: the account the token belongs to, active (DigitalOcean's CCM asks it
+/// as its health check). One account: the simulator has one token.
+pub(super) async fn get_account() -> Response {
+    Json(json!({"account": catalog::account()})).into_response()
 }
 
 #[derive(Debug, Deserialize)]

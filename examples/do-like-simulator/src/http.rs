@@ -7,6 +7,8 @@ use super::*;
 
 pub(super) fn router(handle: SimulatorHandle) -> Router {
     let v2 = Router::new()
+        .route("/v2/account", get(get_account))
+        .route("/v2/regions", get(list_regions))
         .route("/v2/droplets", get(list_droplets).post(create_droplet))
         .route("/v2/droplets/{id}", get(get_droplet).delete(delete_droplet))
         .route("/v2/load_balancers", get(list_lbs).post(create_lb))

@@ -7,7 +7,9 @@
 //!
 //! | Route | What |
 //! |---|---|
-//! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets: `size` and `region` objects, `networks.v4`/`v6` with netmask and gateway, `vpc_uuid`, `created_at` |
+//! | `GET /v2/account` | the account of the token: active (DigitalOcean's CCM's health check) |
+//! | `GET /v2/regions` | the regions of [`catalog::REGIONS`] (DigitalOcean's CCM checks its `REGION` here at start-up) |
+//! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets (the list filtered by `tag_name` or exact `name`): `size` and `region` objects, `networks.v4`/`v6` with netmask and gateway, `vpc_uuid`, `created_at` |
 //! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity` |
 //! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension** (off with [`SimulatorConfig::routes_extension`]): DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive |
 //!

@@ -12,9 +12,9 @@ mod fixtures;
 use std::collections::BTreeSet;
 
 use ccm_do_like_cloud::api::LoadBalancerObject;
-use ccm_do_like_simulator::RunningSimulator;
+use ccm_do_like_simulator::{RunningSimulator, catalog};
 use common::{Api, send};
-use fixtures::{DROPLET, DROPLETS, ERROR_404, ERROR_422, ERROR_429, LB, LBS};
+use fixtures::{ACCOUNT, DROPLET, DROPLETS, ERROR_404, ERROR_422, ERROR_429, LB, LBS, REGIONS};
 use reqwest::Method;
 use serde_json::Value;
 
@@ -200,6 +200,63 @@ async fn droplets_have_digitaloceans_shape() {
     let last = get(&sim, "/v2/droplets?page=2&per_page=1").await;
     let pages = last["links"]["pages"].as_object().unwrap();
     assert_eq!(pages.keys().collect::<Vec<_>>(), ["first", "prev"]);
+    sim.shutdown().await;
+}
+
+/// What DigitalOcean's CCM asks before anything else: the regions (its `REGION` must be one)
+/// and the account (its health check).
+#[tokio::test]
+async fn regions_and_the_account_have_digitaloceans_shape() {
+    let sim = start().await;
+    let want = fixture(REGIONS);
+    let got = get(&sim, "/v2/regions?page=1&per_page=1").await;
+    assert_same_shape(&want, &got);
+    assert_eq!(got["meta"]["total"], catalog::REGIONS.len());
+    // As DigitalOcean's CCM lists them: 50 a page, all on the first.
+    let all = get(&sim, "/v2/regions?page=1&per_page=50").await;
+    let slugs: Vec<&str> = all["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["slug"].as_str().unwrap())
+        .collect();
+    let catalogue: Vec<&str> = catalog::REGIONS.iter().map(|r| r.0).collect();
+    assert_eq!(slugs, catalogue);
+    assert!(all["links"]["pages"].as_object().unwrap().is_empty());
+    let nyc3 = &all["regions"][catalogue.iter().position(|s| *s == "nyc3").unwrap()];
+    for field in ["name", "available"] {
+        assert_eq!(nyc3[field], want["regions"][0][field], "region.{field}");
+    }
+
+    let want = fixture(ACCOUNT);
+    let got = get(&sim, "/v2/account").await;
+    assert_same_shape(&want, &got);
+    assert_eq!(got["account"]["status"], "active");
+    sim.shutdown().await;
+}
+
+/// `GET /v2/droplets?name=` answers the droplets of that exact name only, as DigitalOcean's
+/// CCM expects when it looks up a Node's droplet.
+#[tokio::test]
+async fn droplets_are_listed_by_name() {
+    let sim = start().await;
+    for name in ["node-1", "node-10", "node-2"] {
+        sim.handle().create_droplet(name, "s-2vcpu-4gb", "nyc1");
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v["droplets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let got = get(&sim, "/v2/droplets?name=node-1&page=1&per_page=50").await;
+    assert_eq!(names(&got), ["node-1"]);
+    assert_eq!(got["meta"]["total"], 1);
+    let got = get(&sim, "/v2/droplets?name=node-3").await;
+    assert!(names(&got).is_empty());
+    assert_eq!(names(&get(&sim, "/v2/droplets").await).len(), 3);
     sim.shutdown().await;
 }
 

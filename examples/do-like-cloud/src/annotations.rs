@@ -105,6 +105,107 @@ pub const ANNOTATION_ENABLE_PROXY_PROTOCOL: &str =
 pub const ANNOTATION_ALLOW_RULES: &str = "service.beta.kubernetes.io/do-loadbalancer-allow-rules";
 /// The load balancer firewall's deny rules, in the same form.
 pub const ANNOTATION_DENY_RULES: &str = "service.beta.kubernetes.io/do-loadbalancer-deny-rules";
+/// The load balancer's name, as DigitalOcean's CCM names it (`getLoadBalancerName`): at
+/// most 255 letters, digits, `-` and `.`; default `a` + the Service's UID. The name proves
+/// nothing about ownership (see the `load_balancer` module); it is only what the cloud shows.
+pub const ANNOTATION_NAME: &str = "service.beta.kubernetes.io/do-loadbalancer-name";
+/// A hostname put in the Service's status (`ingress[].hostname`) instead of the LB's
+/// address, as DigitalOcean's CCM does for clients that must reach it by name (PROXY
+/// protocol behind kube-proxy); lowercased.
+pub const ANNOTATION_HOSTNAME: &str = "service.beta.kubernetes.io/do-loadbalancer-hostname";
+/// `true`: the LB is left alone — ensure reports its status, update changes nothing, and
+/// deletion keeps it (DigitalOcean's CCM's `do-loadbalancer-disown`; note its prefix).
+pub const ANNOTATION_DISOWN: &str = "service.kubernetes.io/do-loadbalancer-disown";
+/// Comma-separated Service ports whose rules speak `http` (not with the TLS or HTTP/2 ports).
+pub const ANNOTATION_HTTP_PORTS: &str = "service.beta.kubernetes.io/do-loadbalancer-http-ports";
+/// Comma-separated Service ports whose rules speak `http2` (TLS as the TLS ports: a
+/// certificate or passthrough).
+pub const ANNOTATION_HTTP2_PORTS: &str = "service.beta.kubernetes.io/do-loadbalancer-http2-ports";
+/// One Service port for an extra `http3` rule: refused, this cloud's load balancers have no
+/// HTTP/3.
+pub const ANNOTATION_HTTP3_PORT: &str = "service.beta.kubernetes.io/do-loadbalancer-http3-port";
+/// A certificate by name: refused, this cloud's API has no certificates to look up (use
+/// [`ANNOTATION_CERTIFICATE_ID`]).
+pub const ANNOTATION_CERTIFICATE_NAME: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-certificate-name";
+/// `true`/`false`: whether Let's Encrypt certificates get DNS records. This cloud makes no
+/// DNS records, so either value is what happens.
+pub const ANNOTATION_DISABLE_LETS_ENCRYPT_DNS_RECORDS: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-disable-lets-encrypt-dns-records";
+/// `true`: keep-alive connections to the droplets; refused, this cloud's load balancers
+/// open one connection per client connection (`false` is accepted).
+pub const ANNOTATION_ENABLE_BACKEND_KEEPALIVE: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-enable-backend-keepalive";
+/// The HTTP idle timeout; refused unless it is DigitalOcean's default, 60: this cloud's load
+/// balancers have no other.
+pub const ANNOTATION_HTTP_IDLE_TIMEOUT_SECONDS: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-http-idle-timeout-seconds";
+/// `REGIONAL` (proxying to node ports, the default here) or `REGIONAL_NETWORK` (packets
+/// passed through to the Service's ports, kube-proxy taking them by the LB's address: the
+/// simulator's passthrough rules); `GLOBAL` is refused, as DigitalOcean's CCM refuses it.
+/// DigitalOcean's CCM defaults to `REGIONAL_NETWORK` and writes the type back to every
+/// Service, so Services it served keep their type here.
+pub const ANNOTATION_TYPE: &str = "service.beta.kubernetes.io/do-loadbalancer-type";
+/// `EXTERNAL` (the default, and the only network of this cloud's load balancers); `INTERNAL`
+/// is refused.
+pub const ANNOTATION_NETWORK: &str = "service.beta.kubernetes.io/do-loadbalancer-network";
+/// `IPV4` (the default here); `DUALSTACK` is refused: this cloud's load balancers are IPv4.
+pub const ANNOTATION_NETWORK_STACK: &str =
+    "service.beta.kubernetes.io/do-loadbalancer-network-stack";
+/// A reserved (BYOIP) address for the LB: refused, this cloud has no reserved addresses.
+pub const ANNOTATION_IP: &str = "service.beta.kubernetes.io/do-loadbalancer-ip";
+/// A VPC subnet for the LB: refused, this cloud's VPCs have no subnets.
+pub const ANNOTATION_SUBNET_UUID: &str = "service.beta.kubernetes.io/do-loadbalancer-subnet-uuid";
+/// Whether DigitalOcean's CCM opens a NodePort Service's ports in its public-access
+/// firewall. This cloud has no droplet firewall (node ports are reachable), so whatever
+/// the value, what it asks for is what happens; nothing is read.
+pub const ANNOTATION_FIREWALL_MANAGED: &str = "kubernetes.digitalocean.com/firewall-managed";
+
+/// Every annotation DigitalOcean's CCM reads, as the provider treats it (docs/do-like-cloud.md
+/// has the same table; a test checks both against the list taken from DigitalOcean's
+/// source).
+pub const DIGITALOCEAN_ANNOTATIONS: [&str; 39] = [
+    ANNOTATION_LOAD_BALANCER_ID,
+    ANNOTATION_NAME,
+    ANNOTATION_PROTOCOL,
+    ANNOTATION_HEALTH_CHECK_PATH,
+    ANNOTATION_HEALTH_CHECK_PORT,
+    ANNOTATION_HEALTH_CHECK_PROTOCOL,
+    ANNOTATION_OVERRIDE_HEALTH_CHECK,
+    ANNOTATION_HEALTH_CHECK_INTERVAL,
+    ANNOTATION_HEALTH_CHECK_TIMEOUT,
+    ANNOTATION_HEALTH_CHECK_UNHEALTHY,
+    ANNOTATION_HEALTH_CHECK_HEALTHY,
+    ANNOTATION_HTTP_PORTS,
+    ANNOTATION_TLS_PORTS,
+    ANNOTATION_HTTP2_PORTS,
+    ANNOTATION_HTTP3_PORT,
+    ANNOTATION_TLS_PASSTHROUGH,
+    ANNOTATION_CERTIFICATE_ID,
+    ANNOTATION_CERTIFICATE_NAME,
+    ANNOTATION_HOSTNAME,
+    ANNOTATION_ALGORITHM,
+    ANNOTATION_SIZE_SLUG,
+    ANNOTATION_SIZE_UNIT,
+    ANNOTATION_STICKY_SESSIONS_TYPE,
+    ANNOTATION_STICKY_SESSIONS_COOKIE_NAME,
+    ANNOTATION_STICKY_SESSIONS_COOKIE_TTL,
+    ANNOTATION_REDIRECT_HTTP_TO_HTTPS,
+    ANNOTATION_DISABLE_LETS_ENCRYPT_DNS_RECORDS,
+    ANNOTATION_ENABLE_PROXY_PROTOCOL,
+    ANNOTATION_ENABLE_BACKEND_KEEPALIVE,
+    ANNOTATION_DISOWN,
+    ANNOTATION_HTTP_IDLE_TIMEOUT_SECONDS,
+    ANNOTATION_DENY_RULES,
+    ANNOTATION_ALLOW_RULES,
+    ANNOTATION_TYPE,
+    ANNOTATION_NETWORK,
+    ANNOTATION_NETWORK_STACK,
+    ANNOTATION_IP,
+    ANNOTATION_SUBNET_UUID,
+    ANNOTATION_FIREWALL_MANAGED,
+];
+
 /// The most firewall rules (allow and deny, each) a load balancer gets; a longer list is an
 /// error.
 const MAX_FIREWALL_RULES: usize = 100;
@@ -162,6 +263,124 @@ pub(crate) struct LbSettings {
     pub enable_proxy_protocol: bool,
     /// The firewall; `None` without rules.
     pub firewall: Option<LbFirewall>,
+    /// The LB's name from [`ANNOTATION_NAME`]; `None`: the Service's default name.
+    pub name: Option<String>,
+    /// [`ANNOTATION_HOSTNAME`], lowercased.
+    pub hostname: Option<String>,
+    /// Service ports whose rules speak `http` ([`ANNOTATION_HTTP_PORTS`]).
+    pub http_ports: Vec<u16>,
+    /// Service ports whose rules speak `http2` ([`ANNOTATION_HTTP2_PORTS`]).
+    pub http2_ports: Vec<u16>,
+    /// `REGIONAL_NETWORK` ([`ANNOTATION_TYPE`]): passthrough rules to the Service's ports.
+    pub regional_network: bool,
+}
+
+/// Whether [`ANNOTATION_DISOWN`] is true: the provider leaves the Service's LB alone.
+pub(crate) fn disowned(service: &Service) -> CloudResult<bool> {
+    boolean(service, ANNOTATION_DISOWN)
+}
+
+/// An annotation this cloud cannot honour, refused with why (DigitalOcean's CCM would act on
+/// it); absent or empty is fine.
+fn refuse_if_set(service: &Service, key: &'static str, why: &str) -> CloudResult<()> {
+    match text(service, key)? {
+        None => Ok(()),
+        Some((name, v)) => Err(invalid(name, v, why)),
+    }
+}
+
+/// The annotations of DigitalOcean's that this cloud has no counterpart for: refused when
+/// they ask for something else than what this cloud does (module docs of each constant).
+fn refuse_what_this_cloud_lacks(service: &Service) -> CloudResult<()> {
+    refuse_if_set(
+        service,
+        ANNOTATION_HTTP3_PORT,
+        "this cloud's load balancers have no HTTP/3",
+    )?;
+    if text(service, ANNOTATION_CERTIFICATE_ID)?.is_none() {
+        refuse_if_set(
+            service,
+            ANNOTATION_CERTIFICATE_NAME,
+            &format!(
+                "this cloud's API has no certificates to look up by name; set \
+                 {ANNOTATION_CERTIFICATE_ID}"
+            ),
+        )?;
+    }
+    refuse_if_set(
+        service,
+        ANNOTATION_IP,
+        "this cloud has no reserved (BYOIP) addresses",
+    )?;
+    refuse_if_set(
+        service,
+        ANNOTATION_SUBNET_UUID,
+        "this cloud's VPCs have no subnets",
+    )?;
+    if boolean(service, ANNOTATION_ENABLE_BACKEND_KEEPALIVE)? {
+        return Err(invalid(
+            ANNOTATION_ENABLE_BACKEND_KEEPALIVE,
+            "true",
+            "this cloud's load balancers open one connection to a droplet per client \
+             connection",
+        ));
+    }
+    number(service, ANNOTATION_HTTP_IDLE_TIMEOUT_SECONDS, 60..=60, None).map_err(|_| {
+        CloudError::msg(format!(
+            "annotation {ANNOTATION_HTTP_IDLE_TIMEOUT_SECONDS}: this cloud's load balancers \
+             have one HTTP idle timeout, 60 seconds"
+        ))
+    })?;
+    boolean(service, ANNOTATION_DISABLE_LETS_ENCRYPT_DNS_RECORDS)?;
+    one_of(service, ANNOTATION_NETWORK, &["EXTERNAL"], "EXTERNAL").map_err(|_| {
+        CloudError::msg(format!(
+            "annotation {ANNOTATION_NETWORK}: this cloud's load balancers are EXTERNAL only"
+        ))
+    })?;
+    one_of(service, ANNOTATION_NETWORK_STACK, &["IPV4"], "IPV4").map_err(|_| {
+        CloudError::msg(format!(
+            "annotation {ANNOTATION_NETWORK_STACK}: this cloud's load balancers are IPV4 only"
+        ))
+    })?;
+    Ok(())
+}
+
+/// [`ANNOTATION_NAME`], checked as the API checks names.
+pub(crate) fn lb_name(service: &Service) -> CloudResult<Option<String>> {
+    let Some((name, v)) = text(service, ANNOTATION_NAME)? else {
+        return Ok(None);
+    };
+    if v.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    {
+        Ok(Some(v.to_owned()))
+    } else {
+        Err(invalid(name, v, "letters, digits, - and . only"))
+    }
+}
+
+/// [`ANNOTATION_HOSTNAME`], lowercased and checked as a DNS name.
+pub(crate) fn hostname(service: &Service) -> CloudResult<Option<String>> {
+    let Some((name, v)) = text(service, ANNOTATION_HOSTNAME)? else {
+        return Ok(None);
+    };
+    let v = v.to_ascii_lowercase();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if v.len() <= 253 && v.split('.').all(label_ok) {
+        Ok(Some(v))
+    } else {
+        Err(invalid(
+            name,
+            &v,
+            "must be a DNS name such as www.example.com",
+        ))
+    }
 }
 
 /// The value of annotation `key` (trimmed), or of its legacy alias when it is absent: the
@@ -452,16 +671,65 @@ impl LbSettings {
                  set a certificate or TLS passthrough, not both"
             )));
         }
+        refuse_what_this_cloud_lacks(service)?;
+        let regional_network = match one_of(
+            service,
+            ANNOTATION_TYPE,
+            &["REGIONAL", "REGIONAL_NETWORK"],
+            "REGIONAL",
+        ) {
+            Ok(t) => t == "REGIONAL_NETWORK",
+            Err(_) => {
+                return Err(CloudError::msg(format!(
+                    "annotation {ANNOTATION_TYPE}: allowed: REGIONAL, REGIONAL_NETWORK \
+                     (DigitalOcean's CCM refuses GLOBAL too)"
+                )));
+            }
+        };
+        let http_ports = port_list(service, ANNOTATION_HTTP_PORTS)?;
+        let http2_ports = port_list(service, ANNOTATION_HTTP2_PORTS)?;
         let mut tls_ports = port_list(service, ANNOTATION_TLS_PORTS)?;
-        if tls_ports.is_empty() && (!certificate_id.is_empty() || tls_passthrough) {
+        if tls_ports.is_empty()
+            && (!certificate_id.is_empty() || tls_passthrough)
+            && !http2_ports.contains(&443)
+        {
             tls_ports.push(443);
+        }
+        for (a, a_ports, b, b_ports) in [
+            (
+                ANNOTATION_HTTP_PORTS,
+                &http_ports,
+                ANNOTATION_TLS_PORTS,
+                &tls_ports,
+            ),
+            (
+                ANNOTATION_HTTP_PORTS,
+                &http_ports,
+                ANNOTATION_HTTP2_PORTS,
+                &http2_ports,
+            ),
+            (
+                ANNOTATION_TLS_PORTS,
+                &tls_ports,
+                ANNOTATION_HTTP2_PORTS,
+                &http2_ports,
+            ),
+        ] {
+            if let Some(p) = a_ports.iter().find(|p| b_ports.contains(p)) {
+                return Err(CloudError::msg(format!(
+                    "annotations {a} and {b}: port {p} is in both"
+                )));
+            }
         }
         let secure = protocol == "https"
             || protocol == "http2"
-            || read(service, ANNOTATION_TLS_PORTS).is_some();
+            || read(service, ANNOTATION_TLS_PORTS).is_some()
+            || !http2_ports.is_empty();
         if secure && certificate_id.is_empty() && !tls_passthrough {
             let name = if protocol == "https" || protocol == "http2" {
                 ANNOTATION_PROTOCOL
+            } else if !http2_ports.is_empty() {
+                ANNOTATION_HTTP2_PORTS
             } else {
                 ANNOTATION_TLS_PORTS
             };
@@ -567,6 +835,11 @@ impl LbSettings {
             redirect_http_to_https: boolean(service, ANNOTATION_REDIRECT_HTTP_TO_HTTPS)?,
             enable_proxy_protocol: boolean(service, ANNOTATION_ENABLE_PROXY_PROTOCOL)?,
             firewall: firewall(service)?,
+            name: lb_name(service)?,
+            hostname: hostname(service)?,
+            http_ports,
+            http2_ports,
+            regional_network,
         })
     }
 }

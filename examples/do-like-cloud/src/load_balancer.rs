@@ -8,8 +8,9 @@
 //! 1. by the ID in [`ANNOTATION_LOAD_BALANCER_ID`]: one `GET`; a missing LB falls through
 //!    to 2;
 //! 2. by its deterministic name ([`default_load_balancer_name`]: `a` + the Service's UID, so
-//!    nothing the user renames changes it) among the LBs tagged with the cluster's tag — a
-//!    paged list, needed only before the annotation is written.
+//!    nothing the user renames changes it) or the name the
+//!    [`ANNOTATION_NAME`](crate::ANNOTATION_NAME) annotation gives it, among the LBs that are
+//!    the Service's (below) — a paged list, needed only before the ID annotation is written.
 //!
 //! So a retried create after a lost answer finds the first LB instead of making a second, and
 //! a rename neither leaks nor duplicates. A failed annotation write is logged and retried on
@@ -20,6 +21,18 @@
 //! ([`cluster_tag`]) and its Service's ([`owner_tag`]: `kubernetes-service-uid:<uid>`). An LB
 //! found by ID is used only when it carries both (or, made before owner tags existed, the
 //! cluster's tag and this Service's default name; the next ensure adds the owner tag).
+//!
+//! **Taking over from DigitalOcean's CCM.** Outside DOKS, DigitalOcean's CCM tags nothing,
+//! so the load balancers it made carry no cluster tag. Such an LB — tagged for no cluster
+//! (`k8s:` anything) and no Service — is this Service's when its name is the Service's
+//! default name ([`default_load_balancer_name`], `a` + the UID without dashes, which is
+//! DigitalOcean's CCM's name too unless `do-loadbalancer-name` is set): the UID is the
+//! Service object's own, so no other Service can claim it by copying an annotation. The
+//! first ensure keeps the LB (same ID, same address) and adds the two tags. An untagged LB
+//! with another name (a custom `do-loadbalancer-name`) is refused like any other foreign
+//! LB: the operator hands it over by tagging it (below). An LB tagged for another cluster
+//! is refused; run ours with `--cluster-name` set to DigitalOcean's `DO_CLUSTER_ID` to keep
+//! the LBs DigitalOcean's CCM tagged with it.
 //! Otherwise — another Service's LB, another cluster's, or an annotation that is no LB ID
 //! at all (not a UUID; never sent to the API) — ensure, update and get answer
 //! [`CloudError::NotOwned`] and touch nothing, and deletion deletes only the Service's own LB
@@ -51,13 +64,16 @@ use ccm_core::provider::{
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::annotations::{
-    ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID, LbSettings, read,
+    ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID, LbSettings, disowned, read,
 };
 use crate::api::{ForwardingRule, LoadBalancerObject, LoadBalancerRequest};
 use crate::{DoLikeCloud, cloud_error};
 
 /// The prefix of the owner tag ([`owner_tag`]).
 const OWNER_TAG_PREFIX: &str = "kubernetes-service-uid:";
+/// The prefix of every cluster's tag ([`cluster_tag`]), ours and DigitalOcean's CCM's
+/// (`k8s:<DO_CLUSTER_ID>`).
+const CLUSTER_TAG_PREFIX: &str = "k8s:";
 
 /// The tag on every LB and route of a cluster: `k8s:<cluster name>` (characters DigitalOcean
 /// does not allow in tags become `-`).
@@ -72,7 +88,7 @@ pub fn cluster_tag(cluster_name: &str) -> String {
             }
         })
         .collect();
-    format!("k8s:{name}")
+    format!("{CLUSTER_TAG_PREFIX}{name}")
 }
 
 /// The tag naming the Service an LB was made for: `kubernetes-service-uid:<uid>`. Every LB
@@ -97,15 +113,27 @@ fn is_lb_id(id: &str) -> bool {
 
 /// Why `lb` is not `service`'s in the cluster tagged `tag`, or `None` when it is.
 fn not_ours(lb: &LoadBalancerObject, tag: &str, service: &Service) -> Option<&'static str> {
-    if !lb.tags.iter().any(|t| t == tag) {
-        return Some("it is not tagged for this cluster");
-    }
     let owner = owner_tag(service);
     let mut owners = lb
         .tags
         .iter()
         .filter(|t| t.starts_with(OWNER_TAG_PREFIX))
         .peekable();
+    if !lb.tags.iter().any(|t| t == tag) {
+        // Made by a CCM that tags nothing (DigitalOcean's, outside DOKS): the Service's
+        // default name, `a` + its UID, is the proof that it was made for this Service, one a
+        // copied annotation cannot give. The next ensure tags it for the cluster.
+        let untagged =
+            owners.peek().is_none() && !lb.tags.iter().any(|t| t.starts_with(CLUSTER_TAG_PREFIX));
+        if untagged && lb.name == default_load_balancer_name(service) {
+            return None;
+        }
+        return Some(if untagged {
+            "it is tagged for no cluster and its name is not this Service's default name"
+        } else {
+            "it is not tagged for this cluster"
+        });
+    }
     if owners.peek().is_none() {
         // Made before owner tags: the name derived from the UID says whose it is.
         return (lb.name != default_load_balancer_name(service))
@@ -124,7 +152,11 @@ fn not_ours(lb: &LoadBalancerObject, tag: &str, service: &Service) -> Option<&'s
 /// (target `http`) or passes TLS through (target as entry).
 fn forwarding_rule(settings: &LbSettings, entry_port: u16, target_port: u16) -> ForwardingRule {
     let mut protocol = settings.protocol.clone();
-    if settings.tls_ports.contains(&entry_port) && protocol != "http2" {
+    if settings.http_ports.contains(&entry_port) {
+        protocol = "http".into();
+    } else if settings.http2_ports.contains(&entry_port) {
+        protocol = "http2".into();
+    } else if settings.tls_ports.contains(&entry_port) && protocol != "http2" {
         protocol = "https".into();
     }
     let mut rule = ForwardingRule::new(&protocol, entry_port, target_port);
@@ -215,17 +247,30 @@ fn service_key(service: &Service) -> String {
 /// like every other client (KEP-1860). A passthrough load balancer delivers packets still
 /// addressed to it, which kube-proxy must take: `VIP`. DigitalOcean's CCM sets no `ipMode`;
 /// docs/do-like-cloud.md says why we differ.
-fn status(lb: &LoadBalancerObject) -> LoadBalancerStatus {
+///
+/// With a `hostname` ([`ANNOTATION_HOSTNAME`](crate::annotations::ANNOTATION_HOSTNAME)), the
+/// ingress is that name instead, once the LB is active, as DigitalOcean's CCM writes it.
+fn status(lb: &LoadBalancerObject, hostname: Option<String>) -> LoadBalancerStatus {
     let passthrough = lb.forwarding_rules.iter().any(|r| r.x_passthrough);
     LoadBalancerStatus {
-        ingress: (!lb.ip.is_empty()).then(|| {
-            vec![LoadBalancerIngress {
+        ingress: (!lb.ip.is_empty()).then(|| match hostname {
+            Some(hostname) => vec![LoadBalancerIngress {
+                hostname: Some(hostname),
+                ..LoadBalancerIngress::default()
+            }],
+            None => vec![LoadBalancerIngress {
                 ip: Some(lb.ip.clone()),
                 ip_mode: Some(if passthrough { "VIP" } else { "Proxy" }.to_owned()),
                 ..LoadBalancerIngress::default()
-            }]
+            }],
         }),
     }
+}
+
+/// The hostname the Service asks for, if valid (an invalid one fails `desired`, which runs
+/// first on every ensure).
+fn hostname_of(service: &Service) -> Option<String> {
+    crate::annotations::hostname(service).ok().flatten()
 }
 
 impl DoLikeCloud {
@@ -286,15 +331,19 @@ impl DoLikeCloud {
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerObject>> {
         let tag = cluster_tag(cluster_name);
-        let name = default_load_balancer_name(service);
+        // The name it is given, and the default one it had before a name was given (as
+        // DigitalOcean's CCM's candidates); ownership is checked either way.
+        let default = default_load_balancer_name(service);
+        let custom = crate::annotations::lb_name(service).ok().flatten();
         let all = self
             .client
             .list_load_balancers()
             .await
             .map_err(|e| cloud_error("listing load balancers", e))?;
-        Ok(all
-            .into_iter()
-            .find(|lb| lb.name == name && not_ours(lb, &tag, service).is_none()))
+        Ok(all.into_iter().find(|lb| {
+            (lb.name == default || custom.as_deref() == Some(lb.name.as_str()))
+                && not_ours(lb, &tag, service).is_none()
+        }))
     }
 
     /// The annotator, when the provider has one and `service` is not being deleted (a
@@ -364,7 +413,9 @@ impl DoLikeCloud {
         // Without node ports (`allocateLoadBalancerNodePorts: false`) there is nothing to
         // proxy to: the load balancer forwards packets unchanged (the API's `x_passthrough`
         // extension) and kube-proxy takes them by the load balancer's address.
-        let passthrough = ports().any(|p| p.node_port.unwrap_or_default() == 0);
+        // `REGIONAL_NETWORK` (DigitalOcean's network load balancers) is the same forwarding.
+        let passthrough =
+            settings.regional_network || ports().any(|p| p.node_port.unwrap_or_default() == 0);
         let mut rules = Vec::new();
         for port in ports() {
             let protocol = port.protocol.as_deref();
@@ -430,7 +481,9 @@ impl DoLikeCloud {
             }
         }
         Ok(LoadBalancerRequest {
-            name: default_load_balancer_name(service),
+            name: settings
+                .name
+                .unwrap_or_else(|| default_load_balancer_name(service)),
             region: self.region.clone(),
             size: settings.size,
             size_unit: settings.size_unit,
@@ -459,7 +512,7 @@ impl LoadBalancer for DoLikeCloud {
         Ok(self
             .find_lb(cluster_name, service)
             .await?
-            .map(|lb| status(&lb)))
+            .map(|lb| status(&lb, hostname_of(service))))
     }
 
     async fn ensure_load_balancer(
@@ -468,6 +521,13 @@ impl LoadBalancer for DoLikeCloud {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
+        if disowned(service)? {
+            // Left alone: its status as it is, nothing written.
+            let found = self.find_lb(cluster_name, service).await?;
+            return Ok(found.map_or_else(LoadBalancerStatus::default, |lb| {
+                status(&lb, hostname_of(service))
+            }));
+        }
         let desired = self.desired(cluster_name, service, nodes).await?;
         let lb = match self.find_lb(cluster_name, service).await? {
             Some(lb) if up_to_date(&lb, &desired) => lb,
@@ -493,7 +553,7 @@ impl LoadBalancer for DoLikeCloud {
                 Duration::from_secs(2),
             ));
         }
-        Ok(status(&lb))
+        Ok(status(&lb, hostname_of(service)))
     }
 
     async fn update_load_balancer(
@@ -502,6 +562,9 @@ impl LoadBalancer for DoLikeCloud {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<()> {
+        if disowned(service)? {
+            return Ok(());
+        }
         let desired = self.desired(cluster_name, service, nodes).await?;
         let Some(lb) = self.find_lb(cluster_name, service).await? else {
             return Err(CloudError::msg(format!(
@@ -524,6 +587,12 @@ impl LoadBalancer for DoLikeCloud {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<()> {
+        // Disowned: the LB stays, and so does the annotation naming it. A value that is no
+        // boolean does not keep the Service from going: the LB is deleted as usual.
+        if disowned(service).unwrap_or(false) {
+            tracing::info!(service = %service_key(service), "load balancer disowned; left in place");
+            return Ok(());
+        }
         // An annotation that leads to an LB that is not the Service's does not stop the
         // deletion of the Service's own (found by name); it is reported, and left alone.
         let (own, foreign) = match self.by_annotation(cluster_name, service).await {
@@ -597,6 +666,36 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_untagged_lb_is_a_services_only_by_its_default_name() {
+        let service = svc("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0");
+        let default = default_load_balancer_name(&service);
+        assert_eq!(default, "a0f1e2d3c4b5a69788796a5b4c3d2e1f");
+        let tag = cluster_tag("c");
+        // As DigitalOcean's CCM makes it outside DOKS: no tags at all.
+        assert_eq!(not_ours(&lb(&default, &[]), &tag, &service), None);
+        // Any other name: a custom name proves nothing, since it is copied as easily.
+        assert_eq!(
+            not_ours(&lb("my-lb", &[]), &tag, &service),
+            Some("it is tagged for no cluster and its name is not this Service's default name")
+        );
+        // Another cluster's (ours or DigitalOcean's `k8s:<DO_CLUSTER_ID>`), or another
+        // Service's, even with this Service's default name.
+        for tags in [
+            &["k8s:other"][..],
+            &["k8s:2e4b1c5a-8f7d-4e3b-9a1c-0d2e3f4a5b6c"],
+            &["kubernetes-service-uid:someone-else"],
+        ] {
+            assert_eq!(
+                not_ours(&lb(&default, tags), &tag, &service),
+                Some("it is not tagged for this cluster"),
+                "{tags:?}"
+            );
+        }
+        // Other tags (a user's own) do not make it a cluster's.
+        assert_eq!(not_ours(&lb(&default, &["team:web"]), &tag, &service), None);
+    }
+
     fn rule(entry: &str, port: u16, target: &str) -> ForwardingRule {
         ForwardingRule {
             target_protocol: target.into(),
@@ -607,16 +706,16 @@ mod tests {
     #[test]
     fn a_proxying_lb_is_ip_mode_proxy_and_a_passthrough_one_vip() {
         let mut proxied = lb("a1", &[]);
-        assert_eq!(status(&proxied).ingress, None, "no address yet");
+        assert_eq!(status(&proxied, None).ingress, None, "no address yet");
         proxied.ip = "10.88.64.1".into();
         proxied.forwarding_rules = vec![rule("tcp", 80, "tcp")];
-        let ingress = status(&proxied).ingress.unwrap();
+        let ingress = status(&proxied, None).ingress.unwrap();
         assert_eq!(ingress[0].ip.as_deref(), Some("10.88.64.1"));
         assert_eq!(ingress[0].ip_mode.as_deref(), Some("Proxy"));
         let mut routed = proxied.clone();
         routed.forwarding_rules = vec![passthrough_rule(&rule("tcp", 80, "tcp"), 80)];
         assert_eq!(
-            status(&routed).ingress.unwrap()[0].ip_mode.as_deref(),
+            status(&routed, None).ingress.unwrap()[0].ip_mode.as_deref(),
             Some("VIP")
         );
     }
@@ -661,6 +760,23 @@ mod tests {
             change(&mut w);
             assert!(!up_to_date(&have, &w), "{w:?}");
         }
+    }
+
+    #[test]
+    fn http_and_http2_ports_speak_their_protocol() {
+        let mut s = LbSettings::from_service(&Service::default()).unwrap();
+        s.http_ports = vec![8080];
+        s.http2_ports = vec![443];
+        s.certificate_id = "cert".into();
+        assert_eq!(forwarding_rule(&s, 8080, 38080), rule("http", 8080, "http"));
+        assert_eq!(
+            forwarding_rule(&s, 443, 30443),
+            ForwardingRule {
+                certificate_id: "cert".into(),
+                ..rule("http2", 443, "http")
+            }
+        );
+        assert_eq!(forwarding_rule(&s, 22, 30022), rule("tcp", 22, "tcp"));
     }
 
     #[test]
@@ -762,9 +878,10 @@ mod tests {
             not_ours(&lb("x", &["k8s:c2", &mine]), tag, &me),
             Some("it is not tagged for this cluster")
         );
+        // Tagged for no cluster, not named after this Service (see the test below).
         assert_eq!(
             not_ours(&lb("x", &[]), tag, &me),
-            Some("it is not tagged for this cluster")
+            Some("it is tagged for no cluster and its name is not this Service's default name")
         );
         // Made before owner tags: its name decides.
         assert_eq!(not_ours(&lb(&name, &[tag]), tag, &me), None);

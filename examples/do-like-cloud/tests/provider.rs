@@ -974,3 +974,181 @@ async fn an_lb_made_before_owner_tags_is_kept_by_its_service_and_tagged() {
     assert_eq!(now[0].tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
     sim.shutdown().await;
 }
+
+/// DigitalOcean's CCM, outside DOKS, tags nothing and names an LB `a` + the Service's UID;
+/// it writes the LB's ID onto the Service. Ours keeps such an LB for its Service (same ID,
+/// same address) and tags it; a copy of the annotation in another namespace is refused.
+#[tokio::test]
+async fn an_lb_digitaloceans_ccm_made_is_kept_by_its_service_and_a_copy_is_refused() {
+    let sim = sim().await;
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let nodes = one_droplet_node(&sim);
+    let svc = service("web", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", &[]);
+    lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+    // As DigitalOcean's CCM leaves it: the default name, no tags.
+    let made = sim.handle().load_balancers().remove(0);
+    let mut theirs = made.to_request();
+    theirs.tags.clear();
+    cloud
+        .client()
+        .update_load_balancer(&made.id, &theirs)
+        .await
+        .unwrap();
+    let annotated = |mut s: Service| {
+        s.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_LOAD_BALANCER_ID.to_owned(),
+            made.id.clone(),
+        )]));
+        s
+    };
+
+    // Another Service with the annotation copied: refused, and nothing is written.
+    let mut copy = annotated(service("copy", "11111111-2222-3333-4444-555555555555", &[]));
+    copy.metadata.namespace = Some("elsewhere".into());
+    sim.handle().reset_request_counts();
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &copy, &nodes)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_owned(), "{err}");
+    assert!(
+        err.to_string().ends_with(
+            "names it, but it is tagged for no cluster and its name is not this Service's \
+             default name"
+        ),
+        "{err}"
+    );
+    let err = lb.ensure_load_balancer_deleted(CLUSTER, &copy).await;
+    assert!(err.unwrap_err().is_not_owned());
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 0);
+    assert_eq!(sim.handle().request_count("POST /v2/load_balancers"), 0);
+    assert_eq!(
+        sim.handle().request_count("DELETE /v2/load_balancers/{id}"),
+        0
+    );
+
+    // Its own Service, by the ID DigitalOcean's CCM wrote, and by name without it: the same
+    // LB and address, now tagged for the cluster and the Service.
+    for own in [annotated(svc.clone()), svc.clone()] {
+        let status = lb
+            .ensure_load_balancer(CLUSTER, &own, &nodes)
+            .await
+            .unwrap();
+        let now = sim.handle().load_balancers();
+        assert_eq!(now.len(), 1, "nothing re-created");
+        assert_eq!(now[0].id, made.id);
+        assert_eq!(now[0].ip, made.ip);
+        let ingress = status.ingress.unwrap();
+        assert_eq!(ingress[0].ip.as_deref(), Some(made.ip.as_str()));
+        assert_eq!(now[0].tags, [cluster_tag(CLUSTER), owner_tag(&svc)]);
+    }
+    // Tagged now, the copy stays refused for the usual reason.
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &copy, &nodes)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with("it was made for another Service"),
+        "{err}"
+    );
+    sim.shutdown().await;
+}
+
+/// `do-loadbalancer-name` names the LB (renaming it renames the LB, found by its ID or by
+/// name), `-hostname` is the ingress, `-type: REGIONAL_NETWORK` forwards packets to the
+/// Service's ports (passthrough), and `service.kubernetes.io/do-loadbalancer-disown` leaves
+/// the LB alone through ensure and deletion.
+#[tokio::test]
+async fn digitaloceans_name_hostname_type_and_disown_are_honoured() {
+    use ccm_do_like_cloud::{
+        ANNOTATION_DISOWN, ANNOTATION_HOSTNAME, ANNOTATION_NAME, ANNOTATION_TYPE,
+    };
+    let sim = sim().await;
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let nodes = one_droplet_node(&sim);
+    let uid = "12345678-9abc-def0-1234-56789abcdef0";
+    let named = service(
+        "web",
+        uid,
+        &[
+            (ANNOTATION_NAME, "web-prod"),
+            (ANNOTATION_HOSTNAME, "Web.Example.com"),
+            (ANNOTATION_TYPE, "REGIONAL_NETWORK"),
+        ],
+    );
+    let status = lb
+        .ensure_load_balancer(CLUSTER, &named, &nodes)
+        .await
+        .unwrap();
+    let ingress = status.ingress.unwrap();
+    assert_eq!(ingress[0].hostname.as_deref(), Some("web.example.com"));
+    assert_eq!(ingress[0].ip, None);
+    let made = sim.handle().load_balancers().remove(0);
+    assert_eq!(made.name, "web-prod");
+    assert_eq!(
+        made.forwarding_rules,
+        [ForwardingRule {
+            x_passthrough: true,
+            ..ForwardingRule::new("tcp", 80, 80)
+        }],
+        "REGIONAL_NETWORK: to the Service's port, not the node port"
+    );
+    // Found again by its name (no ID annotation here), and renamed in place.
+    let mut renamed = named.clone();
+    renamed
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_NAME.into(), "web-prod-2".into());
+    lb.ensure_load_balancer(CLUSTER, &named, &nodes)
+        .await
+        .unwrap();
+    let mut by_id = renamed.clone();
+    by_id
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_LOAD_BALANCER_ID.into(), made.id.clone());
+    lb.ensure_load_balancer(CLUSTER, &by_id, &nodes)
+        .await
+        .unwrap();
+    let now = sim.handle().load_balancers();
+    assert_eq!(
+        (now.len(), &now[0].id, now[0].name.as_str()),
+        (1, &made.id, "web-prod-2")
+    );
+
+    // Disowned: ensure reports it and writes nothing; deletion leaves it.
+    let mut disowned = by_id.clone();
+    let annotations = disowned.metadata.annotations.as_mut().unwrap();
+    annotations.insert(ANNOTATION_DISOWN.into(), "true".into());
+    annotations.insert(ANNOTATION_TYPE.into(), "REGIONAL".into());
+    sim.handle().reset_request_counts();
+    let status = lb
+        .ensure_load_balancer(CLUSTER, &disowned, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        status.ingress.unwrap()[0].hostname.as_deref(),
+        Some("web.example.com")
+    );
+    lb.update_load_balancer(CLUSTER, &disowned, &nodes)
+        .await
+        .unwrap();
+    lb.ensure_load_balancer_deleted(CLUSTER, &disowned)
+        .await
+        .unwrap();
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 0);
+    assert_eq!(
+        sim.handle().request_count("DELETE /v2/load_balancers/{id}"),
+        0
+    );
+    assert_eq!(sim.handle().load_balancers(), now, "left alone");
+    sim.shutdown().await;
+}

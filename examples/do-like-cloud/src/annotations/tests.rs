@@ -438,3 +438,179 @@ fn bad_values_name_their_annotation() {
         .to_string();
     assert!(e.len() < 400, "{e}");
 }
+
+#[test]
+fn what_this_cloud_lacks_is_refused_naming_the_annotation_and_why() {
+    /// Annotations, the one the error names, and a word of why.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Case<'_>; 9] = [
+        (
+            &[(ANNOTATION_HTTP3_PORT, "443")],
+            ANNOTATION_HTTP3_PORT,
+            "HTTP/3",
+        ),
+        (
+            &[(ANNOTATION_CERTIFICATE_NAME, "web")],
+            ANNOTATION_CERTIFICATE_NAME,
+            "by name",
+        ),
+        (&[(ANNOTATION_IP, "203.0.113.7")], ANNOTATION_IP, "BYOIP"),
+        (
+            &[(ANNOTATION_SUBNET_UUID, "s-1")],
+            ANNOTATION_SUBNET_UUID,
+            "subnets",
+        ),
+        (
+            &[(ANNOTATION_ENABLE_BACKEND_KEEPALIVE, "true")],
+            ANNOTATION_ENABLE_BACKEND_KEEPALIVE,
+            "per client",
+        ),
+        (
+            &[(ANNOTATION_HTTP_IDLE_TIMEOUT_SECONDS, "120")],
+            ANNOTATION_HTTP_IDLE_TIMEOUT_SECONDS,
+            "60 seconds",
+        ),
+        (
+            &[(ANNOTATION_NETWORK, "INTERNAL")],
+            ANNOTATION_NETWORK,
+            "EXTERNAL only",
+        ),
+        (
+            &[(ANNOTATION_NETWORK_STACK, "DUALSTACK")],
+            ANNOTATION_NETWORK_STACK,
+            "IPV4 only",
+        ),
+        (
+            &[(ANNOTATION_TYPE, "GLOBAL")],
+            ANNOTATION_TYPE,
+            "refuses GLOBAL",
+        ),
+    ];
+    for (annotations, name, why) in cases {
+        let err = LbSettings::from_service(&svc(annotations))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(name) && err.contains(why),
+            "{annotations:?}: {err}"
+        );
+    }
+    // What this cloud does anyway is accepted: the defaults, spelled out.
+    LbSettings::from_service(&svc(&[
+        (ANNOTATION_ENABLE_BACKEND_KEEPALIVE, "false"),
+        (ANNOTATION_HTTP_IDLE_TIMEOUT_SECONDS, "60"),
+        (ANNOTATION_NETWORK, "EXTERNAL"),
+        (ANNOTATION_NETWORK_STACK, "IPV4"),
+        (ANNOTATION_DISABLE_LETS_ENCRYPT_DNS_RECORDS, "true"),
+        (ANNOTATION_TYPE, "REGIONAL"),
+        (ANNOTATION_FIREWALL_MANAGED, "false"),
+        // A name is looked up only without an ID, as in DigitalOcean's CCM.
+        (ANNOTATION_CERTIFICATE_ID, "cert-1"),
+        (ANNOTATION_CERTIFICATE_NAME, "web"),
+    ]))
+    .unwrap();
+    let err =
+        LbSettings::from_service(&svc(&[(ANNOTATION_DISABLE_LETS_ENCRYPT_DNS_RECORDS, "no")]))
+            .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(ANNOTATION_DISABLE_LETS_ENCRYPT_DNS_RECORDS)
+    );
+}
+
+#[test]
+fn name_hostname_type_and_port_protocols_are_read_and_checked() {
+    let s = LbSettings::from_service(&svc(&[
+        (ANNOTATION_NAME, "web.prod-1"),
+        (ANNOTATION_HOSTNAME, "WWW.Example.com"),
+        (ANNOTATION_TYPE, "REGIONAL_NETWORK"),
+        (ANNOTATION_HTTP_PORTS, "80"),
+        (ANNOTATION_HTTP2_PORTS, "443"),
+        (ANNOTATION_CERTIFICATE_ID, "cert-1"),
+    ]))
+    .unwrap();
+    assert_eq!(s.name.as_deref(), Some("web.prod-1"));
+    assert_eq!(s.hostname.as_deref(), Some("www.example.com"));
+    assert!(s.regional_network);
+    assert_eq!((s.http_ports, s.http2_ports), (vec![80], vec![443]));
+    assert!(
+        s.tls_ports.is_empty(),
+        "443 is HTTP/2, not the default TLS port"
+    );
+    let defaults = LbSettings::from_service(&svc(&[])).unwrap();
+    assert_eq!((defaults.name, defaults.hostname), (None, None));
+    assert!(!defaults.regional_network);
+
+    for (annotations, name) in [
+        (&[(ANNOTATION_NAME, "web/../x")][..], ANNOTATION_NAME),
+        (
+            &[(ANNOTATION_HOSTNAME, "-bad-.example.com")],
+            ANNOTATION_HOSTNAME,
+        ),
+        (&[(ANNOTATION_HOSTNAME, "a..b")], ANNOTATION_HOSTNAME),
+        (&[(ANNOTATION_HTTP_PORTS, "81")], ANNOTATION_HTTP_PORTS),
+        // HTTP/2 needs a certificate or passthrough, as TLS ports do.
+        (&[(ANNOTATION_HTTP2_PORTS, "443")], ANNOTATION_HTTP2_PORTS),
+        (&[(ANNOTATION_DISOWN, "maybe")], ANNOTATION_DISOWN),
+    ] {
+        let result = LbSettings::from_service(&svc(annotations))
+            .and_then(|_| disowned(&svc(annotations)).map(|_| ()));
+        let err = result.unwrap_err().to_string();
+        assert!(err.contains(name), "{annotations:?}: {err}");
+    }
+    // A port in two protocol lists is refused, naming both.
+    let err = LbSettings::from_service(&svc(&[
+        (ANNOTATION_HTTP_PORTS, "80,443"),
+        (ANNOTATION_TLS_PORTS, "443"),
+        (ANNOTATION_CERTIFICATE_ID, "cert-1"),
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(ANNOTATION_HTTP_PORTS)
+            && err.contains(ANNOTATION_TLS_PORTS)
+            && err.contains("443"),
+        "{err}"
+    );
+    assert!(disowned(&svc(&[(ANNOTATION_DISOWN, "true")])).unwrap());
+    assert!(!disowned(&svc(&[])).unwrap());
+}
+
+/// The list taken from DigitalOcean's source (`tests/data/digitalocean-annotations.txt`),
+/// the provider's table and docs/do-like-cloud.md's table are the same annotations, and each
+/// row of the docs names a test that exists.
+#[test]
+fn every_digitalocean_annotation_is_in_the_provider_and_the_docs() {
+    let theirs: std::collections::BTreeSet<&str> =
+        include_str!("../../tests/data/digitalocean-annotations.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+    let ours: std::collections::BTreeSet<&str> = DIGITALOCEAN_ANNOTATIONS.into_iter().collect();
+    assert_eq!(ours.len(), DIGITALOCEAN_ANNOTATIONS.len(), "no duplicates");
+    assert_eq!(theirs, ours);
+
+    let docs = include_str!("../../../../docs/do-like-cloud.md");
+    let table = docs
+        .split("<!-- digitalocean-annotations -->")
+        .nth(1)
+        .expect("docs/do-like-cloud.md marks its annotation table");
+    let sources = [
+        include_str!("tests.rs"),
+        include_str!("../load_balancer.rs"),
+        include_str!("../../tests/provider.rs"),
+    ];
+    let mut documented = std::collections::BTreeSet::new();
+    for row in table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`');
+        let test = cells[3].trim_matches('`');
+        assert!(
+            sources.iter().any(|s| s.contains(&format!("fn {test}("))),
+            "{name}: no test named {test:?}"
+        );
+        assert!(documented.insert(name), "{name} twice");
+    }
+    assert_eq!(documented, ours.iter().copied().collect());
+}

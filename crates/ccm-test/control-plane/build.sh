@@ -20,6 +20,11 @@
 #   unless that folder is already complete (a stamp file is written last, so a
 #   half-finished build is redone).
 #
+# With --wait, builds nothing: waits until the folder is complete (built by another
+# build.sh, which holds its lock meanwhile), then prints it. A CI lane that builds other Go
+# programs sharing these packages (Kubernetes' e2e.test) waits so, rather than compile the
+# same packages at the same time: Go's build cache does not share work in progress.
+#
 # Needs Go (see go.mod) and the Go module proxy. Go's own caches
 # ($(go env GOMODCACHE), $(go env GOCACHE)) make a second build fast.
 # See docs/control-plane.md.
@@ -29,6 +34,16 @@ readonly K8S_VERSION=v1.36.3
 readonly ETCD_VERSION=v3.6.16
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+wait_only=false
+case "${1:-}" in
+--wait) wait_only=true ;;
+"") ;;
+*)
+	printf 'control-plane: ERROR: unknown argument %q (only --wait)\n' "$1" >&2
+	exit 2
+	;;
+esac
 
 log() { printf 'control-plane: %s\n' "$*" >&2; }
 die() {
@@ -78,6 +93,16 @@ stamp="$out/.complete"
 
 if [[ -f "$stamp" ]] && has_all "$out"; then
 	log "binaries already built in $out"
+	printf '%s\n' "$out"
+	exit 0
+fi
+
+if $wait_only; then
+	log "waiting for another build.sh to build $out"
+	until [[ -f "$stamp" ]] && has_all "$out"; do
+		sleep 5
+	done
+	log "built by another build.sh in $out"
 	printf '%s\n' "$out"
 	exit 0
 fi

@@ -84,7 +84,7 @@ for crate in "${crates[@]}"; do
   version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
   tar -xzf "$target_dir/package/$crate-$version.crate" -C "$work/crates"
 done
-cp -r tests/author-crate/src tests/author-crate/tests "$work/"
+cp -rp tests/author-crate/src tests/author-crate/tests "$work/"
 {
   cat tests/author-crate/Cargo.toml
   echo

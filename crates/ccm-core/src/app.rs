@@ -21,3 +21,7 @@ pub use ccm_runtime::app::{
 };
 #[doc(inline)]
 pub use ccm_runtime::informer::{Change, Informer};
+/// Shadow mode (`--shadow`): what a controller of your own uses to settle the plan
+/// ([`ControllerContext::shadow`]).
+#[doc(inline)]
+pub use ccm_runtime::shadow::{ControllerShadow, SyncGuard};

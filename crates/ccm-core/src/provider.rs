@@ -20,8 +20,8 @@
 pub use ccm_provider::{
     BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, ConfigError,
     InitContext, InstanceMetadata, Instances, LegacyInstances, LegacyInstancesAdapter,
-    LoadBalancer, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError, ProviderRegistry,
-    RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
+    LoadBalancer, LoadBalancerPlan, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError,
+    ProviderRegistry, RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
     default_load_balancer_name, display_chain, get_instance_provider_id, node_address, node_name,
     node_provider_id, resolve_instances,
 };

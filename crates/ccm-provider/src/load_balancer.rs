@@ -102,6 +102,62 @@ pub trait LoadBalancer: Send + Sync {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<()>;
+
+    /// What `ensure_load_balancer` (or `update_load_balancer`) with these arguments would
+    /// do now, found without changing anything. Shadow mode (`--shadow`: a CCM run beside
+    /// another to prove a swap changes nothing) asks this instead of either.
+    ///
+    /// The default asks `get_load_balancer`: [`LoadBalancerPlan::Create`] when there is
+    /// none, else [`LoadBalancerPlan::Unknown`], which a shadow reports as a possible
+    /// change. Implement it, comparing what the cloud has with what `ensure_load_balancer`
+    /// would ask for, so that a shadow beside a CCM that has converged reports nothing. The
+    /// same ownership rules apply: a load balancer that is not the Service's is
+    /// [`CloudError::NotOwned`](super::CloudError::NotOwned), never a plan to change it.
+    async fn plan_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        _nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerPlan> {
+        Ok(match self.get_load_balancer(cluster_name, service).await? {
+            None => LoadBalancerPlan::Create,
+            Some(status) => LoadBalancerPlan::Unknown(status),
+        })
+    }
+}
+
+/// What [`LoadBalancer::ensure_load_balancer`] would do, as
+/// [`LoadBalancer::plan_load_balancer`] answers.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum LoadBalancerPlan {
+    /// There is no load balancer: it would be created.
+    Create,
+    /// The load balancer is as it would be made: nothing would change. Its status.
+    UpToDate(LoadBalancerStatus),
+    /// The load balancer would be changed.
+    Update {
+        /// Its status now.
+        status: LoadBalancerStatus,
+        /// What would change, one short item each (e.g. `"droplet_ids: [1, 2] → [1, 2, 3]"`),
+        /// shown to an operator as they are.
+        changes: Vec<String>,
+    },
+    /// The load balancer exists; the provider cannot tell whether anything would change.
+    Unknown(LoadBalancerStatus),
+}
+
+impl LoadBalancerPlan {
+    /// An update of the load balancer with status `status`, or [`UpToDate`](Self::UpToDate)
+    /// when `changes` is empty.
+    #[must_use]
+    pub fn update(status: LoadBalancerStatus, changes: Vec<String>) -> Self {
+        if changes.is_empty() {
+            Self::UpToDate(status)
+        } else {
+            Self::Update { status, changes }
+        }
+    }
 }
 
 /// The default cloud name of a Service's load balancer: `"a"` followed by the Service's UID

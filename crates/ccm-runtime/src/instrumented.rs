@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_provider::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceMetadata, Instances,
-    LegacyInstances, LoadBalancer, Route, Routes, Zone, Zones,
+    LegacyInstances, LoadBalancer, LoadBalancerPlan, Route, Routes, Zone, Zones,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -321,6 +321,8 @@ forward! {
         Mutation fn update_load_balancer(cluster_name: &str, service: &Service, nodes: &[Arc<Node>])
             -> ();
         Mutation fn ensure_load_balancer_deleted(cluster_name: &str, service: &Service) -> ();
+        Read fn plan_load_balancer(cluster_name: &str, service: &Service, nodes: &[Arc<Node>])
+            -> LoadBalancerPlan;
     }
     also {
         // A synchronous call, not counted and not fenced.

@@ -11,7 +11,7 @@
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | machinery | [`client`], [`informer`], [`workqueue`], [`events`], [`metrics`], [`instrumented`], [`flags`], `files` | what every controller runs on: the Kubernetes client layer, shared informers, the work queue and worker pool, the event recorder, the Prometheus registry, the one provider wrapper, Go's flag syntax, reading the files flags name |
+//! | machinery | [`client`], [`informer`], [`workqueue`], [`events`], [`metrics`], [`instrumented`], [`shadow`], [`flags`], `files` | what every controller runs on: the Kubernetes client layer, shared informers, the work queue and worker pool, the event recorder, the Prometheus registry, the one provider wrapper, shadow mode's dry runs and plan, Go's flag syntax, reading the files flags name |
 //! | controllers | [`controllers`] | cloud-node, cloud-node-lifecycle, service, route: pure decisions, I/O at the edges |
 //! | serving | [`serving`] | the endpoint server: `/healthz`, `/livez`, `/readyz`, `/metrics`, TLS, delegated authentication and authorization, their flags |
 //! | app | [`app`] | the binary: flags, controller registration and selection, leader election, startup and shutdown |
@@ -54,4 +54,5 @@ pub mod instrumented;
 pub mod logging;
 pub mod metrics;
 pub mod serving;
+pub mod shadow;
 pub mod workqueue;

@@ -44,6 +44,7 @@ fn go_flags() -> Vec<GoFlag> {
 /// `NodeIPAMControllerOptions.AddFlags`).
 const OURS: &[&str] = &[
     "insecure-serving",
+    "shadow",
     "node-cidr-mask-size",
     "node-cidr-mask-size-ipv4",
     "node-cidr-mask-size-ipv6",

@@ -20,6 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "files",
             "flags",
             "logging",
+            "shadow",
         ],
     ),
     ("controllers", &["controllers"]),

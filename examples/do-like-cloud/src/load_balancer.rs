@@ -58,8 +58,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    CloudError, CloudResult, LoadBalancer, ServiceAnnotator, default_load_balancer_name, node_name,
-    node_provider_id,
+    CloudError, CloudResult, LoadBalancer, LoadBalancerPlan, ServiceAnnotator,
+    default_load_balancer_name, node_name, node_provider_id,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
@@ -203,15 +203,26 @@ fn passthrough_rule(rule: &ForwardingRule, port: u16) -> ForwardingRule {
     }
 }
 
-/// Whether `lb` is already as `desired` asks: compared on what the provider sets, as sets
-/// where order means nothing (rules, droplets, tags), and ignoring what the API fills in
-/// that the provider leaves to it (a size not asked for, the VPC).
+/// Whether `lb` is already as `desired` asks; see [`differences`].
 fn up_to_date(lb: &LoadBalancerObject, desired: &LoadBalancerRequest) -> bool {
-    let size_ok = match (&desired.size, desired.size_unit) {
-        (Some(slug), _) => lb.size.as_ref() == Some(slug),
-        (None, Some(unit)) => lb.size_unit == Some(unit),
-        (None, None) => true,
-    };
+    differences(lb, desired).is_empty()
+}
+
+/// What an update of `lb` to `desired` would change, one `field: now → wanted` each:
+/// compared on what the provider sets, as sets where order means nothing (rules, droplets,
+/// tags), and ignoring what the API fills in that the provider leaves to it (a size not
+/// asked for, the VPC).
+fn differences(lb: &LoadBalancerObject, desired: &LoadBalancerRequest) -> Vec<String> {
+    let mut changes = Vec::new();
+    match (&desired.size, desired.size_unit) {
+        (Some(slug), _) if lb.size.as_ref() != Some(slug) => {
+            changes.push(format!("size: {:?} → {slug:?}", lb.size));
+        }
+        (None, Some(unit)) if lb.size_unit != Some(unit) => {
+            changes.push(format!("size_unit: {:?} → {unit}", lb.size_unit));
+        }
+        _ => {}
+    }
     let normal = |r: &LoadBalancerRequest| {
         let mut r = r.clone();
         r.size = None;
@@ -227,9 +238,22 @@ fn up_to_date(lb: &LoadBalancerObject, desired: &LoadBalancerRequest) -> bool {
         {
             h.path.clear();
         }
-        r
+        serde_json::to_value(r).unwrap_or_default()
     };
-    size_ok && normal(&lb.to_request()) == normal(desired)
+    let (now, wanted) = (normal(&lb.to_request()), normal(desired));
+    let field = |v: &serde_json::Value, k: &str| v.get(k).cloned().unwrap_or_default();
+    let keys: BTreeSet<&String> = [&now, &wanted]
+        .iter()
+        .filter_map(|v| v.as_object())
+        .flat_map(serde_json::Map::keys)
+        .collect();
+    for key in keys {
+        let (a, b) = (field(&now, key), field(&wanted, key));
+        if a != b {
+            changes.push(format!("{key}: {a} → {b}"));
+        }
+    }
+    changes
 }
 
 fn service_key(service: &Service) -> String {
@@ -582,6 +606,30 @@ impl LoadBalancer for DoLikeCloud {
         Ok(())
     }
 
+    async fn plan_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerPlan> {
+        if disowned(service)? {
+            let found = self.find_lb(cluster_name, service).await?;
+            return Ok(LoadBalancerPlan::UpToDate(
+                found.map_or_else(LoadBalancerStatus::default, |lb| {
+                    status(&lb, hostname_of(service))
+                }),
+            ));
+        }
+        let desired = self.desired(cluster_name, service, nodes).await?;
+        Ok(match self.find_lb(cluster_name, service).await? {
+            None => LoadBalancerPlan::Create,
+            Some(lb) => LoadBalancerPlan::update(
+                status(&lb, hostname_of(service)),
+                differences(&lb, &desired),
+            ),
+        })
+    }
+
     async fn ensure_load_balancer_deleted(
         &self,
         cluster_name: &str,
@@ -760,6 +808,17 @@ mod tests {
             change(&mut w);
             assert!(!up_to_date(&have, &w), "{w:?}");
         }
+        // What differs is named, with both values.
+        let mut w = want.clone();
+        w.droplet_ids.push(3);
+        w.enable_proxy_protocol = true;
+        assert_eq!(
+            differences(&have, &w),
+            [
+                "droplet_ids: [1,2] → [1,2,3]",
+                "enable_proxy_protocol: false → true"
+            ]
+        );
     }
 
     #[test]

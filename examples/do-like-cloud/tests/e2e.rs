@@ -12,8 +12,10 @@ use ccm_do_like_cloud::{
 };
 use ccm_do_like_simulator::{Faults, RunningSimulator, SimulatorConfig};
 use ccm_test::fixtures::{NodeBuilder, ServiceBuilder, has_ingress};
-use ccm_test::process::CcmProcess;
+use ccm_test::net::{free_port, http_get};
+use ccm_test::process::{CcmProcess, Signal};
 use ccm_test::{ControlPlane, unique_name};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
@@ -29,8 +31,10 @@ struct Env {
     ccm: CcmProcess,
     names: [String; 2],
     droplets: Vec<ccm_do_like_cloud::api::Droplet>,
+    /// The CCM's arguments but its serving ones: the cloud, the cluster, the kubeconfig.
+    args: Vec<String>,
     /// Holds the cloud-config, the token and the CCM's log.
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// Starts a control plane, the simulator and the CCM.
@@ -82,17 +86,18 @@ async fn start_env_full(routes_extension: bool, api_url: ApiUrl) -> Env {
     )
     .unwrap();
     let flag = (api_url == ApiUrl::Flag).then(|| format!("--do-like-api-url={}", sim.url()));
+    let args = vec![
+        "--cloud-provider=digitalocean".to_owned(),
+        format!("--cloud-config={}", config.display()),
+        format!("--kubeconfig={}", cp.kubeconfig_path().display()),
+        format!("--cluster-name={CLUSTER}"),
+        "--cluster-cidr=10.244.0.0/16".to_owned(),
+        "--route-reconciliation-period=1s".to_owned(),
+    ];
     let ccm = CcmProcess::builder(BIN)
         .args(flag)
-        .args([
-            "--cloud-provider=digitalocean".to_owned(),
-            format!("--cloud-config={}", config.display()),
-            format!("--kubeconfig={}", cp.kubeconfig_path().display()),
-            format!("--cluster-name={CLUSTER}"),
-            "--cluster-cidr=10.244.0.0/16".to_owned(),
-            "--route-reconciliation-period=1s".to_owned(),
-            "--secure-port=0".to_owned(),
-        ])
+        .args(&args)
+        .arg("--secure-port=0")
         .log_file(dir.path().join("ccm.log"))
         .spawn();
     Env {
@@ -101,7 +106,8 @@ async fn start_env_full(routes_extension: bool, api_url: ApiUrl) -> Env {
         ccm,
         names,
         droplets,
-        _dir: dir,
+        args,
+        dir,
     }
 }
 
@@ -516,4 +522,241 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
     assert!(!log.contains("panicked"), "{log}");
     drop(process);
     sim.shutdown().await;
+}
+
+/// A shadow (`--shadow`) on `port` with `env`'s cloud and cluster, logging to `log`.
+fn start_shadow(env: &Env, port: u16, log: &str) -> CcmProcess {
+    CcmProcess::builder(BIN)
+        .name(log)
+        .args(&env.args)
+        .args([
+            "--shadow".to_owned(),
+            "--insecure-serving".to_owned(),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={port}"),
+        ])
+        .log_file(env.dir.path().join(log))
+        .spawn()
+}
+
+/// The shadow's plan: (controller, kind, object, action, why) of each change.
+async fn shadow_plan(port: u16) -> Vec<(String, String, String, String, String)> {
+    let (status, body) = http_get(port, "/debug/shadow/plan").await;
+    assert_eq!(status, 200, "{body}");
+    let plan: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let field = |c: &serde_json::Value, k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    plan["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let object = match c["namespace"].as_str() {
+                Some(ns) => format!("{ns}/{}", field(c, "name")),
+                None => field(c, "name"),
+            };
+            (
+                field(c, "controller"),
+                field(c, "kind"),
+                object,
+                field(c, "action"),
+                field(c, "why"),
+            )
+        })
+        .collect()
+}
+
+/// The sum of the series of `name` on the shadow's `/metrics` whose labels contain `labels`.
+async fn shadow_metric(port: u16, name: &str, labels: &str) -> f64 {
+    let (_, body) = http_get(port, "/metrics").await;
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until the shadow on `port` asked about `services` load balancers and listed the
+/// routes twice.
+async fn shadow_passes(shadow: &CcmProcess, port: u16, services: f64) {
+    shadow
+        .eventually("the shadow's first passes", WAIT, || async {
+            let planned = shadow_metric(
+                port,
+                "ccm_cloud_requests_total",
+                r#"method="plan_load_balancer""#,
+            )
+            .await;
+            let listed =
+                shadow_metric(port, "ccm_cloud_requests_total", r#"method="list_routes""#).await;
+            planned >= services && listed >= 2.0
+        })
+        .await;
+}
+
+/// The cloud requests that were not reads, since the counts were last reset.
+fn cloud_writes(sim: &RunningSimulator) -> Vec<String> {
+    sim.handle()
+        .request_counts()
+        .into_keys()
+        .filter(|k| !k.starts_with("GET "))
+        .collect()
+}
+
+/// Issue 40's shadow mode: a shadow beside the CCM in charge (ours here; the same holds
+/// beside DigitalOcean's, whose load balancers ours adopts) takes a Lease of its own, plans
+/// nothing once the CCM in charge has converged, and sends the cloud nothing but reads. With
+/// drift injected (a load balancer deleted in the cloud, a Node's label changed) it names
+/// exactly those two changes, and still makes neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_plans_nothing_beside_a_converged_ccm_and_names_each_drift() {
+    let mut env = start_env().await;
+    register_nodes(&env).await;
+    let client = env.cp.client().unwrap();
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let (web, plain) = (unique_name("do-shadow-web"), unique_name("do-shadow-plain"));
+    let with_annotations = lb_service(&web, 80)
+        .annotation(
+            "service.beta.kubernetes.io/do-loadbalancer-protocol",
+            "http",
+        )
+        .annotation(
+            "service.beta.kubernetes.io/do-loadbalancer-algorithm",
+            "least_connections",
+        )
+        .annotation(
+            "service.beta.kubernetes.io/do-loadbalancer-healthcheck-path",
+            "/healthz",
+        )
+        .build();
+    services
+        .create(&PostParams::default(), &with_annotations)
+        .await
+        .unwrap();
+    services
+        .create(&PostParams::default(), &lb_service(&plain, 443).build())
+        .await
+        .unwrap();
+    for name in [&web, &plain] {
+        env.ccm
+            .eventually(&format!("{name}'s ingress"), WAIT, || {
+                let services = services.clone();
+                async move { has_ingress(&services.get(name).await.unwrap()) }
+            })
+            .await;
+    }
+
+    // Beside the CCM in charge: a Lease of its own, and an empty plan.
+    let port = free_port();
+    let shadow = start_shadow(&env, port, "shadow.log");
+    shadow_passes(&shadow, port, 2.0).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
+    let ours = holder(leases.get("cloud-controller-manager").await.unwrap());
+    let shadows = holder(leases.get("cloud-controller-manager-shadow").await.unwrap());
+    assert!(
+        ours.is_some() && shadows.is_some() && ours != shadows,
+        "{ours:?} {shadows:?}"
+    );
+    assert_eq!(shadow_plan(port).await, [], "{}", shadow.log());
+
+    // Alone, it still changes nothing: only reads reach the cloud.
+    env.ccm.signal(Signal::Term);
+    env.ccm.wait_exit(WAIT).await;
+    let sim = &env.sim;
+    sim.handle().reset_request_counts();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(shadow_plan(port).await, [], "{}", shadow.log());
+    assert_eq!(cloud_writes(sim), Vec::<String>::new());
+
+    // Drift: the plain Service's load balancer deleted in the cloud, a Node's region label
+    // changed. The running shadow sees the label (a Node event); a shadow started now sees
+    // both (it asks about every load balancer as it starts).
+    let lbs = sim.handle().load_balancers();
+    let plain_id = &services
+        .get(&plain)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap()[ANNOTATION_LOAD_BALANCER_ID];
+    assert!(lbs.iter().any(|lb| &lb.id == plain_id), "{lbs:?}");
+    let mut opts = ClientOptions::new(sim.url(), ApiToken::new(TOKEN));
+    opts.requests_per_second = 1000.0;
+    Client::new(opts)
+        .unwrap()
+        .delete_load_balancer(plain_id)
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let drifted = &env.names[0];
+    nodes
+        .patch(
+            drifted,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"topology.kubernetes.io/region": "drifted"}}})),
+        )
+        .await
+        .unwrap();
+    shadow
+        .eventually(
+            "the running shadow to plan the label back",
+            WAIT,
+            || async { shadow_plan(port).await.iter().any(|c| &c.2 == drifted) },
+        )
+        .await;
+    drop(shadow);
+    sim.handle().reset_request_counts();
+    let port = free_port();
+    let shadow = start_shadow(&env, port, "shadow-2.log");
+    shadow_passes(&shadow, port, 2.0).await;
+    let plan = shadow
+        .eventually("both drifts in the plan", WAIT, || async {
+            let plan = shadow_plan(port).await;
+            if plan.len() >= 2 {
+                Ok(plan)
+            } else {
+                Err(format!("{plan:?}"))
+            }
+        })
+        .await;
+    let what: Vec<_> = plan
+        .iter()
+        .map(|(controller, kind, object, action, _)| {
+            format!("{controller} {action} {kind} {object}")
+        })
+        .collect();
+    assert_eq!(
+        what,
+        [
+            format!("cloud-node-controller update nodes {drifted}"),
+            format!("service-lb-controller create cloud/loadbalancers default/{plain}"),
+        ],
+        "{plan:#?}\n{}",
+        shadow.log()
+    );
+    // The way back, as the JSON Patch the CCM in charge would get.
+    let back = r#""path":"/metadata/labels/topology.kubernetes.io~1region","value":"ams3""#;
+    assert!(plan[0].4.contains(back), "{}", plan[0].4);
+    assert_eq!(
+        shadow_metric(
+            port,
+            "ccm_shadow_planned_changes",
+            r#"controller="service-lb-controller",kind="cloud/loadbalancers",action="create""#
+        )
+        .await,
+        1.0
+    );
+    // Neither is made.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(cloud_writes(sim), Vec::<String>::new());
+    assert_eq!(sim.handle().load_balancers().len(), 1);
+    let node = nodes.get(drifted).await.unwrap();
+    assert_eq!(
+        ccm_test::fixtures::label(&node, "topology.kubernetes.io/region"),
+        Some("drifted")
+    );
+    assert!(
+        has_ingress(&services.get(&plain).await.unwrap()),
+        "its status is left as it was"
+    );
+    assert!(!shadow.log().contains("panicked"), "{}", shadow.log());
 }

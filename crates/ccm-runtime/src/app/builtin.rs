@@ -88,7 +88,8 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
         .with_workers(o.concurrent_node_syncs.unsigned_abs() as usize)
         .with_status_update_workers(o.concurrent_node_status_updates.unsigned_abs() as usize)
         .with_status_update_frequency(o.node_status_update_frequency)
-        .with_metrics(ctx.manager_metrics.controllers().clone());
+        .with_metrics(ctx.manager_metrics.controllers().clone())
+        .with_shadow(ctx.shadow(CLOUD_NODE_CONTROLLER));
     let c = CloudNodeController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
         .ok_or_else(|| missing(Capability::Instances))?;
     ctx.manager_metrics
@@ -103,7 +104,8 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
 
 fn start_node_lifecycle(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let config = NodeLifecycleControllerConfig::default()
-        .with_monitor_period(ctx.options.node_monitor_period);
+        .with_monitor_period(ctx.options.node_monitor_period)
+        .with_shadow(ctx.shadow(CLOUD_NODE_LIFECYCLE_CONTROLLER));
     let c =
         NodeLifecycleController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
             .ok_or_else(|| missing(Capability::Instances))?;
@@ -115,7 +117,8 @@ fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> 
     let config = ServiceControllerConfig::default()
         .with_workers(o.concurrent_service_syncs.unsigned_abs() as usize)
         .with_cluster_name(o.cluster_name.clone())
-        .with_metrics(ctx.manager_metrics.controllers().clone());
+        .with_metrics(ctx.manager_metrics.controllers().clone())
+        .with_shadow(ctx.shadow(SERVICE_LB_CONTROLLER));
     let c = ServiceController::new(
         ctx.client.clone(),
         &ctx.provider,
@@ -135,15 +138,16 @@ fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> 
 }
 
 fn start_route(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
-    let config =
-        route_config(&ctx.options)?.with_metrics(ctx.manager_metrics.controllers().clone());
+    let config = route_config(&ctx.options)?
+        .with_metrics(ctx.manager_metrics.controllers().clone())
+        .with_shadow(ctx.shadow(NODE_ROUTE_CONTROLLER));
     let c = RouteController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
         .ok_or_else(|| missing(Capability::Routes))?;
     Ok(Box::pin(c.run(ctx.cancel.clone())))
 }
 
 fn start_node_ipam(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
-    let config = node_ipam_config(&ctx.options)?;
+    let config = node_ipam_config(&ctx.options)?.with_shadow(ctx.shadow(NODE_IPAM_CONTROLLER));
     let metrics = ctx.manager_metrics.controllers().node_ipam.clone();
     let c = NodeIpamController::new(
         ctx.client.clone(),

@@ -18,6 +18,7 @@ use super::options::{FlagError, Options};
 use crate::informer::Informer;
 use crate::metrics::Metrics;
 use crate::serving::Health;
+use crate::shadow::{ControllerShadow, Shadow};
 
 /// A running controller: a future that ends when its context's `cancel` token fires.
 pub type ControllerFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -48,6 +49,20 @@ pub struct ControllerContext {
     pub health: Health,
     /// The manager's own metrics, for the built-in controllers' queues and Go's metrics.
     pub(crate) manager_metrics: Metrics,
+    /// The plan, in shadow mode.
+    pub(crate) shadow: Option<Shadow>,
+}
+
+impl ControllerContext {
+    /// In shadow mode (`--shadow`), the plan's part for the controller `name`: mark each
+    /// sync with [`ControllerShadow::syncing`] (or each pass with
+    /// [`ControllerShadow::pass`]) so that what it no longer would change leaves the plan.
+    /// `None` when the manager acts. `client` and `provider` are shadowed already: writes
+    /// through them are dry runs and plans whatever the controller does.
+    #[must_use]
+    pub fn shadow(&self, name: &str) -> Option<ControllerShadow> {
+        self.shadow.as_ref().map(|s| s.for_controller(name))
+    }
 }
 
 type StartFn = dyn Fn(&ControllerContext) -> Result<ControllerFuture, BoxError> + Send + Sync;

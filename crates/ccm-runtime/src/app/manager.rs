@@ -37,6 +37,7 @@ use crate::client::{ApiLayer, Fence, build_client, rate_limited};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use crate::serving::{self, Health};
+use crate::shadow::{self, Shadow};
 use ccm_provider::{CloudProvider, InitContext, ProviderRegistry, RegistryError};
 
 /// What every part of a running manager shares.
@@ -46,6 +47,8 @@ struct Shared {
     health: Health,
     /// Open while this replica may write (always, without leader election).
     fence: Fence,
+    /// The plan, in shadow mode (`--shadow`).
+    shadow: Option<Shadow>,
     /// The leader elector's client: unfenced, not rate-limited.
     lease_client: Client,
     /// Under `--use-service-account-credentials`, the per-controller clients.
@@ -317,6 +320,25 @@ impl CloudControllerManager {
             Fence::open()
         };
         let provider = metrics.wrap(provider, fence.clone());
+        // Shadow mode: the controllers' writes are dry runs and their cloud mutations
+        // plans, recorded in one plan (crate::shadow).
+        let shadow = options.shadow.then(Shadow::new);
+        let provider = match &shadow {
+            Some(plan) => {
+                tracing::info!(
+                    path = shadow::PLAN_PATH,
+                    "shadow mode: changing nothing; what would change is served at the path"
+                );
+                metrics.with_registry(|registry| plan.register(registry));
+                shadow::wrap_provider(
+                    provider,
+                    plan,
+                    super::SERVICE_LB_CONTROLLER,
+                    super::NODE_ROUTE_CONTROLLER,
+                )
+            }
+            None => provider,
+        };
         let health = Health::new();
 
         // The flags of the controllers that will run are checked now, before the cluster
@@ -422,7 +444,8 @@ impl CloudControllerManager {
                 health.clone(),
                 serving::DebugEndpoints::default()
                     .with_verbosity(crate::logging::verbosity())
-                    .with_configz(super::configz::render(&options)),
+                    .with_configz(super::configz::render(&options))
+                    .with_shadow_plan(shadow.clone()),
                 shutdown.clone(),
             ))
             .await;
@@ -441,6 +464,7 @@ impl CloudControllerManager {
             Arc::new(move || rate_limited(&base, &api))
         };
         let shared = Shared {
+            shadow,
             metrics,
             health,
             fence,
@@ -475,18 +499,20 @@ impl CloudControllerManager {
         }
         let shared = work.shared.clone();
         let le = &work.options.leader_election;
-        let lease_name = le.leader_elect_resource_name.clone();
+        // A shadow never competes for the Lease of the CCM in charge.
+        let lease_name = if shared.shadow.is_some() {
+            format!("{}-shadow", le.leader_elect_resource_name)
+        } else {
+            le.leader_elect_resource_name.clone()
+        };
         let elector = LeaderElector::new(
             shared.lease_client.clone(),
-            LeaderElectionConfig::new(
-                &le.leader_elect_resource_namespace,
-                &le.leader_elect_resource_name,
-            )
-            .with_timing(
-                le.leader_elect_lease_duration,
-                le.leader_elect_renew_deadline,
-                le.leader_elect_retry_period,
-            ),
+            LeaderElectionConfig::new(&le.leader_elect_resource_namespace, &lease_name)
+                .with_timing(
+                    le.leader_elect_lease_duration,
+                    le.leader_elect_renew_deadline,
+                    le.leader_elect_retry_period,
+                ),
         )
         .with_fence(shared.fence.clone())
         .with_metrics(shared.metrics.clone());
@@ -572,9 +598,14 @@ async fn lead(work: LeaderWork, cancel: CancellationToken) -> Result<(), AppErro
         options,
         shared,
     } = work;
+    // In shadow mode the provider's own writes are dry runs too.
+    let provider_client = match &shared.shadow {
+        Some(plan) => shadow::wrap_client(client.clone(), plan.for_controller("cloud-provider")),
+        None => client.clone(),
+    };
     provider
         .initialize(
-            InitContext::new(client.clone(), cancel.clone())
+            InitContext::new(provider_client, cancel.clone())
                 .with_metrics(shared.metrics.registry().clone()),
         )
         .await
@@ -599,6 +630,7 @@ async fn lead(work: LeaderWork, cancel: CancellationToken) -> Result<(), AppErro
         metrics: shared.metrics.registry().clone(),
         health: shared.health.clone(),
         manager_metrics: shared.metrics.clone(),
+        shadow: None,
     };
     // Ready once the caches are filled, and while no watch has failed for long.
     {
@@ -650,6 +682,10 @@ async fn lead(work: LeaderWork, cancel: CancellationToken) -> Result<(), AppErro
             }
         } else {
             ctx.client = (shared.controller_client)();
+        }
+        if let Some(plan) = &shared.shadow {
+            ctx.client = shadow::wrap_client(ctx.client, plan.for_controller(controller.name()));
+            ctx.shadow = Some(plan.clone());
         }
         let fut = controller
             .start(&ctx)

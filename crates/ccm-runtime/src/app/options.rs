@@ -71,6 +71,13 @@ pub struct Options {
     /// Start even if the cloud provider does not tag its resources with a cluster ID.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Cloud provider")]
     pub allow_untagged_cloud: bool,
+    /// Shadow mode, to prove a swap of CCMs changes nothing: run every controller beside
+    /// the CCM in charge and change nothing (every API write a dry run, no cloud
+    /// mutation); what would change is served at /debug/shadow/plan, counted in
+    /// ccm_shadow_planned_changes and logged. Leader election, when on, takes the Lease
+    /// <--leader-elect-resource-name>-shadow.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
+    pub shadow: bool,
 
     /// The kubeconfig file with authorization and master location information. Empty: the
     /// in-cluster configuration, or ~/.kube/config.

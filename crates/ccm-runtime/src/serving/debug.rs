@@ -2,7 +2,9 @@
 //! delegated authorization as `/metrics`: `PUT /debug/flags/v` sets the log verbosity of the
 //! running process (Go's `routes.StringFlagPutHandler` with `logs.GlogSetter`: the body is
 //! the level, the answer Go's text), and `GET /configz` answers the effective configuration
-//! as JSON (Go's `configz`). `/debug/pprof` is not served (docs/app.md says why).
+//! as JSON (Go's `configz`). Ours: in shadow mode (`--shadow`), `GET /debug/shadow/plan`
+//! answers what the controllers would change, as JSON ([`crate::shadow`]). `/debug/pprof`
+//! is not served (docs/app.md says why).
 
 use std::sync::Arc;
 
@@ -12,6 +14,7 @@ use hyper::body::{Body, Bytes};
 
 use super::response;
 use crate::logging::Verbosity;
+use crate::shadow::{PLAN_PATH, Shadow};
 
 /// The path of the verbosity handler.
 pub const FLAGS_V_PATH: &str = "/debug/flags/v";
@@ -25,6 +28,7 @@ pub const MAX_FLAG_BODY_BYTES: usize = 1024;
 pub struct DebugEndpoints {
     verbosity: Option<Verbosity>,
     configz: Option<Arc<str>>,
+    shadow: Option<Shadow>,
 }
 
 impl DebugEndpoints {
@@ -42,9 +46,16 @@ impl DebugEndpoints {
         self
     }
 
+    /// Serves `GET /debug/shadow/plan` with the plan of `shadow`, when set.
+    #[must_use]
+    pub fn with_shadow_plan(mut self, shadow: Option<Shadow>) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
     /// Whether `path` is one of these endpoints (served or not).
     pub(super) fn owns(path: &str) -> bool {
-        path == FLAGS_V_PATH || path == CONFIGZ_PATH
+        path == FLAGS_V_PATH || path == CONFIGZ_PATH || path == PLAN_PATH
     }
 
     /// Answers a request for one of these endpoints (see [`owns`](Self::owns)).
@@ -60,6 +71,16 @@ impl DebugEndpoints {
                 (None, _) => not_found(),
                 (Some(json), &Method::GET | &Method::HEAD) => {
                     response(StatusCode::OK, "application/json", json.to_string())
+                }
+                (Some(_), _) => text(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "405 method not allowed\n".to_owned(),
+                ),
+            },
+            PLAN_PATH => match (&self.shadow, req.method()) {
+                (None, _) => not_found(),
+                (Some(shadow), &Method::GET | &Method::HEAD) => {
+                    response(StatusCode::OK, "application/json", shadow.to_json())
                 }
                 (Some(_), _) => text(
                     StatusCode::METHOD_NOT_ALLOWED,
@@ -140,5 +161,26 @@ mod tests {
         );
         assert!(DebugEndpoints::owns("/configz") && DebugEndpoints::owns("/debug/flags/v"));
         assert!(!DebugEndpoints::owns("/debug/flags") && !DebugEndpoints::owns("/metrics"));
+    }
+
+    #[tokio::test]
+    async fn the_shadow_plan_is_served_in_shadow_mode_only() {
+        let acting = DebugEndpoints::default().with_shadow_plan(None);
+        assert_eq!(
+            answer(&acting, request("GET", PLAN_PATH, "")).await.0,
+            StatusCode::NOT_FOUND
+        );
+        let shadow = crate::shadow::Shadow::new();
+        let set = DebugEndpoints::default().with_shadow_plan(Some(shadow.clone()));
+        let (status, body) = answer(&set, request("GET", PLAN_PATH, "")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, shadow.to_json());
+        let plan: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(plan["changes"], serde_json::json!([]));
+        assert_eq!(
+            answer(&set, request("POST", PLAN_PATH, "")).await.0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert!(DebugEndpoints::owns(PLAN_PATH));
     }
 }

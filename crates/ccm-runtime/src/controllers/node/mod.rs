@@ -39,6 +39,7 @@ use super::patch::{PatchFailure, add_labels, patch_for_metadata, replace_list, t
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
 use crate::metrics::ControllerMetrics;
+use crate::shadow::{self, ControllerShadow};
 use crate::workqueue::{Outcome, Queue, RateLimit, run};
 use ccm_provider::{CloudError, CloudProvider, Instances, resolve_instances};
 use prometheus_client::metrics::histogram::Histogram;
@@ -74,6 +75,8 @@ pub struct CloudNodeControllerConfig {
     pub rate_limit: RateLimit,
     /// Where Go's controller metrics are counted; `None`: nowhere.
     pub metrics: Option<ControllerMetrics>,
+    /// In shadow mode, the plan each sync settles; `None`: acting.
+    pub shadow: Option<ControllerShadow>,
 }
 
 impl Default for CloudNodeControllerConfig {
@@ -84,11 +87,20 @@ impl Default for CloudNodeControllerConfig {
             status_update_frequency: Duration::from_secs(5 * 60),
             rate_limit: RateLimit::client_go_default(),
             metrics: None,
+            shadow: None,
         }
     }
 }
 
 impl CloudNodeControllerConfig {
+    /// Shadow mode: each sync of a Node settles `shadow`'s plan for it, and a Node whose
+    /// initialisation was a dry run is planned again at its next sync.
+    #[must_use]
+    pub fn with_shadow(mut self, shadow: Option<ControllerShadow>) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).
     pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
         self.metrics = Some(metrics);
@@ -232,6 +244,7 @@ impl Inner {
 
     /// One pass of the work queue for the Node `name`.
     async fn sync(&self, name: &str) -> Outcome {
+        let _settle = shadow::syncing(self.config.shadow.as_ref(), name);
         let Some(node) = self.cached(name) else {
             return Outcome::Done; // deleted
         };
@@ -332,10 +345,13 @@ impl Inner {
     /// A Node's initialisation was written: remembered until the cache shows it, measured,
     /// logged, and reported with the plan's warnings and a `Synced` event.
     fn initialized(&self, name: &str, node: &Arc<Node>, plan: &InitPlan) -> Outcome {
-        self.initialized
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(node_key(node));
+        // A shadow's write was a dry run: the Node is still to be initialised.
+        if self.config.shadow.is_none() {
+            self.initialized
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(node_key(node));
+        }
         if let (Some((sync, taint)), Some(created)) =
             (&self.delays, &node.metadata.creation_timestamp)
         {

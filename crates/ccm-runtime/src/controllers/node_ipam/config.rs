@@ -6,6 +6,7 @@
 use super::cidr_set::CidrSet;
 use crate::controllers::route::Cidr;
 use crate::flags::FlagError;
+use crate::shadow::ControllerShadow;
 
 /// Go's default Node mask size for IPv4 cluster CIDRs.
 pub const DEFAULT_NODE_MASK_IPV4: u8 = 24;
@@ -30,6 +31,7 @@ pub struct NodeIpamConfig {
     cluster_cidrs: Vec<Cidr>,
     service_cidrs: Vec<Cidr>,
     node_mask_sizes: Vec<u8>,
+    shadow: Option<ControllerShadow>,
 }
 
 impl NodeIpamConfig {
@@ -64,6 +66,7 @@ impl NodeIpamConfig {
             cluster_cidrs,
             service_cidrs,
             node_mask_sizes,
+            shadow: None,
         };
         // Each set must be possible, and leave something once the Service range is out.
         for set in config.cidr_sets()? {
@@ -89,6 +92,18 @@ impl NodeIpamConfig {
     /// The Service ranges taken out of the cluster CIDRs.
     pub fn service_cidrs(&self) -> &[Cidr] {
         &self.service_cidrs
+    }
+
+    /// Shadow mode: each sync of a Node settles `shadow`'s plan for it.
+    #[must_use]
+    pub fn with_shadow(mut self, shadow: Option<ControllerShadow>) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The plan each sync settles, in shadow mode.
+    pub(crate) fn shadow(&self) -> Option<&ControllerShadow> {
+        self.shadow.as_ref()
     }
 
     /// The prefix length of a Node's pod CIDR, one per cluster CIDR.

@@ -39,6 +39,7 @@ use crate::events::EventRecorder;
 use crate::flags::FlagError;
 use crate::informer::{Change, Informer};
 use crate::metrics::NodeIpamMetrics;
+use crate::shadow::{self, ControllerShadow};
 use crate::workqueue::{Outcome, Queue, RateLimit, run};
 
 /// The event source, as Go's range allocator reports it.
@@ -73,6 +74,8 @@ struct Inner {
     /// CIDRs reserved for a Node (by name) and not yet seen on it in the cache: a retry
     /// writes the same ones, and nothing reserved is lost.
     reserved: Mutex<HashMap<String, Reservation>>,
+    /// In shadow mode, the plan each sync settles.
+    shadow: Option<ControllerShadow>,
 }
 
 impl NodeIpamController {
@@ -95,6 +98,7 @@ impl NodeIpamController {
             queue: queue.clone(),
             allocator: Mutex::new(allocator),
             reserved: Mutex::default(),
+            shadow: config.shadow().cloned(),
         });
         let weak = Arc::downgrade(&inner);
         nodes.subscribe(move |change| match change {
@@ -213,6 +217,7 @@ impl Inner {
 
     /// One pass of the work queue for the Node `name`.
     async fn sync(&self, name: &str) -> Outcome {
+        let _settle = shadow::syncing(self.shadow.as_ref(), name);
         let Some(node) = self.nodes.store().get(&ObjectRef::new(name)) else {
             return Outcome::Done; // deleted; the delete handler released its CIDRs
         };

@@ -11,10 +11,12 @@
 //!
 //! Unlike Go, which asks the cloud about one Node after another, the questions for NotReady
 //! Nodes run concurrently, at most `workers` at a time, so one slow cloud call does not hold
-//! up the whole pass.
+//! up the whole pass. And a Node it deleted is not deleted (nor its event recorded) again
+//! while the cache still shows it: a pass can come before the watch reports the deletion.
 
 mod decision;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{Check, check, with_shutdown_taint, without_shutdown_taint};
@@ -29,6 +32,7 @@ use super::node_util::{node_name, taints};
 use super::patch::{replace_list, to_patch};
 use crate::events::EventRecorder;
 use crate::informer::Informer;
+use crate::shadow::{self, ControllerShadow};
 use ccm_provider::{CloudProvider, Instances, resolve_instances};
 
 /// The event source name, as Go's controller reports it.
@@ -46,6 +50,8 @@ pub struct NodeLifecycleControllerConfig {
     pub monitor_period: Duration,
     /// How many NotReady Nodes are checked with the cloud at once.
     pub workers: usize,
+    /// In shadow mode, the plan each pass settles; `None`: acting.
+    pub shadow: Option<ControllerShadow>,
 }
 
 impl Default for NodeLifecycleControllerConfig {
@@ -53,6 +59,7 @@ impl Default for NodeLifecycleControllerConfig {
         Self {
             monitor_period: Duration::from_secs(5),
             workers: 4,
+            shadow: None,
         }
     }
 }
@@ -63,6 +70,8 @@ impl NodeLifecycleControllerConfig {
         pub fn with_monitor_period(monitor_period: Duration);
         /// Sets how many NotReady Nodes are checked at once.
         pub fn with_workers(workers: usize);
+        /// Shadow mode: each pass over the Nodes settles `shadow`'s plan.
+        pub fn with_shadow(shadow: Option<ControllerShadow>);
     }
 }
 
@@ -73,6 +82,9 @@ pub struct NodeLifecycleController {
     nodes: Informer<Node>,
     recorder: EventRecorder,
     config: NodeLifecycleControllerConfig,
+    /// Nodes (name, UID) this controller deleted that the cache still shows. Not kept in
+    /// shadow mode, where a deletion is a dry run and each pass plans it again.
+    deleted: Mutex<HashSet<(String, String)>>,
 }
 
 impl NodeLifecycleController {
@@ -90,6 +102,7 @@ impl NodeLifecycleController {
             nodes,
             recorder: EventRecorder::new(client, COMPONENT),
             config,
+            deleted: Mutex::default(),
         })
     }
 
@@ -114,7 +127,15 @@ impl NodeLifecycleController {
 
     /// One pass over every Node in the cache.
     pub async fn monitor_nodes(&self) {
+        shadow::pass(self.config.shadow.as_ref());
         let nodes = self.nodes.store().state();
+        {
+            // Forget the deleted Nodes the cache no longer has.
+            let present: HashSet<(&str, &str)> = nodes.iter().map(|n| key_of(n)).collect();
+            self.deleted
+                .lock()
+                .retain(|(name, uid)| present.contains(&(name.as_str(), uid.as_str())));
+        }
         futures::stream::iter(nodes)
             .for_each_concurrent(self.config.workers.max(1), |node| async move {
                 match check(&node) {
@@ -154,6 +175,14 @@ impl NodeLifecycleController {
 
     async fn delete(&self, node: &Node) {
         let name = node_name(node);
+        let (_, uid) = key_of(node);
+        if self
+            .deleted
+            .lock()
+            .contains(&(name.to_owned(), uid.to_owned()))
+        {
+            return; // deleted already; the watch has not said so yet
+        }
         tracing::info!(
             node = name,
             "deleting node since it is no longer present in cloud provider"
@@ -171,9 +200,18 @@ impl NodeLifecycleController {
             }),
             ..DeleteParams::default()
         };
-        match self.nodes_api.delete(name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+        let result = match self.nodes_api.delete(name, &params).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            other => other.map(drop),
+        };
+        match result {
+            Ok(()) => {
+                if self.config.shadow.is_none() {
+                    self.deleted
+                        .lock()
+                        .insert((name.to_owned(), uid.to_owned()));
+                }
+            }
             Err(err) => {
                 tracing::warn!(node = name, error = %err, "unable to delete node");
                 self.recorder.warning(
@@ -203,4 +241,12 @@ impl NodeLifecycleController {
             tracing::warn!(node = node_name(node), error = %err, "error patching node taints");
         }
     }
+}
+
+/// A Node's name and UID.
+fn key_of(node: &Node) -> (&str, &str) {
+    (
+        node_name(node),
+        node.metadata.uid.as_deref().unwrap_or_default(),
+    )
 }

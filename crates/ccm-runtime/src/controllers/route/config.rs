@@ -2,6 +2,7 @@
 //! controller manager with a message that names it.
 
 use crate::metrics::ControllerMetrics;
+use crate::shadow::ControllerShadow;
 use std::time::Duration;
 
 use super::cidr::Cidr;
@@ -66,6 +67,7 @@ pub struct RouteControllerConfig {
     max_concurrent_operations: usize,
     debounce: Duration,
     metrics: Option<ControllerMetrics>,
+    shadow: Option<ControllerShadow>,
 }
 
 impl RouteControllerConfig {
@@ -103,6 +105,7 @@ impl RouteControllerConfig {
             max_concurrent_operations: DEFAULT_MAX_CONCURRENT_OPERATIONS,
             debounce: DEFAULT_DEBOUNCE,
             metrics: None,
+            shadow: None,
         })
     }
 
@@ -117,6 +120,18 @@ impl RouteControllerConfig {
     /// Where Go's route controller metrics are counted, if anywhere.
     pub(crate) fn metrics(&self) -> Option<&ControllerMetrics> {
         self.metrics.as_ref()
+    }
+
+    /// Shadow mode: each listing of the routes settles `shadow`'s plan.
+    #[must_use]
+    pub fn with_shadow(mut self, shadow: Option<ControllerShadow>) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// The plan each listing settles, in shadow mode.
+    pub(crate) fn shadow(&self) -> Option<&ControllerShadow> {
+        self.shadow.as_ref()
     }
 
     /// Sets how often all routes are reconciled (`--route-reconciliation-period`, default

@@ -239,6 +239,7 @@ impl Inner {
         };
         match listed {
             Ok(routes) => {
+                crate::shadow::pass(self.config.shadow());
                 self.syncs.inc();
                 Some(self.table.lock().listed(routes, at))
             }

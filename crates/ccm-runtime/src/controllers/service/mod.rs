@@ -93,6 +93,7 @@ use self::sync::{Metrics, Worker};
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
 use crate::metrics::ControllerMetrics;
+use crate::shadow::ControllerShadow;
 use crate::workqueue::{Outcome, Queue, RateLimit, run};
 use ccm_provider::CloudProvider;
 
@@ -182,6 +183,8 @@ pub struct ServiceControllerConfig {
     /// themselves run on the service workers and are measured by
     /// `service_controller_update_loadbalancer_host_latency_seconds`.
     pub metrics: Option<ControllerMetrics>,
+    /// In shadow mode, the plan each sync of a Service settles; `None`: acting.
+    pub shadow: Option<ControllerShadow>,
 }
 
 impl Default for ServiceControllerConfig {
@@ -193,6 +196,7 @@ impl Default for ServiceControllerConfig {
             node_sync_debounce: Duration::from_secs(1),
             node_sync_period: Some(Duration::from_secs(100)),
             metrics: None,
+            shadow: None,
         }
     }
 }
@@ -209,6 +213,8 @@ impl ServiceControllerConfig {
         pub fn with_node_sync_debounce(node_sync_debounce: Duration);
         /// Sets the period of node-sync passes without Node events.
         pub fn with_node_sync_period(node_sync_period: Option<Duration>);
+        /// Shadow mode: each sync of a Service settles `shadow`'s plan for it.
+        pub fn with_shadow(shadow: Option<ControllerShadow>);
     }
 
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).
@@ -286,6 +292,7 @@ impl ServiceController {
             records,
             node_sync: node_sync.clone(),
             cluster_name: config.cluster_name.clone(),
+            shadow: config.shadow.clone(),
             metrics: config
                 .metrics
                 .as_ref()

@@ -6,6 +6,7 @@
 //! which every failure of the controller becomes its Warning event, its log line and its
 //! count. The [`Worker`] is what every worker shares.
 
+use crate::shadow::{self, ControllerShadow};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
@@ -77,6 +78,8 @@ pub(super) struct Worker {
     pub(super) cluster_name: String,
     /// Where the workers count.
     pub(super) metrics: Metrics,
+    /// In shadow mode, the plan each sync settles.
+    pub(super) shadow: Option<ControllerShadow>,
 }
 
 impl Worker {
@@ -99,6 +102,7 @@ impl Worker {
 
     /// One pass of the work queue for one Service.
     pub(super) async fn sync(&self, key: &ServiceKey) -> Outcome {
+        let _settle = shadow::syncing(self.shadow.as_ref(), key.to_string());
         let started = tokio::time::Instant::now();
         let cached = self
             .services

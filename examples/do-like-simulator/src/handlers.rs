@@ -221,7 +221,12 @@ pub(super) async fn admin_stats(State(h): State<SimulatorHandle>) -> Response {
             (id.clone(), targets)
         })
         .collect();
-    Json(json!({"requests": h.request_counts(), "load_balancer_targets": health})).into_response()
+    Json(json!({
+        "requests": h.request_counts(),
+        "request_shapes": h.request_shapes(),
+        "load_balancer_targets": health,
+    }))
+    .into_response()
 }
 
 /// The load balancer `req` describes, as the API shows it: the region as an object, and

@@ -142,6 +142,7 @@ async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Res
         method_key(req.method()),
         route_key(req.uri().path())
     );
+    let shape = format!("{key}{}", query_shape(req.uri().query()));
     let cfg = &h.shared.config;
     let authorized = bearer(req.headers()) == Some(cfg.token.as_str());
     let (latency, verdict, remaining, reset) = {
@@ -149,6 +150,8 @@ async fn gate(State(h): State<SimulatorHandle>, req: Request, next: Next) -> Res
         // Per route only once authenticated; a request without the token counts as "401".
         if authorized {
             *inner.requests.entry(key.clone()).or_default() += 1;
+            // Bounded: the keys are route patterns and at most MAX_QUERY_KEYS known names.
+            *inner.shapes.entry(shape).or_default() += 1;
         }
         let now = now_ms();
         let window = cfg.rate_limit_window.as_millis().max(1) as u64;
@@ -270,8 +273,54 @@ enum Verdict {
 /// simulator's routes with `{id}` for the variable segment, or `/v2/{other}`. Never the path
 /// itself, so that the counters keep a bounded number of short keys however many paths
 /// clients make up.
+/// The query keys the shape of a request names, at most this many (more are `&…`).
+const MAX_QUERY_KEYS: usize = 8;
+
+/// A request's query as its shape: its keys, sorted, without values (`?name=&page=&per_page=`);
+/// empty without a query. A key that is not a short lowercase name is `{other}`, so a client
+/// cannot grow the counters without bound.
+fn query_shape(query: Option<&str>) -> String {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return String::new();
+    };
+    let mut keys: Vec<&str> = query
+        .split('&')
+        .map(|pair| pair.split_once('=').map_or(pair, |(k, _)| k))
+        .map(|k| {
+            if !k.is_empty()
+                && k.len() <= 32
+                && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            {
+                k
+            } else {
+                "{other}"
+            }
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let more = keys.len() > MAX_QUERY_KEYS;
+    keys.truncate(MAX_QUERY_KEYS);
+    let mut shape = String::from("?");
+    shape.push_str(
+        &keys
+            .iter()
+            .map(|k| format!("{k}="))
+            .collect::<Vec<_>>()
+            .join("&"),
+    );
+    if more {
+        shape.push_str("&…");
+    }
+    shape
+}
+
 fn route_key(path: &str) -> &'static str {
-    const ROUTES: [&str; 6] = [
+    const ROUTES: [&str; 10] = [
+        "/v2/account",
+        "/v2/regions",
+        "/v2/certificates",
+        "/v2/certificates/{id}",
         "/v2/droplets",
         "/v2/droplets/{id}",
         "/v2/load_balancers",
@@ -310,7 +359,7 @@ fn method_key(method: &axum::http::Method) -> &'static str {
 mod tests {
     use std::net::IpAddr;
 
-    use super::{is_own_host, route_key};
+    use super::{is_own_host, query_shape, route_key};
 
     const LOOPBACK: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
@@ -349,6 +398,26 @@ mod tests {
     }
 
     #[test]
+    fn query_shapes_name_the_keys_only() {
+        assert_eq!(query_shape(None), "");
+        assert_eq!(query_shape(Some("")), "");
+        assert_eq!(
+            query_shape(Some("per_page=50&page=1&name=do-n1")),
+            "?name=&page=&per_page="
+        );
+        assert_eq!(query_shape(Some("page=1&page=2")), "?page=");
+        assert_eq!(
+            query_shape(Some("X=1&a%20b=2&tag_name=k8s")),
+            "?tag_name=&{other}="
+        );
+        let many: Vec<String> = (b'a'..=b'z').map(|c| format!("{}=1", c as char)).collect();
+        assert_eq!(
+            query_shape(Some(&many.join("&"))),
+            "?a=&b=&c=&d=&e=&f=&g=&h=&…"
+        );
+    }
+
+    #[test]
     fn route_keys() {
         assert_eq!(route_key("/v2/droplets"), "/v2/droplets");
         assert_eq!(route_key("/v2/droplets/"), "/v2/droplets");
@@ -358,6 +427,8 @@ mod tests {
             "/v2/load_balancers/{id}"
         );
         assert_eq!(route_key("/v2/x-routes/r1"), "/v2/x-routes/{id}");
+        assert_eq!(route_key("/v2/account"), "/v2/account");
+        assert_eq!(route_key("/v2/regions"), "/v2/regions");
         // Made-up paths share one key, however long or many.
         assert_eq!(
             route_key(&format!("/v2/{}", "a".repeat(60_000))),

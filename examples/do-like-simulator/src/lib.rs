@@ -176,6 +176,8 @@ struct Inner {
     data: Data,
     faults: Faults,
     requests: BTreeMap<String, u64>,
+    /// Requests by route and query keys (`GET /v2/droplets?name=&page=&per_page=`).
+    shapes: BTreeMap<String, u64>,
     log: VecDeque<RequestRecord>,
     window_start_ms: u64,
     window_count: u32,
@@ -301,6 +303,7 @@ impl RunningSimulator {
                 data,
                 faults: Faults::default(),
                 requests: BTreeMap::new(),
+                shapes: BTreeMap::new(),
                 log: VecDeque::new(),
                 window_start_ms: now_ms(),
                 window_count: 0,
@@ -557,10 +560,17 @@ impl SimulatorHandle {
         self.inner().requests.clone()
     }
 
+    /// Authenticated requests by route and query keys, e.g.
+    /// `GET /v2/droplets?name=&page=&per_page=` (what a client asks, without values).
+    pub fn request_shapes(&self) -> BTreeMap<String, u64> {
+        self.inner().shapes.clone()
+    }
+
     /// Zeroes the request counters and empties the request log.
     pub fn reset_request_counts(&self) {
         let mut inner = self.inner();
         inner.requests.clear();
+        inner.shapes.clear();
         inner.log.clear();
     }
 

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# DigitalOcean's own CCM against the DO-like simulator, then ours in its place: the peer
+# that judges the simulator's claim to speak DigitalOcean's API and our claim to take that
+# CCM's place. Run by hand: CI has no copy of DigitalOcean's source.
+#
+#   scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]
+#
+# SOURCE_DIR is a checkout of github.com/digitalocean/digitalocean-cloud-controller-manager
+# (its modules are vendored: it builds offline). The binary is built once per commit, static,
+# under $CCM_CACHE_DIR/peer-digitalocean/. Then, on a local control plane:
+#   1. the simulator (three droplets) and DigitalOcean's CCM (REGION set, so it never asks
+#      the droplet metadata address; DO_OVERRIDE_URL at the simulator), three Nodes
+#      registered as kubelets do (tainted, no provider ID) and three LoadBalancer Services,
+#      two with DigitalOcean annotations; it waits until the Nodes are initialised and the
+#      Services have an address, then deletes the third Service (and so its load balancer);
+#   2. with --record FILE: every request shape DigitalOcean's CCM sent (method, route, query
+#      keys) is written to FILE, the list the simulator's contract test checks
+#      (examples/do-like-simulator/tests/data/digitalocean-ccm-requests.txt);
+#   3. the swap: DigitalOcean's CCM stopped, ours started with the same cloud and cluster;
+#      it prints, per Service, the load balancer's ID and address before and after, and the
+#      requests ours sent in its first 20 seconds. 0 load balancers re-created and 0
+#      addresses changed is the pass; the script fails otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+source_dir="${1:?usage: scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]}"
+shift
+record=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --record) record="${2:?--record needs a FILE}"; shift 2 ;;
+    *) echo "peer-digitalocean: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -d "$source_dir/cloud-controller-manager/cmd/digitalocean-cloud-controller-manager" ] || {
+  echo "peer-digitalocean: $source_dir is not a checkout of digitalocean-cloud-controller-manager" >&2
+  exit 2
+}
+source_dir="$(cd "$source_dir" && pwd)"
+[ -z "$record" ] || record="$(cd "$(dirname "$record")" && pwd)/$(basename "$record")"
+
+commit="$(git -C "$source_dir" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+cache="${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/peer-digitalocean/$commit"
+do_ccm="$cache/digitalocean-cloud-controller-manager"
+if [ "$commit" = unknown ] || [ ! -x "$do_ccm" ]; then
+  echo "peer-digitalocean: building DigitalOcean's CCM at $commit (go build -mod=vendor; minutes)" >&2
+  mkdir -p "$cache"
+  (cd "$source_dir" && CGO_ENABLED=0 GOFLAGS=-mod=vendor GOTOOLCHAIN=local \
+    go build -o "$do_ccm.tmp" ./cloud-controller-manager/cmd/digitalocean-cloud-controller-manager)
+  mv "$do_ccm.tmp" "$do_ccm"
+fi
+
+# shellcheck source=scripts/lib/local-cluster.sh
+source scripts/lib/local-cluster.sh
+build_and_start_cluster ccm-peer-do -p ccm-do-like-cloud -p ccm-do-like-simulator --bins
+
+python3 -c 'import secrets; print(secrets.token_hex(16))' >"$work/token"
+python3 -c 'import secrets; print(secrets.token_hex(16))' >"$work/admin-token"
+chmod 600 "$work/token" "$work/admin-token"
+"$target_dir/debug/do-like-api-simulator" --listen 127.0.0.1:0 --token-file "$work/token" \
+  --admin-token-file "$work/admin-token" --droplets 3 --lb-activation-ms 1000 \
+  >"$work/simulator.out" 2>"$work/simulator.log" &
+pids+=($!)
+api_url=""
+for _ in $(seq 1 100); do
+  api_url="$(sed -n 's/^listening on //p' "$work/simulator.out")"
+  [ -n "$api_url" ] && break
+  sleep 0.1
+done
+[ -n "$api_url" ] || { cat "$work/simulator.log" >&2; exit 1; }
+
+# The simulator's /admin/stats, or one field of it.
+stats() {
+  python3 - "$api_url" "$work/admin-token" "$@" <<'EOF'
+import json, sys, urllib.request
+url, token = sys.argv[1], open(sys.argv[2]).read().strip()
+req = urllib.request.Request(url + "/admin/stats", headers={"Authorization": "Bearer " + token})
+stats = json.load(urllib.request.urlopen(req))
+for key in sys.argv[3:]:
+    stats = stats[key]
+print(json.dumps(stats, indent=1, sort_keys=True))
+EOF
+}
+
+say "starting DigitalOcean's CCM ($commit) against $api_url"
+do_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# DEBUG_ADDR serves its health check, which asks the API (GET /v2/account).
+DO_ACCESS_TOKEN="$(cat "$work/token")" DO_OVERRIDE_URL="$api_url" REGION=nyc1 \
+  DEBUG_ADDR="127.0.0.1:$do_port" \
+  "$do_ccm" --cloud-provider=digitalocean --kubeconfig="$KUBECONFIG" --leader-elect=false \
+  --configure-cloud-routes=false --secure-port=0 --authentication-skip-lookup \
+  --controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller \
+  >"$work/do-ccm.log" 2>&1 &
+do_pid=$!
+pids+=("$do_pid")
+
+for i in 1 2 3; do
+  cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-$i
+  labels: {kubernetes.io/hostname: node-$i}
+spec:
+  podCIDR: 10.244.$i.0/24
+  podCIDRs: [10.244.$i.0/24]
+  taints:
+  - {key: node.cloudprovider.kubernetes.io/uninitialized, value: "true", effect: NoSchedule}
+---
+EOF
+done | "$kubectl" apply -f - >&2
+"$kubectl" apply -f - >&2 <<'EOF'
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+  annotations:
+    service.beta.kubernetes.io/do-loadbalancer-protocol: http
+    service.beta.kubernetes.io/do-loadbalancer-healthcheck-path: /healthz
+    service.beta.kubernetes.io/do-loadbalancer-algorithm: least_connections
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: dns
+  namespace: default
+  annotations:
+    service.beta.kubernetes.io/do-loadbalancer-name: peer-dns
+spec:
+  type: LoadBalancer
+  selector: {app: dns}
+  ports: [{name: dns, port: 53, targetPort: 5353, protocol: UDP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: gone
+  namespace: default
+spec:
+  type: LoadBalancer
+  selector: {app: gone}
+  ports: [{name: tcp, port: 8443, targetPort: 8443}]
+EOF
+
+# "name id ip" of each Service's load balancer, as the Service shows it.
+service_lbs() {
+  "$kubectl" get services -o jsonpath='{range .items[?(@.spec.type=="LoadBalancer")]}{.metadata.name} {.metadata.annotations.kubernetes\.digitalocean\.com/load-balancer-id} {.status.loadBalancer.ingress[0].ip}{"\n"}{end}' | sort
+}
+wait_converged() { # wait_converged WHO LOG SERVICES
+  for _ in $(seq 1 600); do
+    initialized=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.spec.providerID}{"\n"}{end}' | grep -c '^digitalocean://' || true)
+    addressed=$(service_lbs | awk 'NF == 3' | wc -l)
+    if [ "$initialized" = 3 ] && [ "$addressed" = "$3" ]; then return 0; fi
+    sleep 0.2
+  done
+  say "$1 did not converge; its log:"
+  tail -40 "$work/$2" >&2
+  return 1
+}
+say "waiting for DigitalOcean's CCM"
+wait_converged "DigitalOcean's CCM" do-ccm.log 3
+say "deleting the Service gone: DigitalOcean's CCM deletes its load balancer"
+"$kubectl" delete service gone --wait=true --timeout=120s >&2
+"$kubectl" get nodes -o wide >&2
+curl -sf "http://127.0.0.1:$do_port/healthz" >&2 || { say "its health check failed"; exit 1; }
+before="$(service_lbs)"
+echo "$before" >&2
+stats request_shapes >"$work/do-shapes.json"
+say "requests DigitalOcean's CCM sent (method, route, query keys: count)"
+cat "$work/do-shapes.json" >&2
+if [ -n "$record" ]; then
+  {
+    echo "# The requests DigitalOcean's CCM sent the DO-like simulator (method, route, query keys),"
+    echo "# recorded by scripts/peer-digitalocean.sh from github.com/digitalocean/"
+    echo "# digitalocean-cloud-controller-manager at $commit: three Nodes, three LoadBalancer"
+    echo "# Services (http with a health-check path and an algorithm; UDP with a name; plain"
+    echo "# TCP, then deleted), its health check (DEBUG_ADDR). The simulator's contract test"
+    echo "# (examples/do-like-simulator/tests/golden.rs) answers each in DigitalOcean's shape."
+    python3 -c 'import json,sys; [print(k) for k in sorted(json.load(open(sys.argv[1])))]' "$work/do-shapes.json"
+  } >"$record"
+  say "recorded $(grep -vc '^#' "$record") request shapes in $record"
+fi
+
+say "the swap: DigitalOcean's CCM stopped, ours started"
+kill -TERM "$do_pid"
+wait "$do_pid" 2>/dev/null || true
+stats requests >"$work/requests-before.json"
+lbs_before="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("POST /v2/load_balancers", 0))' "$work/requests-before.json")"
+cat >"$work/cloud.yaml" <<EOF
+apiUrl: $api_url
+tokenFile: $work/token
+region: nyc1
+EOF
+"$target_dir/debug/do-like-cloud-controller-manager" \
+  --cloud-provider=digitalocean --cloud-config="$work/cloud.yaml" --kubeconfig="$KUBECONFIG" \
+  --leader-elect=false --configure-cloud-routes=false --allow-untagged-cloud \
+  --bind-address=127.0.0.1 --secure-port=0 >"$work/ccm.log" 2>&1 &
+pids+=($!)
+sleep 20
+after="$(service_lbs)"
+lbs_after="$(stats requests | python3 -c 'import json,sys; print(json.load(sys.stdin).get("POST /v2/load_balancers", 0))')"
+say "Services before and after the swap (name, load balancer ID, address)"
+diff <(echo "$before") <(echo "$after") >&2 && echo "$after" >&2
+say "requests ours sent in its first 20 s"
+stats requests | python3 -c '
+import json, sys
+before, after = json.load(open(sys.argv[1])), json.load(sys.stdin)
+for key in sorted(after):
+    if after[key] != before.get(key, 0):
+        print(f"{key}: {after[key] - before.get(key, 0)}")
+' "$work/requests-before.json" >&2
+say "what ours refused or failed at (a load balancer named with do-loadbalancer-name is not adopted: docs/do-like-cloud.md)"
+grep -iE 'not owned|notowned|not this service|error|panicked' "$work/ccm.log" | cut -c1-400 >&2 || true
+if [ "$before" != "$after" ] || [ "$lbs_before" != "$lbs_after" ]; then
+  say "FAILED: a load balancer was re-created or an address changed (creates $lbs_before → $lbs_after)"
+  exit 1
+fi
+say "swap kept every load balancer: 0 re-created, 0 addresses changed"

@@ -30,21 +30,7 @@ EOF
 pids+=($!)
 
 say "registering three Nodes as kubelets would (tainted) and a LoadBalancer Service"
-for i in 1 2 3; do
-  cat <<EOF
-apiVersion: v1
-kind: Node
-metadata:
-  name: demo-worker-$i
-  labels: {kubernetes.io/hostname: demo-worker-$i}
-spec:
-  podCIDR: 10.244.$i.0/24
-  podCIDRs: [10.244.$i.0/24]
-  taints:
-  - {key: node.cloudprovider.kubernetes.io/uninitialized, value: "true", effect: NoSchedule}
----
-EOF
-done | "$kubectl" apply -f - >&2
+register_nodes demo-worker- 3
 "$kubectl" apply -f - >&2 <<'EOF'
 apiVersion: v1
 kind: Service

@@ -94,21 +94,7 @@ DO_ACCESS_TOKEN="$(cat "$work/token")" DO_OVERRIDE_URL="$api_url" REGION=nyc1 \
 do_pid=$!
 pids+=("$do_pid")
 
-for i in 1 2 3; do
-  cat <<EOF
-apiVersion: v1
-kind: Node
-metadata:
-  name: node-$i
-  labels: {kubernetes.io/hostname: node-$i}
-spec:
-  podCIDR: 10.244.$i.0/24
-  podCIDRs: [10.244.$i.0/24]
-  taints:
-  - {key: node.cloudprovider.kubernetes.io/uninitialized, value: "true", effect: NoSchedule}
----
-EOF
-done | "$kubectl" apply -f - >&2
+register_nodes node- 3
 "$kubectl" apply -f - >&2 <<'EOF'
 apiVersion: v1
 kind: Service

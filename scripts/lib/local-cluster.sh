@@ -4,6 +4,9 @@
 #
 #   build_and_start_cluster WORK_PREFIX CARGO_BUILD_ARGS...
 #     sets KUBEBUILDER_ASSETS, target_dir, kubectl, work, KUBECONFIG; appends to pids.
+#   register_nodes PREFIX COUNT
+#     creates Nodes PREFIX1 .. PREFIXCOUNT as kubelets with --cloud-provider=external
+#     register them: tainted uninitialized, pod CIDR 10.244.N.0/24, no provider ID.
 
 if [ -t 2 ]; then
   say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -46,4 +49,23 @@ build_and_start_cluster() {
     sleep 0.1
   done
   export KUBECONFIG="$work/kubeconfig"
+}
+
+register_nodes() {
+  local prefix="$1" count="$2" i
+  for i in $(seq 1 "$count"); do
+    cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $prefix$i
+  labels: {kubernetes.io/hostname: $prefix$i}
+spec:
+  podCIDR: 10.244.$i.0/24
+  podCIDRs: [10.244.$i.0/24]
+  taints:
+  - {key: node.cloudprovider.kubernetes.io/uninitialized, value: "true", effect: NoSchedule}
+---
+EOF
+  done | "$kubectl" apply -f - >&2
 }

@@ -718,6 +718,20 @@ async fn docs_list_exactly_the_exported_metrics() {
     metrics.set_build_info("1.2.3", Some("abc1234"));
     metrics.register_cache_gauge(super::NODES_UNINITIALIZED, || 0);
     metrics.register_cache_gauge(super::SERVICE_LOAD_BALANCERS_PENDING, || 0);
+    // Shadow mode's, with a planned change.
+    let shadow = crate::shadow::Shadow::new();
+    metrics.with_registry(|registry| shadow.register(registry));
+    shadow
+        .for_controller("cloud-node-lifecycle-controller")
+        .plan(crate::shadow::Planned {
+            kind: "nodes".to_owned(),
+            namespace: None,
+            name: "n1".to_owned(),
+            scope: "n1".to_owned(),
+            action: crate::shadow::Action::Delete,
+            request: "DELETE /api/v1/nodes/n1".to_owned(),
+            why: String::new(),
+        });
     let ipam = &metrics.controllers().node_ipam;
     ipam.count("10.0.0.0/8", 65536, 1, 1, 0);
     ipam.observe_tries("10.0.0.0/8", 0);

@@ -17,7 +17,13 @@ rewritten at the start of each), so before that time, and cargo sees it as older
 file: stale. This holds for runs one at a time on one cache, which `.ci/run` ensures with a
 lock, and with nothing else building in that cache's target folder.
 
-    restore-mtimes.py FILE      # in the top folder of a Git work tree
+And only for a clone at the same path as the last run's: a crate may embed its absolute
+location (`env!("CARGO_MANIFEST_DIR")`: ccm-test finds its control-plane build so), and
+cargo does not rebuild a crate because the workspace moved. So the record names the path it
+was made at, and a clone elsewhere gets nothing back (everything is rebuilt, as without this
+script), and is recorded for the next run there.
+
+    restore-mtimes.py FILE      # in the top folder of a Git work tree (.ci/run: the clone)
 
 Files with changes not committed are left as they are and not recorded.
 """
@@ -54,12 +60,20 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     record = sys.argv[1]
+    here = os.getcwd()
     known = {}
     try:
         with open(record, encoding="utf-8") as f:
-            for line in f:
-                path, blob, ns = line.rstrip("\n").split("\t")
-                known[path] = (blob, int(ns))
+            header = f.readline().rstrip("\n")
+            if header == f"# {here}":
+                for line in f:
+                    path, blob, ns = line.rstrip("\n").split("\t")
+                    known[path] = (blob, int(ns))
+            else:
+                print(
+                    f"restore-mtimes: the last run was at {header[2:]!r}, not here: nothing restored",
+                    file=sys.stderr,
+                )
     except FileNotFoundError:
         pass
     except ValueError:
@@ -82,6 +96,7 @@ def main():
 
     os.makedirs(os.path.dirname(os.path.abspath(record)), exist_ok=True)
     with open(record + ".tmp", "w", encoding="utf-8") as f:
+        f.write(f"# {here}\n")
         f.writelines(rows)
     os.replace(record + ".tmp", record)
     print(

@@ -92,14 +92,14 @@ def package_of(package_id, manifest):
     return {"name": name, "version": version}
 
 
-def record_step(name, seconds, status):
+def record_step(name, seconds, status, cpu):
     """A row of the run's step table (scripts/lib/steps.sh), when the run keeps one."""
     path = os.environ.get("CCM_STEPS_FILE")
     if not path:
         return
     cache = "beside the tests" + ("" if status == 0 else f", FAILED (exit {status})")
     with open(path, "a") as f:
-        f.write(f"{name}\t{round(seconds)}\t{cache}\n")
+        f.write(f"{name}\t{round(seconds)}\t{cache}\t{round(cpu)}\n")
 
 
 def lower_priority():
@@ -128,6 +128,8 @@ class Runner:
         self.durations = {}
         self.done = 0
         self.stopping = False
+        # The test binaries as one row of the step table: their span and CPU.
+        self.binaries = {"count": 0, "cpu": 0.0, "first": None, "last": None, "failed": 0}
 
     def run_one(self, job):
         env = dict(os.environ, **job["env"])
@@ -156,7 +158,14 @@ class Runner:
             if status != 0:
                 self.failed.append(job["key"])
             if job["kind"] != "binary":
-                record_step(f"  {job['key']} (beside the tests)", seconds, status)
+                record_step(f"  {job['key']} (beside the tests)", seconds, status, cpu)
+            else:
+                b = self.binaries
+                b["count"] += 1
+                b["cpu"] += cpu
+                b["failed"] += status != 0
+                b["first"] = start if b["first"] is None else min(b["first"], start)
+                b["last"] = time.monotonic()
             sys.stdout.write(f"\n     Running {job['key']} ({' '.join(job['command'])})\n{output}")
             sys.stdout.flush()
             log(f"[{self.done}/{self.total}] {job['key']}: {verdict} in {seconds:.0f}s (CPU {cpu:.0f}s)")
@@ -289,6 +298,10 @@ def main():
     start = time.monotonic()
     runner.run()
 
+    b = runner.binaries
+    if b["count"]:
+        record_step(f"  {b['count']} test binaries, side by side", b["last"] - b["first"],
+                    1 if b["failed"] else 0, b["cpu"])
     if args["durations"] and not runner.stopping:
         measured.update(runner.durations)
         os.makedirs(os.path.dirname(os.path.abspath(args["durations"])), exist_ok=True)

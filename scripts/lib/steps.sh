@@ -8,8 +8,12 @@
 #   wait_lane NAME             # its output, then its status
 #   stop_lanes                 # stops every lane still running (for an EXIT trap)
 #
-# Steps are appended to $CCM_STEPS_FILE (tab-separated: name, seconds, cache), so a caller
-# that sets it (.ci/run) gets one table over test.sh's steps and its own.
+# Steps are appended to $CCM_STEPS_FILE (tab-separated: name, seconds, cache, CPU seconds),
+# so a caller that sets it (.ci/run) gets one table over test.sh's steps and its own.
+#
+# "CPU" is the user + system time of the step's processes (what this shell waited for), so
+# steps that run side by side show their own cost: on a cold run the cores, not the wall
+# clock, are the bound, and the table's last line sums the CPU of the whole run.
 #
 # "cache" says what the step had to build: `cached` when no Rust crate was compiled and the
 # build caches did not grow, else `cold` with the count of Rust units built (cargo's
@@ -47,16 +51,32 @@ steps__crates_since() {
     -printf '%h\n' 2>/dev/null | sort -u | wc -l
 }
 
+# CPU ticks of the processes shell PID has waited for (cutime + cstime of /proc/PID/stat:
+# each process's own reaped children are in its figures, so a step's whole tree counts).
+# The caller passes its $BASHPID, read outside $(...) (in which BASHPID is the subshell's).
+steps__child_ticks() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo 0; return; }
+  stat="${stat##*) }" # fields after the command name, which may hold spaces
+  # shellcheck disable=SC2086 # split into fields on purpose
+  set -- $stat
+  echo $((${14} + ${15})) # fields 16 and 17 of the line, counted from the state (field 3)
+}
+
 run_step() {
   local name="$1"
   shift
   printf '\n==> %s\n' "$name" >&2
-  local marker start used rc=0
+  local marker start used ticks self=$BASHPID rc=0
   marker="$(mktemp "${TMPDIR:-/tmp}/ccm-step.XXXXXX")"
   start="$(date +%s)"
   used="$(steps__used_kib)"
+  ticks="$(steps__child_ticks "$self")"
   "$@" || rc=$?
   local seconds=$(($(date +%s) - start))
+  local hz cpu
+  hz="$(getconf CLK_TCK)"
+  cpu=$((($(steps__child_ticks "$self") - ticks + hz / 2) / hz))
   local crates grown cache
   crates="$(steps__crates_since "$marker")"
   grown=$((($(steps__used_kib) - used) / 1024))
@@ -66,22 +86,25 @@ run_step() {
   else
     cache="cold ($crates built, +$grown MiB)"
   fi
-  printf '%s\t%s\t%s\n' "$name" "$seconds" "$cache" >>"$CCM_STEPS_FILE"
-  printf '==> %s: %ss, %s%s\n' "$name" "$seconds" "$cache" "$([ "$rc" -eq 0 ] || echo ", FAILED (exit $rc)")" >&2
+  printf '%s\t%s\t%s\t%s\n' "$name" "$seconds" "$cache" "$cpu" >>"$CCM_STEPS_FILE"
+  printf '==> %s: %ss (CPU %ss), %s%s\n' "$name" "$seconds" "$cpu" "$cache" "$([ "$rc" -eq 0 ] || echo ", FAILED (exit $rc)")" >&2
   return "$rc"
 }
 
 # Steps run side by side (the Go lane, the jobs beside the tests, indented), so the table
-# ends with the run's wall-clock time, not a sum.
+# ends with the run's wall-clock time, not a sum of the seconds; the CPU column sums (the
+# indented rows are part of the step after them, so only the others are added).
 steps_table() {
   [ -s "$CCM_STEPS_FILE" ] || return 0
   awk -F'\t' -v wall=$(($(date +%s) - CCM_STEPS_START)) '
-    { name[NR] = $1; secs[NR] = $2; cache[NR] = $3; if (length($1) > w) w = length($1) }
+    { name[NR] = $1; secs[NR] = $2; cache[NR] = $3; cpu[NR] = $4
+      if (length($1) > w) w = length($1)
+      if ($1 !~ /^ /) total += $4 }
     END {
       if (w < 10) w = 10
-      printf "\n%-*s  %7s  %s\n", w, "step", "seconds", "cache"
-      for (i = 1; i <= NR; i++) printf "%-*s  %7d  %s\n", w, name[i], secs[i], cache[i]
-      printf "%-*s  %7d\n", w, "wall clock", wall
+      printf "\n%-*s  %7s  %7s  %s\n", w, "step", "seconds", "CPU s", "cache"
+      for (i = 1; i <= NR; i++) printf "%-*s  %7d  %7d  %s\n", w, name[i], secs[i], cpu[i], cache[i]
+      printf "%-*s  %7d  %7d\n", w, "wall clock, CPU of the run", wall, total
     }' "$CCM_STEPS_FILE" >&2
 }
 

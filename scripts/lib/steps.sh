@@ -119,6 +119,12 @@ steps_table() {
 # session of its own, which would get as much of the CPU as the whole run. So the lane's
 # autogroup is set to nice 10 (/proc/self/autogroup), and nice 10 within it where there
 # are no autogroups.
+#
+# A lane is not this shell's child (it is started from a subshell that exits at once): the
+# CPU of a child is added to its parent's when the parent reaps it, which bash does for a
+# background job whenever it ends, so a lane's whole CPU would land in whatever step was
+# running then. Its own steps have rows of their own; wait_lane reads its exit status from
+# a file it writes last.
 steps__lanes=""
 
 start_lane() {
@@ -128,20 +134,35 @@ start_lane() {
   shift
   [ -n "$steps__lanes" ] || steps__lanes="$(mktemp -d "${TMPDIR:-/tmp}/ccm-lanes.XXXXXX")"
   # shellcheck disable=SC2016 # expanded by the lane's bash
-  STEPS_NO_CRATES=1 STEPS_LOW_PRIORITY=$low setsid bash -c '
-    if [ "$STEPS_LOW_PRIORITY" = true ]; then
-      { [ -w /proc/self/autogroup ] && echo 10 >/proc/self/autogroup; } 2>/dev/null
-      renice -n 10 -p $$ >/dev/null
-    fi
-    unset STEPS_LOW_PRIORITY
-    source scripts/lib/steps.sh && "$@"' "$name" "$@" >"$steps__lanes/$name.log" 2>&1 &
-  echo "$!" >"$steps__lanes/$name.pid"
+  (
+    STEPS_NO_CRATES=1 STEPS_LOW_PRIORITY=$low STEPS_LANE_STATUS="$steps__lanes/$name.status" \
+      setsid bash -c '
+      if [ "$STEPS_LOW_PRIORITY" = true ]; then
+        { [ -w /proc/self/autogroup ] && echo 10 >/proc/self/autogroup; } 2>/dev/null
+        renice -n 10 -p $$ >/dev/null
+      fi
+      unset STEPS_LOW_PRIORITY
+      status=0
+      (source scripts/lib/steps.sh && "$@") || status=$?
+      echo "$status" >"$STEPS_LANE_STATUS.tmp" && mv "$STEPS_LANE_STATUS.tmp" "$STEPS_LANE_STATUS"
+      ' "$name" "$@" >"$steps__lanes/$name.log" 2>&1 </dev/null &
+    echo "$!" >"$steps__lanes/$name.pid"
+  )
 }
 
 wait_lane() {
-  local status=0
-  wait "$(cat "$steps__lanes/$1.pid")" || status=$?
-  rm -f "$steps__lanes/$1.pid"
+  local status pid
+  pid="$(cat "$steps__lanes/$1.pid")"
+  until [ -e "$steps__lanes/$1.status" ]; do
+    # Gone without a status: killed (SIGKILL, or stopped whole by stop_lanes elsewhere).
+    kill -0 "$pid" 2>/dev/null || [ -e "$steps__lanes/$1.status" ] || {
+      echo 137 >"$steps__lanes/$1.status"
+      break
+    }
+    sleep 0.5
+  done
+  status="$(cat "$steps__lanes/$1.status")"
+  rm -f "$steps__lanes/$1.pid" "$steps__lanes/$1.status"
   printf '\n==> lane %s\n' "$1" >&2
   cat "$steps__lanes/$1.log" >&2
   [ "$status" -eq 0 ] || echo "lane $1 failed (exit $status; its output is above)" >&2

@@ -66,7 +66,10 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, 
 use crate::annotations::{
     ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID, LbSettings, disowned, read,
 };
-use crate::api::{ForwardingRule, LoadBalancerObject, LoadBalancerRequest};
+use crate::api::{
+    ForwardingRule, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LoadBalancerObject,
+    LoadBalancerRequest,
+};
 use crate::{DoLikeCloud, cloud_error};
 
 /// The prefix of the owner tag ([`owner_tag`]).
@@ -275,7 +278,7 @@ fn service_key(service: &Service) -> String {
 /// With a `hostname` ([`ANNOTATION_HOSTNAME`](crate::annotations::ANNOTATION_HOSTNAME)), the
 /// ingress is that name instead, once the LB is active, as DigitalOcean's CCM writes it.
 fn status(lb: &LoadBalancerObject, hostname: Option<String>) -> LoadBalancerStatus {
-    let passthrough = lb.forwarding_rules.iter().any(|r| r.x_passthrough);
+    let passthrough = lb.is_passthrough();
     LoadBalancerStatus {
         ingress: (!lb.ip.is_empty()).then(|| match hostname {
             Some(hostname) => vec![LoadBalancerIngress {
@@ -437,9 +440,10 @@ impl DoLikeCloud {
         // Without node ports (`allocateLoadBalancerNodePorts: false`) there is nothing to
         // proxy to: the load balancer forwards packets unchanged (the API's `x_passthrough`
         // extension) and kube-proxy takes them by the load balancer's address.
-        // `REGIONAL_NETWORK` (DigitalOcean's network load balancers) is the same forwarding.
-        let passthrough =
-            settings.regional_network || ports().any(|p| p.node_port.unwrap_or_default() == 0);
+        // `REGIONAL_NETWORK` (DigitalOcean's network load balancers) is the same forwarding,
+        // said as DigitalOcean's CCM says it: by the type, with plain rules.
+        let network = settings.regional_network;
+        let passthrough = network || ports().any(|p| p.node_port.unwrap_or_default() == 0);
         let mut rules = Vec::new();
         for port in ports() {
             let protocol = port.protocol.as_deref();
@@ -455,7 +459,10 @@ impl DoLikeCloud {
                 ))
             })?;
             rules.push(if passthrough {
-                passthrough_rule(&rule, entry_port)
+                ForwardingRule {
+                    x_passthrough: !network,
+                    ..passthrough_rule(&rule, entry_port)
+                }
             } else {
                 rule
             });
@@ -522,6 +529,14 @@ impl DoLikeCloud {
             enable_proxy_protocol: settings.enable_proxy_protocol,
             vpc_uuid: None,
             firewall: settings.firewall,
+            lb_type: Some(
+                if network {
+                    LB_TYPE_REGIONAL_NETWORK
+                } else {
+                    LB_TYPE_REGIONAL
+                }
+                .to_owned(),
+            ),
         })
     }
 }
@@ -711,6 +726,7 @@ mod tests {
             enable_proxy_protocol: false,
             vpc_uuid: "c33931f2-a26a-4e61-b85c-4e95a2ec431b".into(),
             firewall: None,
+            lb_type: LB_TYPE_REGIONAL.into(),
         }
     }
 

@@ -1091,12 +1091,11 @@ async fn digitaloceans_name_hostname_type_and_disown_are_honoured() {
     assert_eq!(made.name, "web-prod");
     assert_eq!(
         made.forwarding_rules,
-        [ForwardingRule {
-            x_passthrough: true,
-            ..ForwardingRule::new("tcp", 80, 80)
-        }],
+        [ForwardingRule::new("tcp", 80, 80)],
         "REGIONAL_NETWORK: to the Service's port, not the node port"
     );
+    assert_eq!(made.lb_type, "REGIONAL_NETWORK", "as the API's type");
+    assert!(made.is_passthrough());
     // Found again by its name (no ID annotation here), and renamed in place.
     let mut renamed = named.clone();
     renamed

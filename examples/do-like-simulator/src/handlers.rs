@@ -276,6 +276,10 @@ pub(super) fn lb_object(
         firewall: req
             .firewall
             .filter(|f| !f.allow.is_empty() || !f.deny.is_empty()),
+        lb_type: req
+            .lb_type
+            .or_else(|| was.map(|w| w.lb_type.clone()))
+            .unwrap_or_else(|| ccm_do_like_cloud::api::LB_TYPE_REGIONAL.to_owned()),
     }
 }
 
@@ -348,6 +352,14 @@ pub(super) async fn update_lb(
     };
     if lb.region.slug != b.region {
         return unprocessable("the region of a load balancer cannot be changed");
+    }
+    // An update that names no type keeps the load balancer's, whose rules it must fit.
+    let mut b = b;
+    if b.lb_type.is_none() {
+        b.lb_type = Some(lb.lb_type.clone()).filter(|t| !t.is_empty());
+        if let Err(message) = validate::load_balancer(&b) {
+            return unprocessable(&message);
+        }
     }
     *lb = lb_object(id.clone(), b, Some(lb));
     let lb = lb.clone();

@@ -12,7 +12,8 @@
 //! (DigitalOcean's CCM checks kube-proxy on 10256, or a Service's health check node port).
 
 use ccm_do_like_cloud::api::{
-    ForwardingRule, HealthCheck, LbFirewall, LoadBalancerRequest, StickySessions,
+    ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LbFirewall,
+    LoadBalancerRequest, StickySessions,
 };
 
 use crate::catalog;
@@ -85,6 +86,20 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
              forwards the load balancer's whole address)"
                 .into(),
         );
+    }
+    match req.lb_type.as_deref() {
+        None | Some(LB_TYPE_REGIONAL) => {}
+        Some(LB_TYPE_REGIONAL_NETWORK) => {
+            for (i, rule) in req.forwarding_rules.iter().enumerate() {
+                network_rule(rule).map_err(|m| format!("forwarding_rules[{i}]: {m}"))?;
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "type {other:?} is not valid: must be {LB_TYPE_REGIONAL} or \
+                 {LB_TYPE_REGIONAL_NETWORK} (this cloud has no GLOBAL load balancers)"
+            ));
+        }
     }
     if let Some(hc) = &req.health_check {
         health_check(hc).map_err(|m| format!("health_check: {m}"))?;
@@ -189,6 +204,28 @@ fn forwarding_rule(rule: &ForwardingRule) -> Result<(), String> {
         return Err(format!(
             "entry_protocol {} cannot forward to target_protocol {}",
             rule.entry_protocol, rule.target_protocol
+        ));
+    }
+    Ok(())
+}
+
+/// A rule of a `REGIONAL_NETWORK` load balancer, which passes packets through: TCP or UDP
+/// on both sides, to the entry port (DigitalOcean's CCM sends exactly that).
+fn network_rule(rule: &ForwardingRule) -> Result<(), String> {
+    if !matches!(rule.entry_protocol.as_str(), "tcp" | "udp")
+        || rule.target_protocol != rule.entry_protocol
+    {
+        return Err(format!(
+            "a {LB_TYPE_REGIONAL_NETWORK} load balancer forwards tcp to tcp or udp to udp, not \
+             {} to {}",
+            rule.entry_protocol, rule.target_protocol
+        ));
+    }
+    if rule.target_port != rule.entry_port {
+        return Err(format!(
+            "a {LB_TYPE_REGIONAL_NETWORK} load balancer forwards to the entry port: \
+             target_port {} is not entry_port {}",
+            rule.target_port, rule.entry_port
         ));
     }
     Ok(())
@@ -307,6 +344,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_network_load_balancer_is_what_digitaloceans_ccm_asks_for() {
+        // Its default: `REGIONAL_NETWORK`, each port to itself, TCP and UDP.
+        let mut r = good();
+        r.lb_type = Some(LB_TYPE_REGIONAL_NETWORK.into());
+        r.forwarding_rules = vec![
+            ForwardingRule::new("tcp", 80, 80),
+            ForwardingRule::new("udp", 53, 53),
+        ];
+        r.health_check = Some(kube_proxy_health_check());
+        assert_eq!(load_balancer(&r), Ok(()));
+        // The same rules with the extension's flag too.
+        for rule in &mut r.forwarding_rules {
+            rule.x_passthrough = true;
+        }
+        assert_eq!(load_balancer(&r), Ok(()));
+        r.lb_type = Some(LB_TYPE_REGIONAL.into());
+        assert_eq!(load_balancer(&r), Ok(()));
+    }
+
+    #[test]
     fn what_digitalocean_refuses_is_refused() {
         assert_eq!(load_balancer(&good()), Ok(()));
         // Both sizes, when they agree, as godo's `AsRequest` sends them.
@@ -315,7 +372,25 @@ pub(crate) mod tests {
         both.size_unit = Some(3);
         assert_eq!(load_balancer(&both), Ok(()));
         type Change = fn(&mut LoadBalancerRequest);
-        let cases: [(Change, &str); 19] = [
+        let cases: [(Change, &str); 22] = [
+            (
+                |r| r.lb_type = Some("GLOBAL".into()),
+                "type \"GLOBAL\" is not valid: must be REGIONAL or REGIONAL_NETWORK",
+            ),
+            (
+                // A network load balancer's rule to a node port: it forwards to the entry port.
+                |r| r.lb_type = Some(LB_TYPE_REGIONAL_NETWORK.into()),
+                "forwarding_rules[0]: a REGIONAL_NETWORK load balancer forwards to the entry \
+                 port: target_port 30080 is not entry_port 80",
+            ),
+            (
+                |r| {
+                    r.lb_type = Some(LB_TYPE_REGIONAL_NETWORK.into());
+                    r.forwarding_rules = vec![ForwardingRule::new("http", 80, 80)];
+                },
+                "forwarding_rules[0]: a REGIONAL_NETWORK load balancer forwards tcp to tcp or \
+                 udp to udp, not http to http",
+            ),
             (
                 |r| {
                     r.firewall = Some(LbFirewall {

@@ -22,14 +22,13 @@ const TOKEN: &str = "golden";
 
 /// Fields of DigitalOcean's answers the simulator does not serve (docs/do-like-cloud.md
 /// lists them); everything else in a fixture must be in its answer.
-const NOT_SIMULATED: [&str; 15] = [
+const NOT_SIMULATED: [&str; 14] = [
     "droplet.kernel",
     "droplet.backup_ids",
     "droplet.next_backup_window",
     "droplet.snapshot_ids",
     "droplet.image",
     "droplet.volume_ids",
-    "load_balancer.type",
     "load_balancer.enable_backend_keepalive",
     "load_balancer.http_idle_timeout_seconds",
     "load_balancer.disable_lets_encrypt_dns_records",
@@ -292,6 +291,7 @@ async fn load_balancers_have_digitaloceans_shape() {
         "tags",
         "redirect_http_to_https",
         "enable_proxy_protocol",
+        "type",
     ];
     assert_same_values("load_balancer", &want, &got, &fields);
     assert_same_shape(&fixture(LBS), &get(&sim, "/v2/load_balancers").await);
@@ -299,6 +299,76 @@ async fn load_balancers_have_digitaloceans_shape() {
         get(&sim, "/v2/load_balancers").await["meta"],
         fixture(LBS)["meta"]
     );
+    sim.shutdown().await;
+}
+
+/// A load balancer as DigitalOcean's CCM asks for one by default: `REGIONAL_NETWORK`, a rule
+/// from port 80 to itself.
+fn network_lb(target_port: u16, with_type: bool) -> Value {
+    let mut lb = serde_json::json!({
+        "name": "a0f1e2d3c4b5a69788796a5b4c3d2e1f",
+        "region": "nyc1",
+        "forwarding_rules": [{"entry_protocol": "tcp", "entry_port": 80,
+                              "target_protocol": "tcp", "target_port": target_port}],
+        "droplet_ids": [1],
+    });
+    if with_type {
+        lb["type"] = "REGIONAL_NETWORK".into();
+    }
+    lb
+}
+
+#[tokio::test]
+async fn a_load_balancers_type_is_kept_until_an_update_names_another() {
+    let sim = start().await;
+    let resp = call(
+        &sim,
+        Method::POST,
+        "/v2/load_balancers",
+        Some(&network_lb(80, true)),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    let created: Value = resp.json().await.unwrap();
+    assert_eq!(created["load_balancer"]["type"], "REGIONAL_NETWORK");
+    let path = format!(
+        "/v2/load_balancers/{}",
+        created["load_balancer"]["id"].as_str().unwrap()
+    );
+    // An update without a type keeps it, and its rules must fit it.
+    let resp = call(&sim, Method::PUT, &path, Some(&network_lb(80, false))).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        get(&sim, &path).await["load_balancer"]["type"],
+        "REGIONAL_NETWORK"
+    );
+    let resp = call(&sim, Method::PUT, &path, Some(&network_lb(30080, false))).await;
+    assert_eq!(resp.status(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["message"],
+        "forwarding_rules[0]: a REGIONAL_NETWORK load balancer forwards to the entry port: \
+         target_port 30080 is not entry_port 80"
+    );
+    // One that names another type changes it; a create without one is `REGIONAL`.
+    let mut proxying = network_lb(30080, false);
+    proxying["type"] = "REGIONAL".into();
+    assert_eq!(
+        call(&sim, Method::PUT, &path, Some(&proxying))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(get(&sim, &path).await["load_balancer"]["type"], "REGIONAL");
+    let resp = call(
+        &sim,
+        Method::POST,
+        "/v2/load_balancers",
+        Some(&network_lb(30080, false)),
+    )
+    .await;
+    let created: Value = resp.json().await.unwrap();
+    assert_eq!(created["load_balancer"]["type"], "REGIONAL");
     sim.shutdown().await;
 }
 

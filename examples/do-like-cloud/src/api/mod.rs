@@ -9,7 +9,7 @@ mod types;
 
 pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
 pub use self::types::{
-    Droplet, ErrorBody, ForwardingRule, HealthCheck, LbFirewall, Links, LoadBalancerObject,
-    LoadBalancerRequest, Meta, NetworkV4, NetworkV6, Networks, Pages, Region, Size, StickySessions,
-    XRoute,
+    Droplet, ErrorBody, ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK,
+    LbFirewall, Links, LoadBalancerObject, LoadBalancerRequest, Meta, NetworkV4, NetworkV6,
+    Networks, Pages, Region, Size, StickySessions, XRoute,
 };

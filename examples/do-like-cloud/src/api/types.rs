@@ -335,6 +335,12 @@ pub struct LoadBalancerRequest {
     /// Its firewall (none when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall: Option<LbFirewall>,
+    /// `REGIONAL` (proxying: rules forward to the droplets' target ports) or
+    /// `REGIONAL_NETWORK` (a network load balancer: packets reach the droplets unchanged,
+    /// so each rule's target port is its entry port); `REGIONAL` when absent on create, the
+    /// load balancer's own when absent on update.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub lb_type: Option<String>,
 }
 
 /// A load balancer as the API shows it.
@@ -395,7 +401,25 @@ pub struct LoadBalancerObject {
     /// Its firewall, if it has rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall: Option<LbFirewall>,
+    /// `REGIONAL` or `REGIONAL_NETWORK` (see [`LoadBalancerRequest::lb_type`]).
+    #[serde(rename = "type", default, skip_serializing_if = "String::is_empty")]
+    pub lb_type: String,
 }
+
+impl LoadBalancerObject {
+    /// Whether it is a network load balancer: packets pass through to the droplets still
+    /// addressed to it (`REGIONAL_NETWORK`, or rules with the `x_passthrough` extension).
+    pub fn is_passthrough(&self) -> bool {
+        self.lb_type == LB_TYPE_REGIONAL_NETWORK
+            || (!self.forwarding_rules.is_empty()
+                && self.forwarding_rules.iter().all(|r| r.x_passthrough))
+    }
+}
+
+/// The type of a proxying load balancer, the default.
+pub const LB_TYPE_REGIONAL: &str = "REGIONAL";
+/// The type of a network (passthrough) load balancer; DigitalOcean's CCM's default.
+pub const LB_TYPE_REGIONAL_NETWORK: &str = "REGIONAL_NETWORK";
 
 impl LoadBalancerObject {
     /// The request that would set this load balancer as it is (`region` as its slug), like
@@ -421,6 +445,7 @@ impl LoadBalancerObject {
             enable_proxy_protocol: self.enable_proxy_protocol,
             vpc_uuid: (!self.vpc_uuid.is_empty()).then(|| self.vpc_uuid.clone()),
             firewall: self.firewall.clone(),
+            lb_type: (!self.lb_type.is_empty()).then(|| self.lb_type.clone()),
         }
     }
 }

@@ -127,8 +127,8 @@ pub(crate) struct Rule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LbSpec {
     address: Ipv4Addr,
-    /// Whether its rules are `x_passthrough`: packets are routed to a healthy target
-    /// unchanged ([`passthrough`]) instead of proxied.
+    /// Whether it is `REGIONAL_NETWORK` or its rules are `x_passthrough`: packets are
+    /// routed to a healthy target unchanged ([`passthrough`]) instead of proxied.
     passthrough: bool,
     rules: Vec<Rule>,
     check: CheckSpec,
@@ -170,8 +170,7 @@ pub(crate) fn spec_of(lb: &LoadBalancerObject, droplets: &[Droplet]) -> Option<L
     targets.sort();
     targets.dedup();
     let check = lb.health_check.as_ref().map(CheckSpec::from_api)?;
-    let passthrough =
-        !lb.forwarding_rules.is_empty() && lb.forwarding_rules.iter().all(|r| r.x_passthrough);
+    let passthrough = lb.is_passthrough();
     Some(LbSpec {
         address,
         passthrough,
@@ -470,6 +469,24 @@ mod tests {
         );
         assert_eq!(spec.check.http_path.as_deref(), Some("/healthz"));
         assert_eq!(spec.algorithm, Algorithm::RoundRobin);
+    }
+
+    #[test]
+    fn a_network_lb_passes_packets_through_as_the_extension_does() {
+        let mut network = lb();
+        network.forwarding_rules = vec![ForwardingRule::new("tcp", 80, 80)];
+        assert!(
+            !spec_of(&network, &[]).unwrap().passthrough,
+            "REGIONAL by default"
+        );
+        network.lb_type = "REGIONAL_NETWORK".into();
+        assert!(spec_of(&network, &[]).unwrap().passthrough);
+        let mut flagged = lb();
+        flagged.forwarding_rules = vec![ForwardingRule {
+            x_passthrough: true,
+            ..ForwardingRule::new("tcp", 80, 80)
+        }];
+        assert!(spec_of(&flagged, &[]).unwrap().passthrough);
     }
 
     #[test]

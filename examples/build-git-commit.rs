@@ -20,10 +20,12 @@ fn main() {
     if let Some(commit) = commit {
         println!("cargo:rustc-env=CCM_GIT_COMMIT={commit}");
     }
-    // Rebuilt when HEAD moves: HEAD itself (a checkout) and the branch it points to (a commit).
+    // Rebuilt when HEAD moves: HEAD itself (a checkout) and the branch it points to (a
+    // commit), which may be a file of its own or a line of packed-refs.
     for path in [
         git(&["rev-parse", "--git-path", "HEAD"]),
         git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r])),
+        git(&["rev-parse", "--git-path", "packed-refs"]),
     ]
     .into_iter()
     .flatten()

@@ -8,6 +8,10 @@
 #   scripts/e2e-upstream.sh              # every LoadBalancers spec (about an hour)
 #   scripts/e2e-upstream.sh --subset     # the fixed list CI runs
 #   scripts/e2e-upstream.sh --focus RE   # the specs whose name matches RE
+#   scripts/e2e-upstream.sh --manifest FILE --image ARCHIVE ...
+#                                        # another CCM (scripts/peer-digitalocean.sh --e2e):
+#                                        # FILE instead of our release manifest, with
+#                                        # ${CLOUD_API_URL} and ${CLOUD_API_TOKEN} set
 #
 # Ends with one line: `e2e: N passed, M failed, K skipped`; exits non-zero if any failed.
 # The JUnit report and every cluster process's log stay in the folder it prints.
@@ -24,6 +28,8 @@ subset=(
 
 focus=('\[sig-network\] LoadBalancers')
 timeout=90m
+other=()
+ccm="the do-like provider"
 while [ $# -gt 0 ]; do
   case "$1" in
     --subset)
@@ -33,7 +39,9 @@ while [ $# -gt 0 ]; do
       shift ;;
     --focus) focus=("${2:?--focus needs a regular expression}"); shift 2 ;;
     --focus=*) focus=("${1#--focus=}"); shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --manifest) other+=(--manifest "${2:?--manifest needs a file}"); ccm="$2"; shift 2 ;;
+    --image) other+=(--image "${2:?--image needs an OCI archive}"); shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "e2e-upstream.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -60,7 +68,7 @@ done <"$e2e/images.txt"
 
 # The last run's JUnit report, kept for reading under the target folder (not a new /tmp
 # folder per run).
-report="$target_dir/e2e-upstream/report"
+report="$target_dir/e2e-upstream/report${other:+-other}"
 rm -rf "$report"
 mkdir -p "$report"
 ginkgo=(--ginkgo.timeout="$timeout" --ginkgo.v --ginkgo.no-color --ginkgo.fail-on-empty)
@@ -71,10 +79,10 @@ for re in "${focus[@]}"; do ginkgo+=(--ginkgo.focus="$re"); done
 scratch="$(mktemp -d /tmp/ccm-e2e-tmp.XXXXXX)"
 trap 'rm -rf "$scratch"' EXIT
 
-say "running e2e.test $("$e2e/e2e.test" --version 2>/dev/null | head -1) in a 3-node cluster with the do-like provider"
+say "running e2e.test $("$e2e/e2e.test" --version 2>/dev/null | head -1) in a 3-node cluster with $ccm"
 start=$(date +%s)
 status=0
-"$target_dir/debug/ccm-local-cluster" --provider do-like --nodes 3 --once "${images[@]}" \
+"$target_dir/debug/ccm-local-cluster" --provider do-like --nodes 3 --once "${images[@]}" "${other[@]}" \
   --exec env TMPDIR="$scratch" "$e2e/e2e.test" \
   --provider=aws \
   --kubectl-path="$KUBEBUILDER_ASSETS/kubectl" \

@@ -4,6 +4,7 @@
 # CCM's place. Run by hand: CI has no copy of DigitalOcean's source.
 #
 #   scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]
+#   scripts/peer-digitalocean.sh SOURCE_DIR --e2e [--subset | --focus RE]
 #
 # SOURCE_DIR is a checkout of github.com/digitalocean/digitalocean-cloud-controller-manager
 # (its modules are vendored: it builds offline). The binary is built once per commit, static,
@@ -19,16 +20,27 @@
 #   3. the swap: DigitalOcean's CCM stopped, ours started with the same cloud and cluster;
 #      it prints, per Service, the load balancer's ID and address before and after, and the
 #      requests ours sent in its first 20 seconds. 0 load balancers re-created and 0
-#      addresses changed is the pass; the script fails otherwise.
+#      addresses changed is the pass; the script fails otherwise;
+#   4. the swap back: ours stopped, DigitalOcean's CCM started again, the same check.
+#
+# With --e2e, instead: DigitalOcean's CCM in a real cluster, as its users install it. Its
+# image is built FROM scratch as ours are (the static binary at /bin, CA certificates),
+# its release manifest (releases/digitalocean-cloud-controller-manager/v<its VERSION>.yml)
+# gets the Secret of releases/secret.yml.tmpl with the simulator's token, the image built
+# here, and DO_OVERRIDE_URL and REGION in its env; scripts/e2e-upstream.sh then runs
+# Kubernetes' LoadBalancers specs against it (the rest of the arguments are its own), with
+# the DO-like simulator and data plane as the cloud. Needs root and buildah.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source_dir="${1:?usage: scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]}"
 shift
 record=""
+e2e=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --record) record="${2:?--record needs a FILE}"; shift 2 ;;
+    --e2e) e2e=true; shift; break ;;
     *) echo "peer-digitalocean: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +60,57 @@ if [ "$commit" = unknown ] || [ ! -x "$do_ccm" ]; then
   (cd "$source_dir" && CGO_ENABLED=0 GOFLAGS=-mod=vendor GOTOOLCHAIN=local \
     go build -o "$do_ccm.tmp" ./cloud-controller-manager/cmd/digitalocean-cloud-controller-manager)
   mv "$do_ccm.tmp" "$do_ccm"
+fi
+
+if $e2e; then
+  version="$(tr -d ' \n' <"$source_dir/VERSION")"
+  version="${version#v}"
+  release="$source_dir/releases/digitalocean-cloud-controller-manager/v$version.yml"
+  [ -f "$release" ] || { echo "peer-digitalocean: no release manifest $release" >&2; exit 2; }
+  image="localhost/digitalocean-cloud-controller-manager:$commit"
+  archive="$cache/image.tar"
+  if [ ! -f "$archive" ]; then
+    echo "peer-digitalocean: building its image $image (FROM scratch)" >&2
+    context="$(mktemp -d)"
+    mkdir -p "$context/bin"
+    cp "$do_ccm" "$context/bin/digitalocean-cloud-controller-manager"
+    cp /etc/ssl/certs/ca-certificates.crt "$context/"
+    printf '%s\n' 'FROM scratch' \
+      'COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt' \
+      'COPY bin/digitalocean-cloud-controller-manager /bin/digitalocean-cloud-controller-manager' \
+      'ENTRYPOINT ["/bin/digitalocean-cloud-controller-manager"]' >"$context/Containerfile"
+    buildah=(buildah --storage-driver vfs)
+    "${buildah[@]}" rmi "$image" >/dev/null 2>&1 || true
+    "${buildah[@]}" bud --quiet --isolation chroot --layers=false -t "$image" "$context" >/dev/null
+    "${buildah[@]}" push --quiet --format oci "$image" "oci-archive:$archive.tmp:$image"
+    "${buildah[@]}" rmi "$image" >/dev/null
+    mv "$archive.tmp" "$archive"
+    rm -rf "$context"
+  fi
+  # Its release manifest as its README says to install it (the Secret first), pointed at
+  # the simulator; ccm-local-cluster fills in ${CLOUD_API_URL} and ${CLOUD_API_TOKEN}.
+  manifest="$cache/manifest.yaml"
+  python3 - "$source_dir/releases/secret.yml.tmpl" "$release" "$image" >"$manifest" <<'EOF'
+import sys
+secret, release, image = (open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3])
+placeholder = '"REPLACE WITH DO ACCESS TOKEN"'
+assert secret.count(placeholder) == 1, "secret.yml.tmpl has no token placeholder"
+secret = secret.replace(placeholder, '"${CLOUD_API_TOKEN}"')
+prefix = "- image: digitalocean/digitalocean-cloud-controller-manager:"
+images = [line for line in release.splitlines() if line.strip().startswith(prefix)]
+assert len(images) == 1, f"{len(images)} images of the CCM in {sys.argv[2]}"
+release = release.replace(images[0], images[0].split("- image:")[0] + "- image: " + image)
+token_env = "          - name: DO_ACCESS_TOKEN\n"
+assert release.count(token_env) == 1, "no DO_ACCESS_TOKEN in the env"
+more = ('          - name: DO_OVERRIDE_URL\n            value: "${CLOUD_API_URL}"\n'
+        '          - name: REGION\n            value: nyc1\n')
+release = release.replace(token_env, more + token_env)
+print("# DigitalOcean's CCM release manifest, pointed at the DO-like simulator by")
+print("# scripts/peer-digitalocean.sh --e2e.")
+print(secret.rstrip() + "\n" + release)
+EOF
+  echo "peer-digitalocean: running Kubernetes' LoadBalancers specs against DigitalOcean's CCM $version ($commit)" >&2
+  exec scripts/e2e-upstream.sh --manifest "$manifest" --image "$archive" "$@"
 fi
 
 # shellcheck source=scripts/lib/local-cluster.sh
@@ -82,17 +145,31 @@ print(json.dumps(stats, indent=1, sort_keys=True))
 EOF
 }
 
+# The requests sent since FILE was written (`stats requests` then), by route: count.
+requests_since() {
+  stats requests | python3 -c '
+import json, sys
+before, after = json.load(open(sys.argv[1])), json.load(sys.stdin)
+for key in sorted(after):
+    if after[key] != before.get(key, 0):
+        print(f"{key}: {after[key] - before.get(key, 0)}")
+' "$1" >&2
+}
+
 say "starting DigitalOcean's CCM ($commit) against $api_url"
 do_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-# DEBUG_ADDR serves its health check, which asks the API (GET /v2/account).
-DO_ACCESS_TOKEN="$(cat "$work/token")" DO_OVERRIDE_URL="$api_url" REGION=nyc1 \
-  DEBUG_ADDR="127.0.0.1:$do_port" \
-  "$do_ccm" --cloud-provider=digitalocean --kubeconfig="$KUBECONFIG" --leader-elect=false \
-  --configure-cloud-routes=false --secure-port=0 --authentication-skip-lookup \
-  --controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller \
-  >"$work/do-ccm.log" 2>&1 &
-do_pid=$!
-pids+=("$do_pid")
+start_do_ccm() { # start_do_ccm LOG: DigitalOcean's CCM in the background, its pid in do_pid
+  # DEBUG_ADDR serves its health check, which asks the API (GET /v2/account).
+  DO_ACCESS_TOKEN="$(cat "$work/token")" DO_OVERRIDE_URL="$api_url" REGION=nyc1 \
+    DEBUG_ADDR="127.0.0.1:$do_port" \
+    "$do_ccm" --cloud-provider=digitalocean --kubeconfig="$KUBECONFIG" --leader-elect=false \
+    --configure-cloud-routes=false --secure-port=0 --authentication-skip-lookup \
+    --controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller \
+    >"$work/$1" 2>&1 &
+  do_pid=$!
+  pids+=("$do_pid")
+}
+start_do_ccm do-ccm.log
 
 register_nodes node- 3
 "$kubectl" apply -f - >&2 <<'EOF'
@@ -186,20 +263,15 @@ EOF
   --cloud-provider=digitalocean --cloud-config="$work/cloud.yaml" --kubeconfig="$KUBECONFIG" \
   --leader-elect=false --configure-cloud-routes=false --allow-untagged-cloud \
   --bind-address=127.0.0.1 --secure-port=0 >"$work/ccm.log" 2>&1 &
-pids+=($!)
+ours_pid=$!
+pids+=("$ours_pid")
 sleep 20
 after="$(service_lbs)"
 lbs_after="$(stats requests | python3 -c 'import json,sys; print(json.load(sys.stdin).get("POST /v2/load_balancers", 0))')"
 say "Services before and after the swap (name, load balancer ID, address)"
 diff <(echo "$before") <(echo "$after") >&2 && echo "$after" >&2
 say "requests ours sent in its first 20 s"
-stats requests | python3 -c '
-import json, sys
-before, after = json.load(open(sys.argv[1])), json.load(sys.stdin)
-for key in sorted(after):
-    if after[key] != before.get(key, 0):
-        print(f"{key}: {after[key] - before.get(key, 0)}")
-' "$work/requests-before.json" >&2
+requests_since "$work/requests-before.json"
 say "what ours refused or failed at (a load balancer named with do-loadbalancer-name is not adopted: docs/do-like-cloud.md)"
 grep -iE 'not owned|notowned|not this service|error|panicked' "$work/ccm.log" | cut -c1-400 >&2 || true
 if [ "$before" != "$after" ] || [ "$lbs_before" != "$lbs_after" ]; then
@@ -207,3 +279,21 @@ if [ "$before" != "$after" ] || [ "$lbs_before" != "$lbs_after" ]; then
   exit 1
 fi
 say "swap kept every load balancer: 0 re-created, 0 addresses changed"
+
+say "the swap back: ours stopped, DigitalOcean's CCM started again"
+kill -TERM "$ours_pid"
+wait "$ours_pid" 2>/dev/null || true
+stats requests >"$work/requests-before-back.json"
+start_do_ccm do-ccm-back.log
+sleep 20
+back="$(service_lbs)"
+lbs_back="$(stats requests | python3 -c 'import json,sys; print(json.load(sys.stdin).get("POST /v2/load_balancers", 0))')"
+say "requests DigitalOcean's CCM sent in its first 20 s back"
+requests_since "$work/requests-before-back.json"
+grep -iE 'error|panic' "$work/do-ccm-back.log" | cut -c1-400 >&2 || true
+if [ "$after" != "$back" ] || [ "$lbs_after" != "$lbs_back" ]; then
+  diff <(echo "$after") <(echo "$back") >&2 || true
+  say "FAILED: back under DigitalOcean's CCM, a load balancer was re-created or an address changed (creates $lbs_after → $lbs_back)"
+  exit 1
+fi
+say "swap back kept every load balancer: 0 re-created, 0 addresses changed"

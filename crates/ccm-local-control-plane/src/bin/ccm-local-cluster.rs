@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
-//!                   [--image ARCHIVE]... [--exec PROGRAM ARGS...]
+//!                   [--image ARCHIVE]... [--manifest FILE] [--exec PROGRAM ARGS...]
 //! ```
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -27,7 +27,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const USAGE: &str = "\
 usage: ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
-                         [--image ARCHIVE]... [--exec PROGRAM ARGS...]
+                         [--image ARCHIVE]... [--manifest FILE] [--exec PROGRAM ARGS...]
 
 Starts a cluster of N nodes (default 2; kubelets with --cloud-provider=external,
 containerd, kube-proxy) in network namespaces made for the run, applies the
@@ -41,6 +41,11 @@ forward to the Nodes, and a request is sent through one. Needs root.
   --once             stop after printing (default: run until Ctrl-C)
   --kubeconfig FILE  also write the admin kubeconfig to FILE (removed on exit)
   --image ARCHIVE    also import this OCI archive into every node (repeatable)
+  --manifest FILE    apply FILE instead of the provider's release manifest: another
+                     CCM (its image given with --image), with the provider's cloud;
+                     ${CLOUD_API_URL} and ${CLOUD_API_TOKEN} in it become the DO-like
+                     simulator's URL and token; the nodes' Pod network comes up at
+                     their pod CIDR (the CCM need not tolerate NotReady Nodes)
   --exec PROGRAM...  instead of the workload, run PROGRAM with the rest of the
                      arguments in the cluster's network namespace, with KUBECONFIG
                      naming an admin kubeconfig that works there; stop the cluster
@@ -74,6 +79,7 @@ struct Options {
     once: bool,
     kubeconfig: Option<PathBuf>,
     images: Vec<PathBuf>,
+    manifest: Option<PathBuf>,
     exec: Vec<String>,
 }
 
@@ -83,6 +89,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut once = false;
     let mut kubeconfig = None;
     let mut images = Vec::new();
+    let mut manifest = None;
     let mut exec = Vec::new();
     while let Some(arg) = args.next() {
         if arg == "--exec" {
@@ -120,6 +127,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--once" => once = true,
             "--kubeconfig" => kubeconfig = Some(PathBuf::from(value("--kubeconfig")?)),
             "--image" => images.push(PathBuf::from(value("--image")?)),
+            "--manifest" => manifest = Some(PathBuf::from(value("--manifest")?)),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -129,6 +137,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         once,
         kubeconfig,
         images,
+        manifest,
         exec,
     })
 }
@@ -169,16 +178,25 @@ fn workspace() -> PathBuf {
 /// Runs the cluster; the exit status (`--exec`'s program's, else 0).
 async fn run(options: &Options) -> Result<u8, String> {
     let provider = options.provider;
-    let archive = ccm_test::image::archive(&workspace(), provider.image);
-    if !archive.is_file() {
-        return Err(format!(
-            "no image archive {}: run scripts/images.sh --debug {}",
-            archive.display(),
-            provider.image
-        ));
-    }
     let started = std::time::Instant::now();
-    let mut builder = Cluster::builder().nodes(options.nodes).image(&archive);
+    let mut builder = Cluster::builder().nodes(options.nodes);
+    if options.manifest.is_some() {
+        // Another CCM may not run on NotReady Nodes (DigitalOcean's tolerates only the
+        // `uninitialized` taint), so its nodes' Pod network comes up at their pod CIDR, as
+        // with a network plugin that needs no cloud address, not after initialisation; its
+        // image comes with --image.
+        builder = builder.pod_network(ccm_test::cluster::PodNetwork::AtPodCidr);
+    } else {
+        let archive = ccm_test::image::archive(&workspace(), provider.image);
+        if !archive.is_file() {
+            return Err(format!(
+                "no image archive {}: run scripts/images.sh --debug {}",
+                archive.display(),
+                provider.image
+            ));
+        }
+        builder = builder.image(&archive);
+    }
     for image in &options.images {
         if !image.is_file() {
             return Err(format!("--image {}: no such file", image.display()));
@@ -193,24 +211,26 @@ async fn run(options: &Options) -> Result<u8, String> {
         ccm_test::KUBERNETES_VERSION
     );
 
-    let mut manifest = std::fs::read_to_string(
-        workspace().join(format!("releases/v{VERSION}/{}", provider.manifest)),
-    )
-    .map_err(|e| format!("reading the release manifest: {e}"))?;
-    manifest = manifest.replace(
-        &format!("image: ghcr.io/ccm-rs/{}:{VERSION}", provider.image),
-        &format!("image: localhost/{}:{VERSION}", provider.image),
-    );
-    if std::ptr::eq(provider, &DO_LIKE) {
-        let url = start_simulator(&cluster).await?;
-        manifest = manifest
-            .replace("token: REPLACE-ME", &format!("token: {TOKEN}"))
-            .replace(
-                "# apiUrl: http://do-like-api-simulator.example:8080",
-                &format!("apiUrl: {url}"),
-            );
-    }
-    println!("Applying releases/v{VERSION}/{}:", provider.manifest);
+    let url = if std::ptr::eq(provider, &DO_LIKE) {
+        Some(start_simulator(&cluster).await?)
+    } else {
+        None
+    };
+    let (name, manifest) = match &options.manifest {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--manifest {}: {e}", path.display()))?;
+            (
+                path.display().to_string(),
+                other_manifest(text, url.as_deref())?,
+            )
+        }
+        None => (
+            format!("releases/v{VERSION}/{}", provider.manifest),
+            release_manifest(provider, url.as_deref())?,
+        ),
+    };
+    println!("Applying {name}:");
     print!("{}", cluster.apply(&manifest).map_err(|e| e.to_string())?);
     cluster
         .wait_initialised(WAIT)
@@ -221,24 +241,27 @@ async fn run(options: &Options) -> Result<u8, String> {
         started.elapsed().as_secs_f64()
     );
 
+    // (Another CCM's Pods carry labels of its own: its initialised Nodes are the sign.)
+    let ours = options.manifest.is_none();
     wait_for(&cluster, "the CCM's Pods ready", || {
-        kubectl_out(
-            &cluster,
-            &[
-                "get",
-                "pods",
-                "-n",
-                "kube-system",
-                "-l",
-                "app=cloud-controller-manager",
-                "-o",
-                "jsonpath={.items[*].status.containerStatuses[*].ready}",
-            ],
-        )
-        .is_ok_and(|ready| {
-            let ready: Vec<&str> = ready.split_whitespace().collect();
-            !ready.is_empty() && ready.iter().all(|r| *r == "true")
-        })
+        !ours
+            || kubectl_out(
+                &cluster,
+                &[
+                    "get",
+                    "pods",
+                    "-n",
+                    "kube-system",
+                    "-l",
+                    "app=cloud-controller-manager",
+                    "-o",
+                    "jsonpath={.items[*].status.containerStatuses[*].ready}",
+                ],
+            )
+            .is_ok_and(|ready| {
+                let ready: Vec<&str> = ready.split_whitespace().collect();
+                !ready.is_empty() && ready.iter().all(|r| *r == "true")
+            })
     })
     .await?;
     if !options.exec.is_empty() {
@@ -324,6 +347,46 @@ fn stop(cluster: Cluster) {
     let stopping = std::time::Instant::now();
     drop(cluster);
     eprintln!("stopped in {:.1} s", stopping.elapsed().as_secs_f64());
+}
+
+/// The provider's release manifest with what its comments ask a user to set: the image
+/// (built here), and for the DO-like cloud the simulator's token and URL.
+fn release_manifest(provider: &Provider, url: Option<&str>) -> Result<String, String> {
+    let mut manifest = std::fs::read_to_string(
+        workspace().join(format!("releases/v{VERSION}/{}", provider.manifest)),
+    )
+    .map_err(|e| format!("reading the release manifest: {e}"))?;
+    manifest = manifest.replace(
+        &format!("image: ghcr.io/ccm-rs/{}:{VERSION}", provider.image),
+        &format!("image: localhost/{}:{VERSION}", provider.image),
+    );
+    if let Some(url) = url {
+        manifest = manifest
+            .replace("token: REPLACE-ME", &format!("token: {TOKEN}"))
+            .replace(
+                "# apiUrl: http://do-like-api-simulator.example:8080",
+                &format!("apiUrl: {url}"),
+            );
+    }
+    Ok(manifest)
+}
+
+/// Another CCM's manifest (`--manifest`) with `${CLOUD_API_URL}` and `${CLOUD_API_TOKEN}`
+/// replaced by the simulator's URL and token; an error if it names them and there is no
+/// simulator (the fake provider).
+fn other_manifest(text: String, url: Option<&str>) -> Result<String, String> {
+    let uses = |name: &str| text.contains(&format!("${{{name}}}"));
+    match url {
+        Some(url) => Ok(text
+            .replace("${CLOUD_API_URL}", url)
+            .replace("${CLOUD_API_TOKEN}", TOKEN)),
+        None if uses("CLOUD_API_URL") || uses("CLOUD_API_TOKEN") => Err(
+            "--manifest names ${CLOUD_API_URL} or ${CLOUD_API_TOKEN}, which only \
+             --provider do-like has (its simulator)"
+                .to_owned(),
+        ),
+        None => Ok(text),
+    }
 }
 
 /// Runs `program args` in the cluster's namespace with an in-cluster admin kubeconfig in
@@ -616,7 +679,7 @@ async fn wait_for_stop() {
 mod tests {
     use std::path::PathBuf;
 
-    use super::parse;
+    use super::{TOKEN, other_manifest, parse};
 
     fn args(list: &[&str]) -> impl Iterator<Item = String> {
         list.iter()
@@ -637,6 +700,7 @@ mod tests {
             "--image",
             "a.tar",
             "--image=b.tar",
+            "--manifest=theirs.yaml",
             "--exec",
             "e2e.test",
             "--provider=aws",
@@ -652,6 +716,7 @@ mod tests {
             ["e2e.test", "--provider=aws", "--nodes=9"],
             "everything after --exec is the program's"
         );
+        assert_eq!(options.manifest, Some(PathBuf::from("theirs.yaml")));
         assert_eq!(options.nodes, 2);
         for (bad, says) in [
             (&["--provider=fake", "--exec"][..], "needs a program"),
@@ -663,5 +728,25 @@ mod tests {
             let error = parse(args(bad)).err().unwrap();
             assert!(error.contains(says), "{bad:?}: {error}");
         }
+    }
+
+    #[test]
+    fn another_manifest_gets_the_simulators_url_and_token() {
+        let theirs = "env: [{name: DO_OVERRIDE_URL, value: \"${CLOUD_API_URL}\"}]\n\
+                      token: \"${CLOUD_API_TOKEN}\"\n";
+        let rendered = other_manifest(theirs.to_owned(), Some("http://10.88.0.1:8080")).unwrap();
+        assert_eq!(
+            rendered,
+            format!(
+                "env: [{{name: DO_OVERRIDE_URL, value: \"http://10.88.0.1:8080\"}}]\n\
+                 token: \"{TOKEN}\"\n"
+            )
+        );
+        let error = other_manifest(theirs.to_owned(), None).unwrap_err();
+        assert!(error.contains("only --provider do-like"), "{error}");
+        assert_eq!(
+            other_manifest("kind: Pod\n".to_owned(), None).unwrap(),
+            "kind: Pod\n"
+        );
     }
 }

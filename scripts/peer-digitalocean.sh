@@ -5,6 +5,7 @@
 #
 #   scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]
 #   scripts/peer-digitalocean.sh SOURCE_DIR --e2e [--subset | --focus RE]
+#   scripts/peer-digitalocean.sh SOURCE_DIR --swap-in-cluster
 #
 # SOURCE_DIR is a checkout of github.com/digitalocean/digitalocean-cloud-controller-manager
 # (its modules are vendored: it builds offline). The binary is built once per commit, static,
@@ -30,6 +31,11 @@
 # here, and DO_OVERRIDE_URL and REGION in its env; scripts/e2e-upstream.sh then runs
 # Kubernetes' LoadBalancers specs against it (the rest of the arguments are its own), with
 # the DO-like simulator and data plane as the cloud. Needs root and buildah.
+#
+# With --swap-in-cluster: ours installed in a real cluster from our release manifest, two
+# LoadBalancer Services served by it, then ours deleted and DigitalOcean's applied from its
+# manifest as above, with requests running through both load balancers all along
+# (scripts/lib/swap-to-digitalocean.sh): the same IDs and addresses, no request failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,10 +43,12 @@ source_dir="${1:?usage: scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]}
 shift
 record=""
 e2e=false
+swap_in_cluster=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --record) record="${2:?--record needs a FILE}"; shift 2 ;;
     --e2e) e2e=true; shift; break ;;
+    --swap-in-cluster) swap_in_cluster=true; shift ;;
     *) echo "peer-digitalocean: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -62,7 +70,9 @@ if [ "$commit" = unknown ] || [ ! -x "$do_ccm" ]; then
   mv "$do_ccm.tmp" "$do_ccm"
 fi
 
-if $e2e; then
+# Its image (FROM scratch) and its release manifest pointed at the simulator, into $archive,
+# $image and $manifest.
+image_and_manifest() {
   version="$(tr -d ' \n' <"$source_dir/VERSION")"
   version="${version#v}"
   release="$source_dir/releases/digitalocean-cloud-controller-manager/v$version.yml"
@@ -109,8 +119,22 @@ print("# DigitalOcean's CCM release manifest, pointed at the DO-like simulator b
 print("# scripts/peer-digitalocean.sh --e2e.")
 print(secret.rstrip() + "\n" + release)
 EOF
+}
+
+if $e2e; then
+  image_and_manifest
   echo "peer-digitalocean: running Kubernetes' LoadBalancers specs against DigitalOcean's CCM $version ($commit)" >&2
   exec scripts/e2e-upstream.sh --manifest "$manifest" --image "$archive" "$@"
+fi
+if $swap_in_cluster; then
+  image_and_manifest
+  KUBEBUILDER_ASSETS="$(tools/control-plane/build.sh)"
+  scripts/images.sh --debug --platform linux/amd64 do-like-cloud-controller-manager do-like-api-simulator
+  cargo build --quiet -p ccm-local-control-plane --bin ccm-local-cluster
+  target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+  echo "peer-digitalocean: ours, then DigitalOcean's CCM $version ($commit), in a real cluster" >&2
+  exec "$target_dir/debug/ccm-local-cluster" --provider do-like --nodes 3 --once --image "$archive" \
+    --exec "$PWD/scripts/lib/swap-to-digitalocean.sh" "$KUBEBUILDER_ASSETS/kubectl" "$manifest"
 fi
 
 # shellcheck source=scripts/lib/local-cluster.sh
@@ -120,17 +144,8 @@ build_and_start_cluster ccm-peer-do -p ccm-do-like-cloud -p ccm-do-like-simulato
 python3 -c 'import secrets; print(secrets.token_hex(16))' >"$work/token"
 python3 -c 'import secrets; print(secrets.token_hex(16))' >"$work/admin-token"
 chmod 600 "$work/token" "$work/admin-token"
-"$target_dir/debug/do-like-api-simulator" --listen 127.0.0.1:0 --token-file "$work/token" \
-  --admin-token-file "$work/admin-token" --droplets 3 --lb-activation-ms 1000 \
-  >"$work/simulator.out" 2>"$work/simulator.log" &
-pids+=($!)
-api_url=""
-for _ in $(seq 1 100); do
-  api_url="$(sed -n 's/^listening on //p' "$work/simulator.out")"
-  [ -n "$api_url" ] && break
-  sleep 0.1
-done
-[ -n "$api_url" ] || { cat "$work/simulator.log" >&2; exit 1; }
+start_simulator --token-file "$work/token" --admin-token-file "$work/admin-token" \
+  --droplets 3 --lb-activation-ms 1000
 
 # The simulator's /admin/stats, or one field of it.
 stats() {

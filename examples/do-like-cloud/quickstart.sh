@@ -21,18 +21,8 @@ say "starting do-like-api-simulator (three droplets: node-1, node-2, node-3)"
 # A random token, in a file only the simulator and the CCM read; it is never printed.
 python3 -c 'import secrets; print(secrets.token_hex(16))' >"$work/token"
 chmod 600 "$work/token"
-"$target_dir/debug/do-like-api-simulator" --listen 127.0.0.1:0 --token-file "$work/token" \
-  --state-file "$work/simulator-state.json" --droplets 3 --lb-activation-ms 1500 \
-  >"$work/simulator.out" 2>"$work/simulator.log" &
-pids+=($!)
-api_url=""
-for _ in $(seq 1 100); do
-  api_url="$(sed -n 's/^listening on //p' "$work/simulator.out")"
-  [ -n "$api_url" ] && break
-  kill -0 "${pids[1]}" 2>/dev/null || { cat "$work/simulator.log" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$api_url" ] || { echo "the simulator did not start" >&2; exit 1; }
+start_simulator --token-file "$work/token" --state-file "$work/simulator-state.json" \
+  --droplets 3 --lb-activation-ms 1500
 
 say "starting do-like-cloud-controller-manager against $api_url"
 cat >"$work/cloud.yaml" <<EOF

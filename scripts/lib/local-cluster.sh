@@ -1,9 +1,13 @@
-# Shared by scripts/demo.sh and examples/do-like-cloud/quickstart.sh (sourced, from the
+# Shared by scripts/demo.sh, examples/do-like-cloud/quickstart.sh and
+# scripts/peer-digitalocean.sh (sourced, from the
 # repository root, under `set -euo pipefail`): messages, the build, a work folder cleaned
 # up on exit with every started process, and a local control plane.
 #
 #   build_and_start_cluster WORK_PREFIX CARGO_BUILD_ARGS...
 #     sets KUBEBUILDER_ASSETS, target_dir, kubectl, work, KUBECONFIG; appends to pids.
+#   start_simulator ARGS...
+#     starts do-like-api-simulator on 127.0.0.1 with ARGS (the token files, droplets, ...),
+#     logging to $work/simulator.log; sets api_url, appends to pids.
 #   register_nodes PREFIX COUNT
 #     creates Nodes PREFIX1 .. PREFIXCOUNT as kubelets with --cloud-provider=external
 #     register them: tainted uninitialized, pod CIDR 10.244.N.0/24, no provider ID.
@@ -49,6 +53,23 @@ build_and_start_cluster() {
     sleep 0.1
   done
   export KUBECONFIG="$work/kubeconfig"
+}
+
+start_simulator() {
+  "$target_dir/debug/do-like-api-simulator" --listen 127.0.0.1:0 "$@" \
+    >"$work/simulator.out" 2>"$work/simulator.log" &
+  local pid=$!
+  pids+=("$pid")
+  api_url=""
+  for _ in $(seq 1 100); do
+    api_url="$(sed -n 's/^listening on //p' "$work/simulator.out")"
+    [ -n "$api_url" ] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$work/simulator.log" >&2
+  echo "the simulator did not start" >&2
+  exit 1
 }
 
 register_nodes() {

@@ -48,8 +48,9 @@ forward to the Nodes, and a request is sent through one. Needs root.
                      their pod CIDR (the CCM need not tolerate NotReady Nodes)
   --exec PROGRAM...  instead of the workload, run PROGRAM with the rest of the
                      arguments in the cluster's network namespace, with KUBECONFIG
-                     naming an admin kubeconfig that works there; stop the cluster
-                     when it ends and exit with its status
+                     naming an admin kubeconfig that works there (and CLOUD_API_URL,
+                     CLOUD_API_TOKEN, CLOUD_API_ADMIN_TOKEN: the simulator's); stop the
+                     cluster when it ends and exit with its status
 ";
 
 /// A bundled provider: its release manifest and images.
@@ -265,7 +266,7 @@ async fn run(options: &Options) -> Result<u8, String> {
     })
     .await?;
     if !options.exec.is_empty() {
-        let status = exec(&cluster, &options.exec).await;
+        let status = exec(&cluster, &options.exec, url.as_deref()).await;
         stop(cluster);
         return status;
     }
@@ -390,20 +391,26 @@ fn other_manifest(text: String, url: Option<&str>) -> Result<String, String> {
 }
 
 /// Runs `program args` in the cluster's namespace with an in-cluster admin kubeconfig in
-/// `KUBECONFIG`; its exit status (1 if killed by a signal). On Ctrl-C or SIGTERM the program
+/// `KUBECONFIG` (and with the DO-like cloud, the simulator's `CLOUD_API_URL`,
+/// `CLOUD_API_TOKEN` and `CLOUD_API_ADMIN_TOKEN`); its exit status (1 if killed by a signal). On Ctrl-C or SIGTERM the program
 /// gets SIGTERM (and SIGKILL after [`EXEC_GRACE`]), and the cluster is stopped after it:
 /// 130 or 143.
-async fn exec(cluster: &Cluster, command: &[String]) -> Result<u8, String> {
+async fn exec(cluster: &Cluster, command: &[String], api_url: Option<&str>) -> Result<u8, String> {
     use tokio::signal::unix::{SignalKind, signal};
     let kubeconfig = cluster.kubeconfig_in_cluster().map_err(|e| e.to_string())?;
     println!(
         "\n$ {}   (in the cluster's network namespace)",
         command.join(" ")
     );
-    let mut child = cluster
-        .command(&command[0])
-        .args(&command[1..])
-        .env("KUBECONFIG", &kubeconfig)
+    let mut child = cluster.command(&command[0]);
+    child.args(&command[1..]).env("KUBECONFIG", &kubeconfig);
+    if let Some(url) = api_url {
+        child
+            .env("CLOUD_API_URL", url)
+            .env("CLOUD_API_TOKEN", TOKEN)
+            .env("CLOUD_API_ADMIN_TOKEN", ADMIN_TOKEN);
+    }
+    let mut child = child
         .spawn()
         .map_err(|e| format!("running {}: {e}", command[0]))?;
     let mut terminate =

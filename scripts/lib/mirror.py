@@ -25,6 +25,8 @@ stale for cargo. This holds for runs one at a time on one DEST (`.ci/run` holds 
 the cache), with nothing else writing in DEST or building in its target folder.
 
     mirror.py SOURCE DEST       # prints what it copied and removed
+
+It then checks that Git sees the same work tree in both (`git status`), and fails if not.
 """
 
 import filecmp
@@ -45,6 +47,18 @@ def listed(tree):
     ).stdout
     paths = {p.decode() for p in out.split(b"\0") if p}
     return {p for p in paths if os.path.lexists(os.path.join(tree, p))}
+
+
+def status_of(tree):
+    """`git status --porcelain` of `tree`: its changes against the index, and untracked
+    files."""
+    return subprocess.run(
+        ["git", "--no-optional-locks", "-C", tree, "status", "--porcelain",
+         "--untracked-files=all"],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
 
 
 def walk(top):
@@ -145,6 +159,14 @@ def main():
     prune_empty(git_dst)
     copied, removed = sync(source, dest, files, listed(dest))
     prune_empty(dest)
+    # The proof: Git sees the same work tree in both (what differs from the commit, and the
+    # untracked files), comparing contents where the file times differ.
+    status = [status_of(tree) for tree in (source, dest)]
+    if status[0] != status[1]:
+        sys.exit(
+            f"mirror: {dest} differs from {source}: git status there says\n{status[1]}\n"
+            f"and here\n{status[0]}"
+        )
     print(
         f"mirror: {dest} is {source}: {copied} of {len(files)} files written, {removed} removed "
         f"(.git: {git_copied} written, {git_removed} removed); the others keep their times",

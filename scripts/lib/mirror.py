@@ -16,7 +16,7 @@ untracked ones it does not ignore) and the whole `.git` folder. A file of DEST w
 and executable bit are those of SOURCE is not touched; any other is written (its time: now).
 What goes: every file of DEST that Git lists there (tracked or untracked, not ignored) and
 SOURCE does not have, and any file of DEST's `.git` that SOURCE's lacks. Ignored files stay
-(`target/images/`, Python's caches): they are the run's outputs, which it rebuilds.
+(`target/images/`): they are the run's outputs, which it rebuilds.
 
 Why that is safe: a file's time is when this script last wrote it, at the start of a run,
 and it is not rewritten while its content stays; so every build of DEST made since was made

@@ -161,15 +161,7 @@ EOF
 }
 
 # The requests sent since FILE was written (`stats requests` then), by route: count.
-requests_since() {
-  stats requests | python3 -c '
-import json, sys
-before, after = json.load(open(sys.argv[1])), json.load(sys.stdin)
-for key in sorted(after):
-    if after[key] != before.get(key, 0):
-        print(f"{key}: {after[key] - before.get(key, 0)}")
-' "$1" >&2
-}
+requests_since() { request_delta "$(cat "$1")" "$(stats requests)" >&2; }
 
 say "starting DigitalOcean's CCM ($commit) against $api_url"
 do_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -225,10 +217,6 @@ spec:
   ports: [{name: tcp, port: 8443, targetPort: 8443}]
 EOF
 
-# "name id ip" of each Service's load balancer, as the Service shows it.
-service_lbs() {
-  "$kubectl" get services -o jsonpath='{range .items[?(@.spec.type=="LoadBalancer")]}{.metadata.name} {.metadata.annotations.kubernetes\.digitalocean\.com/load-balancer-id} {.status.loadBalancer.ingress[0].ip}{"\n"}{end}' | sort
-}
 wait_converged() { # wait_converged WHO LOG SERVICES
   for _ in $(seq 1 600); do
     initialized=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.spec.providerID}{"\n"}{end}' | grep -c '^digitalocean://' || true)

@@ -8,6 +8,12 @@
 #   start_simulator ARGS...
 #     starts do-like-api-simulator on 127.0.0.1 with ARGS (the token files, droplets, ...),
 #     logging to $work/simulator.log; sets api_url, appends to pids.
+#   service_lbs
+#     prints "name id ip" of each LoadBalancer Service (with $kubectl): its DigitalOcean
+#     load balancer ID annotation and its ingress address.
+#   request_delta BEFORE AFTER
+#     prints "route: count" of each route whose count (JSON objects of the simulator's
+#     /admin/stats "requests") grew from BEFORE to AFTER.
 #   register_nodes PREFIX COUNT
 #     creates Nodes PREFIX1 .. PREFIXCOUNT as kubelets with --cloud-provider=external
 #     register them: tainted uninitialized, pod CIDR 10.244.N.0/24, no provider ID.
@@ -70,6 +76,20 @@ start_simulator() {
   cat "$work/simulator.log" >&2
   echo "the simulator did not start" >&2
   exit 1
+}
+
+service_lbs() {
+  "$kubectl" get services -o jsonpath='{range .items[?(@.spec.type=="LoadBalancer")]}{.metadata.name} {.metadata.annotations.kubernetes\.digitalocean\.com/load-balancer-id} {.status.loadBalancer.ingress[0].ip}{"\n"}{end}' | sort
+}
+
+request_delta() {
+  python3 -c '
+import json, sys
+before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+for key in sorted(after):
+    if after[key] != before.get(key, 0):
+        print(f"{key}: {after[key] - before.get(key, 0)}")
+' "$1" "$2"
 }
 
 register_nodes() {

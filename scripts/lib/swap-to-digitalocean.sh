@@ -20,7 +20,9 @@ set -euo pipefail
 kubectl="${1:?usage: swap-to-digitalocean.sh KUBECTL MANIFEST}"
 manifest="${2:?usage: swap-to-digitalocean.sh KUBECTL MANIFEST}"
 : "${CLOUD_API_URL:?}" "${CLOUD_API_TOKEN:?}" "${CLOUD_API_ADMIN_TOKEN:?}"
-say() { printf '\n==> %s\n' "$*" >&2; }
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/lib/local-cluster.sh
+source scripts/lib/local-cluster.sh # say, service_lbs, request_delta
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
@@ -29,10 +31,6 @@ stats() { # the simulator's request counts by route
     python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["requests"], sort_keys=True))'
 }
 count() { python3 -c 'import json, sys; print(json.loads(sys.argv[1]).get(sys.argv[2], 0))' "$1" "$2"; }
-# "name id ip" of each LoadBalancer Service, as the Service shows it.
-service_lbs() {
-  "$kubectl" get services -o jsonpath='{range .items[?(@.spec.type=="LoadBalancer")]}{.metadata.name} {.metadata.annotations.kubernetes\.digitalocean\.com/load-balancer-id} {.status.loadBalancer.ingress[0].ip}{"\n"}{end}' | sort
-}
 
 say "ours: a web Deployment and two LoadBalancer Services"
 "$kubectl" apply -f - >&2 <<'EOF'
@@ -106,13 +104,7 @@ wait 2>/dev/null || true
 say "Services before and after (name, load balancer ID, address)"
 diff <(echo "$before") <(echo "$after") >&2 && echo "$after" >&2
 say "requests DigitalOcean's CCM sent to the cloud after the swap"
-python3 -c '
-import json, sys
-before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-for key in sorted(after):
-    if after[key] != before.get(key, 0):
-        print(f"{key}: {after[key] - before.get(key, 0)}")
-' "$stats_before" "$stats_after" >&2
+request_delta "$stats_before" "$stats_after" >&2
 answered=$(cat "$work"/requests-* | grep -c '^ok' || true)
 failed=$(cat "$work"/requests-* | grep -c '^failed' || true)
 created=$(( $(count "$stats_after" "POST /v2/load_balancers") - $(count "$stats_before" "POST /v2/load_balancers") ))

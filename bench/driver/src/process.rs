@@ -111,7 +111,7 @@ impl Process {
 
     /// Peak resident memory so far (VmHWM), in MiB.
     pub(crate) fn peak_rss_mib(&self) -> Result<f64> {
-        proc_status_mib(self.pid(), "VmHWM:")
+        proc_status_mib(self.pid(), "VmHWM")
     }
 
     /// An error with the log's tail if the process has exited.
@@ -251,7 +251,7 @@ impl RssSampler {
             let (samples, stop) = (samples.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let Ok(mib) = proc_status_mib(pid, "VmRSS:") else {
+                    let Ok(mib) = proc_status_mib(pid, "VmRSS") else {
                         break;
                     };
                     samples
@@ -293,44 +293,14 @@ impl Drop for RssSampler {
     }
 }
 
-/// CPU seconds (user + system) of `pid` so far, from `/proc/<pid>/stat`.
+/// CPU seconds (user + system) of `pid` so far.
 pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the `(comm)`, which may hold spaces: state is field 3; utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    Ok((field(11) + field(12)) / clock_ticks())
+    Ok(ccm_test::process::cpu_seconds(pid)?)
 }
 
-/// A `kB` line of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`), in MiB.
+/// A `kB` line of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in MiB.
 fn proc_status_mib(pid: u32, key: &str) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .ok_or_else(|| format!("no {key} in /proc/{pid}/status"))?;
-    Ok(kib / 1024.0)
-}
-
-/// `sysconf(_SC_CLK_TCK)` via `getconf` (no unsafe code); 100 when unknown.
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
+    Ok(ccm_test::process::status_mib(pid, key)?)
 }
 
 #[cfg(test)]

@@ -46,7 +46,6 @@ nodesAreInstances: true
 # apiUrl: http://do-like-api-simulator.example:8080
 tokenFile: /etc/do-like-token/token
 region: nyc1
-requestsPerSecond: 10
 cacheTtlSeconds: 10
 {{- end -}}
 {{- end -}}

@@ -77,6 +77,9 @@ pub(crate) fn describe_err(e: &CloudError) -> String {
         CloudError::InstanceNotFound => "InstanceNotFound".into(),
         CloudError::ImplementedElsewhere => "ImplementedElsewhere".into(),
         CloudError::RetryAfter { message, after } => format!("RetryAfter({after:?}): {message}"),
+        CloudError::Provisioning { message, after } => {
+            format!("Provisioning({after:?}): {message}")
+        }
         other if other.is_not_owned() => format!("NotOwned: {other}"),
         other => format!("Provider error: {}", other.chain_to_string()),
     }
@@ -591,7 +594,9 @@ impl Ctx {
                 )
                 .await
             {
-                Err(CloudError::RetryAfter { after, .. }) => {
+                Err(
+                    CloudError::RetryAfter { after, .. } | CloudError::Provisioning { after, .. },
+                ) => {
                     // The service controller calls again after exactly `after`; the check's
                     // timeout bounds the wait.
                     self.set_step(format!("{step}: waiting {after:?} after RetryAfter"));

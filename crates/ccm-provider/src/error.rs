@@ -23,6 +23,7 @@ pub type CloudResult<T> = Result<T, CloudError>;
 /// | [`InstanceNotFound`](Self::InstanceNotFound) | `cloudprovider.InstanceNotFound` | lifecycle: the instance is gone, the Node is deleted; node init: retry |
 /// | [`ImplementedElsewhere`](Self::ImplementedElsewhere) | `cloudprovider.ImplementedElsewhere` | service: another controller owns this load balancer; success with no status |
 /// | [`RetryAfter`](Self::RetryAfter) | `api.RetryError` | retry after exactly that delay, with no backoff growth |
+/// | [`Provisioning`](Self::Provisioning) | none (an error: a `SyncLoadBalancerFailed` Warning and a backoff) | service: the load balancer exists and the cloud is still bringing it up; no Warning, no second `EnsuringLoadBalancer`, the Service is looked at again after exactly that delay; elsewhere as `RetryAfter` |
 /// | [`NotOwned`](Self::NotOwned) | none (Go has no such rule) | service: the load balancer a user-written hint leads to is not this Service's; a `LoadBalancerNotOwned` Warning, no status; ensure and update retry with backoff, deletion finishes without touching it |
 /// | [`Provider`](Self::Provider) | any other error | a Warning event and a retry with backoff |
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +48,26 @@ pub enum CloudError {
         /// What happened, for the event and the log.
         message: String,
         /// How long to wait before the next attempt.
+        after: Duration,
+    },
+
+    /// The load balancer exists and the cloud is still bringing it up (DigitalOcean's `new`,
+    /// AWS's `provisioning`): not a failure. Look again after `after`, the provider's
+    /// estimate of when it is worth looking (it knows its cloud's activation times, or backs
+    /// off by how long the load balancer has been provisioning); build it with
+    /// [`CloudError::provisioning`].
+    ///
+    /// From `ensure_load_balancer`, the service controller writes no status yet, records no
+    /// Warning (Go's providers return an error here, which becomes a
+    /// `SyncLoadBalancerFailed` Warning on every new load balancer), does not repeat
+    /// `EnsuringLoadBalancer` when it comes back, and leaves the Service's backoff as it is;
+    /// the worker is free meanwhile, so other Services' load balancers are created while this
+    /// one comes up. From any other call it is [`RetryAfter`](Self::RetryAfter).
+    #[error("{message} (still provisioning; looking again in {after:?})")]
+    Provisioning {
+        /// What is being waited for, for the log.
+        message: String,
+        /// How long until the next look.
         after: Duration,
     },
 
@@ -125,6 +146,24 @@ impl CloudError {
         }
     }
 
+    /// A [`CloudError::Provisioning`] error: the load balancer is still coming up; look
+    /// again after `after`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use ccm_core::provider::CloudError;
+    /// let err = CloudError::provisioning("load balancer 4de7 is new", Duration::from_secs(2));
+    /// assert!(err.is_provisioning());
+    /// assert_eq!(err.retry_after_delay(), Some(Duration::from_secs(2)));
+    /// ```
+    pub fn provisioning(message: impl Into<String>, after: Duration) -> Self {
+        Self::Provisioning {
+            message: message.into(),
+            after,
+        }
+    }
+
     /// A [`CloudError::NotOwned`] error: `load_balancer` is what the hint names (cut to 128
     /// bytes), `conflict` what conflicts (cut to 512), with [`echo::cut`](crate::echo::cut);
     /// a cut text ends with `…` and the number of bytes cut, so a 100 kB annotation value never reaches an event or a log line
@@ -172,10 +211,16 @@ impl CloudError {
         matches!(self, Self::NotOwned { .. })
     }
 
-    /// The fixed delay a [`CloudError::RetryAfter`] asks for; `None` for every other kind.
+    /// Whether this is [`CloudError::Provisioning`].
+    pub fn is_provisioning(&self) -> bool {
+        matches!(self, Self::Provisioning { .. })
+    }
+
+    /// The fixed delay a [`CloudError::RetryAfter`] or a [`CloudError::Provisioning`] asks
+    /// for; `None` for every other kind.
     pub fn retry_after_delay(&self) -> Option<Duration> {
         match self {
-            Self::RetryAfter { after, .. } => Some(*after),
+            Self::RetryAfter { after, .. } | Self::Provisioning { after, .. } => Some(*after),
             _ => None,
         }
     }

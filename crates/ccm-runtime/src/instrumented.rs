@@ -174,6 +174,7 @@ fn result_label<T>(result: &CloudResult<T>) -> &'static str {
         Err(CloudError::InstanceNotFound) => "instance_not_found",
         Err(CloudError::ImplementedElsewhere) => "implemented_elsewhere",
         Err(CloudError::RetryAfter { .. }) => "retry_after",
+        Err(CloudError::Provisioning { .. }) => "provisioning",
         Err(_) => "error",
     }
 }

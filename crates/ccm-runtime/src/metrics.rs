@@ -203,8 +203,8 @@ impl Metrics {
     /// `method` is the trait method's name (`instance_metadata`, `ensure_load_balancer`…);
     /// [`LoadBalancer::get_load_balancer_name`](ccm_provider::LoadBalancer::get_load_balancer_name) is not a cloud call and is not counted.
     /// `result` is `success`, or the [`CloudError`](ccm_provider::CloudError) kind: `not_implemented`,
-    /// `instance_not_found`, `implemented_elsewhere`, `retry_after`, `error`; or
-    /// `cancelled` when the caller dropped the call before it finished.
+    /// `instance_not_found`, `implemented_elsewhere`, `retry_after`, `provisioning`, `error`;
+    /// or `cancelled` when the caller dropped the call before it finished.
     pub fn instrument(&self, provider: Arc<dyn CloudProvider>) -> Arc<dyn CloudProvider> {
         self.wrap(provider, crate::client::Fence::open())
     }

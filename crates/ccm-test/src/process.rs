@@ -141,6 +141,24 @@ impl CcmProcess {
         self.child.id()
     }
 
+    /// The CPU time (user + system seconds) it has used so far ([`cpu_seconds`]).
+    ///
+    /// # Errors
+    ///
+    /// When `/proc` cannot be read (the process was already waited for).
+    pub fn cpu_seconds(&self) -> std::io::Result<f64> {
+        cpu_seconds(self.id())
+    }
+
+    /// Its peak resident memory so far (`VmHWM`), in MiB ([`status_mib`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`cpu_seconds`](Self::cpu_seconds).
+    pub fn peak_rss_mib(&self) -> std::io::Result<f64> {
+        status_mib(self.id(), "VmHWM")
+    }
+
     /// What the process wrote to its standard error so far ("" before it wrote anything).
     pub fn log(&self) -> String {
         read_log(&self.log)
@@ -295,6 +313,47 @@ impl CcmProcess {
         })
         .await
     }
+}
+
+/// The CPU time (user + system seconds) process `pid` has used so far, from
+/// `/proc/<pid>/stat`: what a benchmark reads of a process it did not start as a
+/// [`CcmProcess`] (an API server, etcd).
+///
+/// # Errors
+///
+/// When the file cannot be read (no such process).
+pub fn cpu_seconds(pid: u32) -> std::io::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the `(comm)`, which may hold spaces: state is field 3; utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((field(11) + field(12)) / rustix::param::clock_ticks_per_second() as f64)
+}
+
+/// A `kB` line of `/proc/<pid>/status` (`key` is e.g. `VmRSS` or `VmHWM`), in MiB.
+///
+/// # Errors
+///
+/// When the file cannot be read (no such process) or has no such line.
+pub fn status_mib(pid: u32, key: &str) -> std::io::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("no {key} line in /proc/{pid}/status"),
+            )
+        })?;
+    Ok(kib / 1024.0)
 }
 
 impl Drop for CcmProcess {

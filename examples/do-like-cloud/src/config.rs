@@ -14,7 +14,8 @@ use crate::api::{ApiToken, ClientOptions};
 /// apiUrl: http://127.0.0.1:8080   # http(s)://host[:port][/path]; default https://api.digitalocean.com
 /// tokenFile: /etc/do-like/token   # or tokenEnv: DO_LIKE_TOKEN (exactly one)
 /// region: nyc1                    # the region of new load balancers
-/// requestsPerSecond: 10           # client-side rate limit
+/// requestsPerSecond: 4.17         # client-side rate limit, once the burst is spent (250 a minute)
+/// burst: 250                      # requests sent at once before that
 /// cacheTtlSeconds: 10             # how long one droplet list answers lookups (0..=3600)
 /// timeoutSeconds: 10              # 1..=3600
 /// maxRetryAfterSeconds: 10        # longer Retry-After waits go back to the controller (0..=3600)
@@ -45,9 +46,14 @@ pub struct DoLikeConfig {
     /// The region of new load balancers.
     #[serde(default = "default_region")]
     pub region: String,
-    /// Client-side rate limit.
+    /// Client-side rate limit, once [`burst`](Self::burst) is spent; DigitalOcean's 250
+    /// requests a minute by default ([`ClientOptions::DEFAULT_REQUESTS_PER_SECOND`]).
     #[serde(default = "default_rps")]
     pub requests_per_second: f64,
+    /// Requests sent at once before they are paced (1..=5000); DigitalOcean's minute of 250
+    /// by default ([`ClientOptions::DEFAULT_BURST`]).
+    #[serde(default = "default_burst")]
+    pub burst: u32,
     /// The droplet-list cache's TTL.
     #[serde(default = "default_ttl")]
     pub cache_ttl_seconds: u64,
@@ -69,7 +75,10 @@ fn default_region() -> String {
     "nyc1".into()
 }
 fn default_rps() -> f64 {
-    10.0
+    ClientOptions::DEFAULT_REQUESTS_PER_SECOND
+}
+fn default_burst() -> u32 {
+    ClientOptions::DEFAULT_BURST
 }
 fn default_ttl() -> u64 {
     10
@@ -131,6 +140,9 @@ impl DoLikeConfig {
                 ));
             }
         }
+        if !(1..=5000).contains(&parsed.burst) {
+            return Err(config.invalid("burst", "must be between 1 and 5000"));
+        }
         if !(1..=200).contains(&parsed.per_page) {
             return Err(config.invalid("perPage", "must be between 1 and 200"));
         }
@@ -169,6 +181,7 @@ impl DoLikeConfig {
     pub fn client_options(&self, token: ApiToken) -> ClientOptions {
         let mut opts = ClientOptions::new(self.api_url.clone(), token);
         opts.requests_per_second = self.requests_per_second;
+        opts.burst = self.burst;
         opts.cache_ttl = Duration::from_secs(self.cache_ttl_seconds);
         opts.timeout = Duration::from_secs(self.timeout_seconds);
         opts.max_retry_after = Duration::from_secs(self.max_retry_after_seconds);

@@ -56,6 +56,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use async_trait::async_trait;
 use ccm_core::provider::{
     CloudError, CloudResult, LoadBalancer, LoadBalancerPlan, ServiceAnnotator,
@@ -68,9 +70,30 @@ use crate::annotations::{
 };
 use crate::api::{
     ForwardingRule, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LoadBalancerObject,
-    LoadBalancerRequest,
+    LoadBalancerRequest, SeenLoadBalancer,
 };
 use crate::{DoLikeCloud, cloud_error};
+
+/// How long after a load balancer was first seen `new` it is looked at again.
+const FIRST_ACTIVATION_LOOK: Duration = Duration::from_secs(1);
+/// The longest wait between two looks at a load balancer that is still `new`.
+const LONGEST_ACTIVATION_LOOK: Duration = Duration::from_secs(30);
+
+/// How long until a load balancer still `new` at its last look is due for another look:
+/// that look waits as long as the load balancer had been new then (at least
+/// [`FIRST_ACTIVATION_LOOK`], at most [`LONGEST_ACTIVATION_LOOK`]), so the waits double: a
+/// user waits at most about twice the activation, and an activation of length `T` costs
+/// about `log2(T / 1 s)` reads. `None` when it was not new or the look is due now.
+fn activation_due_in(seen: &SeenLoadBalancer, now: Instant) -> Option<Duration> {
+    let since = seen.new_since?;
+    let wait = seen
+        .fetched
+        .saturating_duration_since(since)
+        .clamp(FIRST_ACTIVATION_LOOK, LONGEST_ACTIVATION_LOOK);
+    (seen.fetched + wait)
+        .checked_duration_since(now)
+        .filter(|d| !d.is_zero())
+}
 
 /// The prefix of the owner tag ([`owner_tag`]).
 const OWNER_TAG_PREFIX: &str = "kubernetes-service-uid:";
@@ -334,13 +357,24 @@ impl DoLikeCloud {
                 format!("annotation {key} does not hold a load balancer ID (a UUID)"),
             ));
         }
-        let Some(lb) = self
+        // A load balancer still activating is answered from the client's last look until
+        // the next look is due (a sync that the ID annotation's own write queued, say).
+        let seen = self
             .client
-            .load_balancer(id)
-            .await
-            .map_err(|e| cloud_error(&format!("getting load balancer {id}"), e))?
-        else {
-            return Ok(None);
+            .seen_load_balancer(id)
+            .filter(|seen| activation_due_in(seen, Instant::now()).is_some())
+            .map(|seen| seen.lb);
+        let lb = match seen {
+            Some(lb) => lb,
+            None => match self
+                .client
+                .load_balancer(id)
+                .await
+                .map_err(|e| cloud_error(&format!("getting load balancer {id}"), e))?
+            {
+                Some(lb) => lb,
+                None => return Ok(None),
+            },
         };
         match not_ours(&lb, &cluster_tag(cluster_name), service) {
             None => Ok(Some(lb)),
@@ -362,15 +396,28 @@ impl DoLikeCloud {
         // DigitalOcean's CCM's candidates); ownership is checked either way.
         let default = default_load_balancer_name(service);
         let custom = crate::annotations::lb_name(service).ok().flatten();
-        let all = self
-            .client
-            .list_load_balancers()
-            .await
-            .map_err(|e| cloud_error("listing load balancers", e))?;
-        Ok(all.into_iter().find(|lb| {
+        let is_it = |lb: &LoadBalancerObject| {
             (lb.name == default || custom.as_deref() == Some(lb.name.as_str()))
                 && not_ours(lb, &tag, service).is_none()
-        }))
+        };
+        // The client's index of the account's load balancers: listed again only when its
+        // list is older than the cache TTL, and kept current by every answer since (this
+        // client's creates included), so a Service that has none costs no request.
+        let all = self
+            .client
+            .cached_load_balancers()
+            .await
+            .map_err(|e| cloud_error("listing load balancers", e))?;
+        let Some(found) = all.into_iter().find(is_it) else {
+            return Ok(None);
+        };
+        // Found, but perhaps changed since the list: read it again, and check it again.
+        let fresh = self
+            .client
+            .load_balancer(&found.id)
+            .await
+            .map_err(|e| cloud_error(&format!("getting load balancer {}", found.id), e))?;
+        Ok(fresh.filter(is_it))
     }
 
     /// The annotator, when the provider has one and `service` is not being deleted (a
@@ -587,10 +634,19 @@ impl LoadBalancer for DoLikeCloud {
         };
         self.remember_id(service, &lb).await;
         if lb.ip.is_empty() {
-            return Err(CloudError::retry_after(
-                format!("load balancer {} is {}, not active yet", lb.id, lb.status),
-                Duration::from_secs(2),
-            ));
+            let message = format!("load balancer {} is {}, not active yet", lb.id, lb.status);
+            // Still activating: the Service comes back when the next look is due, not after
+            // the controller's backoff; any other state (`errored`) backs off.
+            return Err(match self.client.seen_load_balancer(&lb.id) {
+                Some(seen) => match activation_due_in(&seen, Instant::now()) {
+                    Some(due) => CloudError::provisioning(message, due),
+                    None if seen.new_since.is_some() => {
+                        CloudError::provisioning(message, FIRST_ACTIVATION_LOOK)
+                    }
+                    None => CloudError::msg(message),
+                },
+                None => CloudError::msg(message),
+            });
         }
         Ok(status(&lb, hostname_of(service)))
     }
@@ -908,6 +964,35 @@ mod tests {
             port_rule(&s, Some("SCTP"), 9, 30009),
             Err("protocol SCTP is not supported: load balancers forward TCP and UDP only".into())
         );
+    }
+
+    #[test]
+    fn looks_at_a_new_load_balancer_double_apart_from_one_second_to_thirty() {
+        let t0 = Instant::now();
+        let sec = Duration::from_secs(1);
+        let seen = |new_for: Duration, status: &str| SeenLoadBalancer {
+            lb: LoadBalancerObject {
+                status: status.into(),
+                ..lb("x", &[])
+            },
+            fetched: t0 + new_for,
+            new_since: (status == "new").then_some(t0),
+        };
+        // Just created: the first look a second later.
+        assert_eq!(
+            activation_due_in(&seen(Duration::ZERO, "new"), t0),
+            Some(sec)
+        );
+        // Then each look waits as long as the load balancer had been new: 1, 2, 4 … 30 s.
+        let looked = seen(3 * sec, "new");
+        assert_eq!(activation_due_in(&looked, t0 + 3 * sec), Some(3 * sec));
+        assert_eq!(activation_due_in(&looked, t0 + 5 * sec), Some(sec));
+        assert_eq!(activation_due_in(&looked, t0 + 6 * sec), None, "due now");
+        assert_eq!(
+            activation_due_in(&seen(600 * sec, "new"), t0 + 600 * sec),
+            Some(30 * sec)
+        );
+        assert_eq!(activation_due_in(&seen(sec, "active"), t0 + sec), None);
     }
 
     #[test]

@@ -67,7 +67,10 @@ async fn one_answer_holds_every_request(status: u16) {
     let (sim, id) = sim(|_| {}).await;
     // Requests 200 ms apart: far more than a round trip to 127.0.0.1, so that every request
     // after the first starts after the client has read the first one's answer.
-    let client = client(&sim, |o| o.requests_per_second = 5.0);
+    let client = client(&sim, |o| {
+        o.requests_per_second = 5.0;
+        o.burst = 1;
+    });
     inject(&sim, status, 2);
     let tasks: Vec<_> = (0..6)
         .map(|_| {

@@ -651,8 +651,12 @@ async fn latency_slows_calls_and_beyond_the_timeout_fails_them_without_a_duplica
     sim.shutdown().await;
 }
 
+/// A new load balancer is `new` for a second: the ensure that created it answers
+/// "provisioning, look again in a second" (not a failure, no second create); a sync before
+/// that look is due is answered from the client's last look, without a request; the look
+/// when it is due finds it active.
 #[tokio::test]
-async fn a_new_load_balancer_is_retried_not_duplicated() {
+async fn a_new_load_balancer_is_provisioning_then_looked_at_once_when_due() {
     let sim = sim_with(|c| c.lb_activation_delay = Duration::from_millis(1000)).await;
     let cloud = provider(&sim);
     let lb = lb_of(&cloud);
@@ -661,15 +665,58 @@ async fn a_new_load_balancer_is_retried_not_duplicated() {
         .ensure_load_balancer(CLUSTER, &svc, &[])
         .await
         .unwrap_err();
-    assert_eq!(
-        err.retry_after_delay(),
-        Some(Duration::from_secs(2)),
-        "{err}"
+    assert!(err.is_provisioning(), "{err}");
+    let after = err.retry_after_delay().unwrap();
+    assert!(
+        after > Duration::from_millis(800) && after <= Duration::from_secs(1),
+        "{after:?}"
     );
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.unwrap();
+    // What the ID annotation's write makes the controller do at once: sync again. Answered
+    // from the create's answer: provisioning, no request.
+    let id = sim.handle().load_balancers()[0].id.clone();
+    let annotated = service("s", "u-3", &[(ANNOTATION_LOAD_BALANCER_ID, &id)]);
+    let before: u64 = sim.handle().request_counts().values().sum();
+    let again = lb
+        .ensure_load_balancer(CLUSTER, &annotated, &[])
+        .await
+        .unwrap_err();
+    assert!(again.is_provisioning(), "{again}");
+    assert!(again.retry_after_delay().unwrap() <= after);
+    assert_eq!(sim.handle().request_counts().values().sum::<u64>(), before);
+
+    tokio::time::sleep(after + Duration::from_millis(100)).await;
+    let status = lb
+        .ensure_load_balancer(CLUSTER, &annotated, &[])
+        .await
+        .unwrap();
+    assert!(!status.ingress.unwrap_or_default().is_empty());
     assert_eq!(sim.handle().load_balancers().len(), 1);
     assert_eq!(sim.handle().request_count("POST /v2/load_balancers"), 1);
+    assert_eq!(sim.handle().request_count("GET /v2/load_balancers/{id}"), 1);
+    sim.shutdown().await;
+}
+
+/// Without the ID annotation (no annotator, or its write failed), the load balancer is
+/// found by name in the client's index of the account's load balancers: listed once, kept
+/// current by the create's answer, so neither a second create nor a list per sync.
+#[tokio::test]
+async fn a_load_balancer_is_found_by_name_without_a_list_per_sync() {
+    let sim = sim_with(|c| c.lb_activation_delay = Duration::ZERO).await;
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    for i in 0..5 {
+        let svc = service(&format!("s{i}"), &format!("u-list-{i}"), &[]);
+        lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.unwrap();
+        // Again, as a later sync does: found (a read of it), not created again.
+        lb.ensure_load_balancer(CLUSTER, &svc, &[]).await.unwrap();
+    }
+    assert_eq!(sim.handle().load_balancers().len(), 5);
+    assert_eq!(sim.handle().request_count("POST /v2/load_balancers"), 5);
+    assert_eq!(
+        sim.handle().request_count("GET /v2/load_balancers"),
+        1,
+        "one list for every Service within the cache TTL"
+    );
     sim.shutdown().await;
 }
 
@@ -777,14 +824,17 @@ async fn state_survives_a_restart() {
 #[tokio::test]
 async fn the_client_paces_itself() {
     let sim = sim().await;
-    let cloud = provider_with(&sim, TOKEN, |o| o.requests_per_second = 20.0);
+    let cloud = provider_with(&sim, TOKEN, |o| {
+        o.requests_per_second = 20.0;
+        o.burst = 2;
+    });
     let start = Instant::now();
     for _ in 0..6 {
         cloud.client().list_droplets().await.unwrap();
     }
-    // Six requests at 20 per second: the last starts 250 ms after the first.
+    // Six requests, two at once then 20 per second: the last starts 200 ms after the first.
     assert!(
-        start.elapsed() >= Duration::from_millis(240),
+        start.elapsed() >= Duration::from_millis(190),
         "{:?}",
         start.elapsed()
     );

@@ -15,6 +15,7 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use super::lb_index::{LbIndex, SeenLoadBalancer};
 use crate::api::{Droplet, ErrorBody, Links, LoadBalancerObject, LoadBalancerRequest, XRoute};
 
 /// An API token. Its `Debug` is redacted and it has no `Display`: it never reaches a log.
@@ -44,8 +45,11 @@ pub struct ClientOptions {
     pub token: ApiToken,
     /// The per-request timeout.
     pub timeout: Duration,
-    /// Requests per second the client allows itself.
+    /// Requests per second the client allows itself, once [`burst`](Self::burst) is spent.
     pub requests_per_second: f64,
+    /// Requests the client sends at once before it paces them to
+    /// [`requests_per_second`](Self::requests_per_second).
+    pub burst: u32,
     /// Retries of a 429 or 5xx before giving up.
     pub max_retries: u32,
     /// The longest back-off waited in place (a `Retry-After`, or what remains of the client's
@@ -62,14 +66,24 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
-    /// Defaults: 10 s timeout, 10 requests/s, 4 retries, waits of at most 10 s, holds of at
-    /// most 5 minutes, 10 s cache, pages of 200.
+    /// DigitalOcean's API allows 250 requests a minute (and 5,000 an hour): the default
+    /// steady rate, 250 / 60 a second.
+    pub const DEFAULT_REQUESTS_PER_SECOND: f64 = 250.0 / 60.0;
+    /// The default burst: DigitalOcean's minute of 250 requests, sent as fast as they come.
+    /// Its hourly limit is the API's to tell: an answer with `ratelimit-remaining: 0` holds
+    /// the client until `ratelimit-reset`.
+    pub const DEFAULT_BURST: u32 = 250;
+
+    /// Defaults: 10 s timeout, DigitalOcean's 250 requests a minute (a burst of 250, then
+    /// 250/60 a second), 4 retries, waits of at most 10 s, holds of at most 5 minutes, 10 s
+    /// cache, pages of 200.
     pub fn new(api_url: impl Into<String>, token: ApiToken) -> Self {
         Self {
             api_url: api_url.into().trim_end_matches('/').to_owned(),
             token,
             timeout: Duration::from_secs(10),
-            requests_per_second: 10.0,
+            requests_per_second: Self::DEFAULT_REQUESTS_PER_SECOND,
+            burst: Self::DEFAULT_BURST,
             max_retries: 4,
             max_retry_after: Duration::from_secs(10),
             retry_after_cap: Duration::from_secs(300),
@@ -143,6 +157,8 @@ pub struct Client {
     pacer: Pacer,
     cache: Mutex<Option<(Instant, Arc<Vec<Droplet>>)>>,
     refresh: tokio::sync::Mutex<()>,
+    lbs: Mutex<LbIndex>,
+    lb_refresh: tokio::sync::Mutex<()>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -168,10 +184,12 @@ impl Client {
             .map_err(ApiError::Transport)?;
         Ok(Self {
             http,
-            pacer: Pacer::new(opts.requests_per_second),
+            pacer: Pacer::new(opts.requests_per_second, opts.burst),
             opts,
             cache: Mutex::new(None),
             refresh: tokio::sync::Mutex::new(()),
+            lbs: Mutex::new(LbIndex::default()),
+            lb_refresh: tokio::sync::Mutex::new(()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         })
@@ -416,9 +434,42 @@ impl Client {
         }
     }
 
-    /// Every load balancer.
+    /// Every load balancer, page by page (uncached; the answer refreshes what
+    /// [`cached_load_balancers`](Self::cached_load_balancers) answers).
     pub async fn list_load_balancers(&self) -> Result<Vec<LoadBalancerObject>, ApiError> {
-        self.list("/v2/load_balancers", "load_balancers").await
+        let token = self.lbs.lock().list_started(Instant::now());
+        // Dropped mid-list (a cancelled sync): the index learns the list failed.
+        let mut guard = ListGuard {
+            index: &self.lbs,
+            token: Some(token),
+        };
+        let all: Vec<LoadBalancerObject> =
+            self.list("/v2/load_balancers", "load_balancers").await?;
+        if let Some(token) = guard.token.take() {
+            self.lbs.lock().listed(token, all.clone(), Instant::now());
+        }
+        Ok(all)
+    }
+
+    /// Every load balancer, from the last list and the answers since when that list is
+    /// younger than the TTL ([`ClientOptions::cache_ttl`]), else listed again. Concurrent
+    /// callers share one list.
+    pub async fn cached_load_balancers(&self) -> Result<Vec<LoadBalancerObject>, ApiError> {
+        let ttl = self.opts.cache_ttl;
+        if let Some(all) = self.lbs.lock().fresh(ttl, Instant::now()) {
+            return Ok(all);
+        }
+        let _guard = self.lb_refresh.lock().await;
+        if let Some(all) = self.lbs.lock().fresh(ttl, Instant::now()) {
+            return Ok(all);
+        }
+        self.list_load_balancers().await
+    }
+
+    /// Load balancer `id` as this client last saw it (a list, a read, a create or an
+    /// update), without a request; `None` when it was not seen or was seen gone.
+    pub fn seen_load_balancer(&self, id: &str) -> Option<SeenLoadBalancer> {
+        self.lbs.lock().get(id).cloned()
     }
 
     /// One load balancer; `None` when it does not exist.
@@ -427,8 +478,16 @@ impl Client {
             .get::<LbOne>(&format!("/v2/load_balancers/{}", encode(id)))
             .await
         {
-            Ok(one) => Ok(Some(one.load_balancer)),
-            Err(ApiError::NotFound) => Ok(None),
+            Ok(one) => {
+                self.lbs
+                    .lock()
+                    .saw(one.load_balancer.clone(), Instant::now());
+                Ok(Some(one.load_balancer))
+            }
+            Err(ApiError::NotFound) => {
+                self.lbs.lock().gone(id);
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
@@ -438,7 +497,7 @@ impl Client {
         &self,
         req: &LoadBalancerRequest,
     ) -> Result<LoadBalancerObject, ApiError> {
-        self.send_lb(Method::POST, "/v2/load_balancers".into(), req)
+        self.send_lb(Method::POST, "/v2/load_balancers".into(), req, None)
             .await
     }
 
@@ -452,29 +511,45 @@ impl Client {
             Method::PUT,
             format!("/v2/load_balancers/{}", encode(id)),
             req,
+            Some(id),
         )
         .await
     }
 
+    /// Sends a create or (with the ID it is about) an update; the answer goes into the
+    /// index, and a 404 to an update takes the load balancer out of it.
     async fn send_lb(
         &self,
         method: Method,
         path: String,
         req: &LoadBalancerRequest,
+        id: Option<&str>,
     ) -> Result<LoadBalancerObject, ApiError> {
-        let one: Option<LbOne> = self.call(method, &path, Some(req)).await?;
-        one.map(|o| o.load_balancer).ok_or(ApiError::Api {
+        let one: Option<LbOne> = match self.call(method, &path, Some(req)).await {
+            Err(ApiError::NotFound) => {
+                if let Some(id) = id {
+                    self.lbs.lock().gone(id);
+                }
+                return Err(ApiError::NotFound);
+            }
+            answer => answer?,
+        };
+        let lb = one.map(|o| o.load_balancer).ok_or(ApiError::Api {
             status: 204,
             id: "empty".into(),
             message: format!("empty answer from {path}"),
             request_id: String::new(),
-        })
+        })?;
+        self.lbs.lock().saw(lb.clone(), Instant::now());
+        Ok(lb)
     }
 
     /// Deletes a load balancer; a missing one is not an error.
     pub async fn delete_load_balancer(&self, id: &str) -> Result<(), ApiError> {
         self.delete(&format!("/v2/load_balancers/{}", encode(id)))
-            .await
+            .await?;
+        self.lbs.lock().gone(id);
+        Ok(())
     }
 
     async fn delete(&self, path: &str) -> Result<(), ApiError> {
@@ -524,32 +599,54 @@ impl Client {
     }
 }
 
+/// Tells the index a list failed unless it completed (also when its future is dropped).
+struct ListGuard<'a> {
+    index: &'a Mutex<LbIndex>,
+    token: Option<(u64, Instant)>,
+}
+
+impl Drop for ListGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            self.index.lock().list_failed(token);
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct LbOne {
     load_balancer: LoadBalancerObject,
 }
 
-/// When this client's requests may start: spaced to `requests_per_second`, and never inside a
-/// hold (a back-off the API asked for). One per [`Client`], shared by all its requests.
+/// When this client's requests may start: at most `burst` at once, then spaced to
+/// `requests_per_second` (a token bucket, kept as the generic cell rate algorithm's one
+/// instant), and never inside a hold (a back-off the API asked for). One per [`Client`],
+/// shared by all its requests.
 #[derive(Debug)]
 struct Pacer {
     interval: Duration,
+    /// How far ahead of now the next slot may be and still be taken at once: the room of
+    /// `burst - 1` intervals.
+    tolerance: Duration,
     state: Mutex<PaceState>,
 }
 
 #[derive(Debug)]
 struct PaceState {
-    /// The next free pacing slot.
+    /// When the bucket would be full again if no request came: the next slot at the steady
+    /// rate.
     next_slot: Instant,
     /// No request starts before this: the end of the latest hold.
     not_before: Instant,
 }
 
 impl Pacer {
-    fn new(requests_per_second: f64) -> Self {
+    fn new(requests_per_second: f64, burst: u32) -> Self {
         let now = Instant::now();
+        let interval = Duration::from_secs_f64(1.0 / requests_per_second.max(0.001));
         Self {
-            interval: Duration::from_secs_f64(1.0 / requests_per_second.max(0.001)),
+            interval,
+            tolerance: interval.saturating_mul(burst.max(1) - 1),
             state: Mutex::new(PaceState {
                 next_slot: now,
                 not_before: now,
@@ -573,8 +670,9 @@ impl Pacer {
                 if held > max_wait {
                     return Err(held);
                 }
-                let at = state.next_slot.max(state.not_before).max(now);
-                state.next_slot = at + self.interval;
+                let earliest = state.next_slot.checked_sub(self.tolerance).unwrap_or(now);
+                let at = earliest.max(state.not_before).max(now);
+                state.next_slot = state.next_slot.max(at) + self.interval;
                 at
             };
             tokio::time::sleep_until(at).await;
@@ -730,7 +828,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_hold_stops_every_waiting_request_until_it_ends_then_paces_them() {
-        let pacer = Arc::new(Pacer::new(10.0));
+        let pacer = Arc::new(Pacer::new(10.0, 1));
         let t0 = Instant::now();
         // The first request goes at once; five more wait for their slots (100 ms apart).
         pacer.wait(10 * SEC).await.unwrap();
@@ -753,8 +851,32 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_burst_goes_at_once_then_requests_are_paced_and_an_idle_bucket_refills() {
+        let pacer = Arc::new(Pacer::new(1.0, 3));
+        let t0 = Instant::now();
+        let mut released: Vec<Duration> = Vec::new();
+        for w in (0..5).map(|_| waiter(&pacer, t0)).collect::<Vec<_>>() {
+            released.push(w.await.unwrap());
+        }
+        released.sort();
+        assert_eq!(
+            released,
+            [Duration::ZERO, Duration::ZERO, Duration::ZERO, SEC, 2 * SEC]
+        );
+        // Idle long enough to refill: three at once again, not more.
+        tokio::time::sleep(10 * SEC).await;
+        let t1 = Instant::now();
+        let mut again: Vec<Duration> = Vec::new();
+        for w in (0..4).map(|_| waiter(&pacer, t1)).collect::<Vec<_>>() {
+            again.push(w.await.unwrap());
+        }
+        again.sort();
+        assert_eq!(again, [Duration::ZERO, Duration::ZERO, Duration::ZERO, SEC]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_later_hold_wins_and_an_earlier_one_does_not_shorten_it() {
-        let pacer = Pacer::new(1000.0);
+        let pacer = Pacer::new(1000.0, 1);
         let t0 = Instant::now();
         pacer.hold_until(t0 + 3 * SEC);
         pacer.hold_until(t0 + SEC);
@@ -764,7 +886,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_hold_longer_than_the_longest_wait_is_returned_at_once() {
-        let pacer = Pacer::new(10.0);
+        let pacer = Pacer::new(10.0, 1);
         let t0 = Instant::now();
         pacer.hold_until(t0 + 30 * SEC);
         assert_eq!(pacer.wait(10 * SEC).await, Err(30 * SEC));
@@ -777,7 +899,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_in_a_hold_can_be_cancelled() {
-        let pacer = Arc::new(Pacer::new(10.0));
+        let pacer = Arc::new(Pacer::new(10.0, 1));
         let t0 = Instant::now();
         pacer.hold_until(t0 + 2 * SEC);
         let waiting = waiter(&pacer, t0);

@@ -5,9 +5,11 @@
 //! depends on nothing of it.
 
 mod client;
+mod lb_index;
 mod types;
 
 pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
+pub use self::lb_index::SeenLoadBalancer;
 pub use self::types::{
     Droplet, ErrorBody, ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK,
     LbFirewall, Links, LoadBalancerObject, LoadBalancerRequest, Meta, NetworkV4, NetworkV6,

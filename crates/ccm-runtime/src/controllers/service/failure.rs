@@ -41,6 +41,8 @@ pub(super) struct Cause {
     /// The provider would not touch a load balancer that is not the Service's
     /// ([`CloudError::NotOwned`]).
     not_owned: bool,
+    /// The load balancer is still coming up ([`CloudError::Provisioning`]).
+    provisioning: bool,
 }
 
 impl From<&CloudError> for Cause {
@@ -49,6 +51,7 @@ impl From<&CloudError> for Cause {
             detail: err.chain_to_string(),
             retry_after: err.retry_after_delay(),
             not_owned: err.is_not_owned(),
+            provisioning: err.is_provisioning(),
         }
     }
 }
@@ -59,6 +62,7 @@ impl From<&kube::Error> for Cause {
             detail: err.to_string(),
             retry_after: None,
             not_owned: false,
+            provisioning: false,
         }
     }
 }
@@ -153,6 +157,13 @@ impl SyncError {
         self.cause().is_some_and(|c| c.not_owned)
     }
 
+    /// Whether the ensure ended with the load balancer still coming up
+    /// ([`CloudError::Provisioning`]): not a failure to warn about, a look again after the
+    /// provider's delay.
+    pub(super) fn is_provisioning(&self) -> bool {
+        matches!(self, Self::Ensure(cause) if cause.provisioning)
+    }
+
     /// The Service version the failure is about when it is not the cache's.
     pub(super) fn subject(&self) -> Option<&Arc<Service>> {
         match self {
@@ -174,6 +185,7 @@ impl SyncError {
         let message = self.message();
         Some(match self {
             Self::UpdateUnsupported(_) => return None,
+            _ if self.is_provisioning() => return None,
             Self::UpdateHosts { .. } if self.not_owned() => Event::new(
                 REASON_NOT_OWNED,
                 "UpdateLoadBalancer",

@@ -29,6 +29,10 @@ pub(super) struct Record {
     pub(super) failing: bool,
     /// A worker is syncing it now.
     pub(super) syncing: bool,
+    /// The last sync ended with its load balancer still coming up
+    /// ([`CloudError::Provisioning`](ccm_provider::CloudError::Provisioning)): the next
+    /// ensure continues that one, without a second `EnsuringLoadBalancer`.
+    pub(super) provisioning: bool,
 }
 
 impl Record {
@@ -39,6 +43,7 @@ impl Record {
             lb: LbState::Unknown,
             failing: false,
             syncing: false,
+            provisioning: false,
         }
     }
 
@@ -111,10 +116,16 @@ impl Records {
     }
 
     /// Records how a sync of `key` ended: a failed one makes the next sync ensure in full.
-    pub(super) fn finished(&self, key: &ServiceKey, succeeded: bool) {
+    pub(super) fn finished(&self, key: &ServiceKey, succeeded: bool, provisioning: bool) {
         if let Some(record) = self.lock().get_mut(key) {
             record.failing = !succeeded;
+            record.provisioning = provisioning;
         }
+    }
+
+    /// Whether `key`'s last sync ended with its load balancer still coming up.
+    pub(super) fn provisioning(&self, key: &ServiceKey) -> bool {
+        self.lock().get(key).is_some_and(|r| r.provisioning)
     }
 
     /// Records that `key`'s load balancer was ensured (or pointed at its Nodes) from
@@ -244,7 +255,7 @@ mod tests {
         let web = svc("u", true);
         // Nothing happens to a record that is not there.
         records.mark_syncing(&key);
-        records.finished(&key, false);
+        records.finished(&key, false, false);
         records.cleaned(&key);
         assert!(records.known(&key).is_none());
         start_sync(&mut records.lock(), &key, &web);
@@ -255,9 +266,9 @@ mod tests {
         assert!(!records.lock()[&key].syncing, "cleared when the guard goes");
         records.mark_syncing(&key);
         assert!(records.lock()[&key].syncing);
-        records.finished(&key, false);
+        records.finished(&key, false, false);
         assert!(records.known(&key).unwrap().failing);
-        records.finished(&key, true);
+        records.finished(&key, true, false);
         assert!(!records.known(&key).unwrap().failing);
         let hosts = Arc::new(NodeSet::from([("a".into(), String::new())]));
         records.lock().get_mut(&key).unwrap().syncing = false;

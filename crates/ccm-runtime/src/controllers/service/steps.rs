@@ -145,12 +145,16 @@ impl Worker {
         service: Arc<Service>,
     ) -> Result<(), SyncError> {
         tracing::info!(service = %key, "ensuring load balancer");
-        self.recorder.normal(
-            &*service,
-            REASON_ENSURING,
-            "EnsureLoadBalancer",
-            "Ensuring load balancer",
-        );
+        // A load balancer that was still coming up at the last look: this ensure goes on
+        // with the one that event announced.
+        if !self.records.provisioning(key) {
+            self.recorder.normal(
+                &*service,
+                REASON_ENSURING,
+                "EnsureLoadBalancer",
+                "Ensuring load balancer",
+            );
+        }
         let api = self.api(&key.namespace);
         let Some(service) = writes::add_finalizer(&api, service)
             .await

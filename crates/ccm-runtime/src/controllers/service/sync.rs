@@ -112,7 +112,11 @@ impl Worker {
             None => self.sync_gone(key).await,
             Some(service) => self.sync_present(key, service.clone()).await,
         };
-        self.records.finished(key, result.is_ok());
+        self.records.finished(
+            key,
+            result.is_ok(),
+            result.as_ref().is_err_and(SyncError::is_provisioning),
+        );
         self.node_sync.sync_ended(key, result.is_ok());
         match result {
             Ok(()) => {
@@ -210,6 +214,10 @@ impl Worker {
             }
         };
         match failure {
+            Failure::Sync(err) if err.is_provisioning() => {
+                let outcome = err.outcome();
+                tracing::info!(service = %key, status = %err.message(), ?outcome, "load balancer is still provisioning");
+            }
             Failure::Sync(err) => {
                 record();
                 let outcome = err.outcome();

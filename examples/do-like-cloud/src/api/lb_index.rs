@@ -1,0 +1,257 @@
+//! The account's load balancers as one [`Client`](super::Client) last saw them: its latest
+//! list, with every answer since written over it (a create, an update or a read replaces
+//! one, a deletion or a 404 removes one). The provider finds a Service's load balancer by
+//! name in it instead of listing the account on every sync, and answers a sync of a load
+//! balancer that is still `new` from it until its next look is due.
+//!
+//! A list that was in flight while a create, an update or a deletion was answered does not
+//! undo it: writes carry a sequence number, and a list keeps the writes made after it
+//! started.
+
+use std::collections::HashMap;
+
+use tokio::time::Instant;
+
+use super::LoadBalancerObject;
+
+/// A load balancer as last seen, and when.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SeenLoadBalancer {
+    /// The answer.
+    pub lb: LoadBalancerObject,
+    /// When the answer came.
+    pub fetched: Instant,
+    /// Since when it has been seen `new` (by this client), if it still was then.
+    pub new_since: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// `None`: deleted (kept only while a list is in flight, so it does not come back).
+    seen: Option<SeenLoadBalancer>,
+    /// The write's sequence number.
+    seq: u64,
+}
+
+/// See the [module docs](self).
+#[derive(Debug, Default)]
+pub(crate) struct LbIndex {
+    entries: HashMap<String, Entry>,
+    /// When the latest complete list started, if any.
+    listed_at: Option<Instant>,
+    /// The sequence number of the next write or list.
+    next_seq: u64,
+    /// Lists in flight.
+    listing: usize,
+}
+
+impl LbIndex {
+    /// Records an answer for one load balancer.
+    pub(crate) fn saw(&mut self, lb: LoadBalancerObject, now: Instant) {
+        let new_since =
+            (lb.status == "new").then(|| self.get(&lb.id).and_then(|s| s.new_since).unwrap_or(now));
+        let id = lb.id.clone();
+        let seen = SeenLoadBalancer {
+            lb,
+            fetched: now,
+            new_since,
+        };
+        self.write(id, Some(seen));
+    }
+
+    /// Records that load balancer `id` is gone.
+    pub(crate) fn gone(&mut self, id: &str) {
+        self.write(id.to_owned(), None);
+    }
+
+    fn write(&mut self, id: String, seen: Option<SeenLoadBalancer>) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if seen.is_none() && self.listing == 0 {
+            self.entries.remove(&id);
+        } else {
+            self.entries.insert(id, Entry { seen, seq });
+        }
+    }
+
+    /// One load balancer as last seen.
+    pub(crate) fn get(&self, id: &str) -> Option<&SeenLoadBalancer> {
+        self.entries.get(id).and_then(|e| e.seen.as_ref())
+    }
+
+    /// Every load balancer, if the latest list started less than `max_age` ago.
+    pub(crate) fn fresh(
+        &self,
+        max_age: std::time::Duration,
+        now: Instant,
+    ) -> Option<Vec<LoadBalancerObject>> {
+        let at = self.listed_at?;
+        (now.saturating_duration_since(at) < max_age).then(|| {
+            self.entries
+                .values()
+                .filter_map(|e| e.seen.as_ref().map(|s| s.lb.clone()))
+                .collect()
+        })
+    }
+
+    /// A list starts: its token, for [`listed`](Self::listed) or [`list_failed`](Self::list_failed).
+    pub(crate) fn list_started(&mut self, now: Instant) -> (u64, Instant) {
+        self.listing += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        (seq, now)
+    }
+
+    /// A list that started with `token` failed.
+    pub(crate) fn list_failed(&mut self, _token: (u64, Instant)) {
+        self.listing = self.listing.saturating_sub(1);
+        self.drop_tombstones();
+    }
+
+    /// A list that started with `token` answered `all`: it replaces what was seen before it
+    /// started; what was written since stays.
+    pub(crate) fn listed(
+        &mut self,
+        (seq, started): (u64, Instant),
+        all: Vec<LoadBalancerObject>,
+        now: Instant,
+    ) {
+        self.listing = self.listing.saturating_sub(1);
+        let mut entries: HashMap<String, Entry> = HashMap::with_capacity(all.len());
+        for lb in all {
+            let new_since = (lb.status == "new")
+                .then(|| self.get(&lb.id).and_then(|s| s.new_since).unwrap_or(now));
+            let id = lb.id.clone();
+            let seen = SeenLoadBalancer {
+                lb,
+                fetched: now,
+                new_since,
+            };
+            entries.insert(
+                id,
+                Entry {
+                    seen: Some(seen),
+                    seq,
+                },
+            );
+        }
+        for (id, entry) in self.entries.drain() {
+            if entry.seq > seq {
+                entries.insert(id, entry);
+            }
+        }
+        self.entries = entries;
+        if self.listed_at.is_none_or(|at| at < started) {
+            self.listed_at = Some(started);
+        }
+        self.drop_tombstones();
+    }
+
+    fn drop_tombstones(&mut self) {
+        if self.listing == 0 {
+            self.entries.retain(|_, e| e.seen.is_some());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn lb(id: &str, status: &str) -> LoadBalancerObject {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "name": id, "status": status, "region": {"slug": "nyc1"},
+            "forwarding_rules": [],
+        }))
+        .unwrap()
+    }
+
+    fn ids(list: Option<Vec<LoadBalancerObject>>) -> Vec<String> {
+        let mut ids: Vec<String> = list.unwrap().into_iter().map(|l| l.id).collect();
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn nothing_is_fresh_before_a_list_and_a_list_ages() {
+        let now = Instant::now();
+        let mut index = LbIndex::default();
+        index.saw(lb("a", "active"), now);
+        assert!(index.fresh(Duration::from_secs(10), now).is_none());
+        let token = index.list_started(now);
+        index.listed(token, vec![lb("b", "active")], now);
+        assert_eq!(
+            ids(index.fresh(Duration::from_secs(10), now)),
+            ["b"],
+            "a list replaces what was seen before it"
+        );
+        assert!(
+            index
+                .fresh(Duration::from_secs(10), now + Duration::from_secs(10))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn writes_during_a_list_survive_it() {
+        let now = Instant::now();
+        let mut index = LbIndex::default();
+        let first = index.list_started(now);
+        index.listed(
+            first,
+            vec![lb("old", "active"), lb("deleted", "active")],
+            now,
+        );
+        let token = index.list_started(now);
+        // Answered while the list was in flight: a create and a deletion the list's pages
+        // did not see.
+        index.saw(lb("created", "new"), now);
+        index.gone("deleted");
+        index.listed(
+            token,
+            vec![lb("old", "active"), lb("deleted", "active")],
+            now,
+        );
+        assert_eq!(
+            ids(index.fresh(Duration::from_secs(10), now)),
+            ["created", "old"]
+        );
+        assert!(index.get("deleted").is_none());
+    }
+
+    #[test]
+    fn a_load_balancer_is_new_since_it_was_first_seen_new() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(3);
+        let mut index = LbIndex::default();
+        index.saw(lb("a", "new"), t0);
+        index.saw(lb("a", "new"), later);
+        let seen = index.get("a").unwrap();
+        assert_eq!((seen.new_since, seen.fetched), (Some(t0), later));
+        let token = index.list_started(later);
+        index.listed(token, vec![lb("a", "new")], later);
+        assert_eq!(
+            index.get("a").unwrap().new_since,
+            Some(t0),
+            "a list keeps it"
+        );
+        index.saw(lb("a", "active"), later);
+        assert_eq!(index.get("a").unwrap().new_since, None);
+    }
+
+    #[test]
+    fn a_failed_list_changes_nothing_seen() {
+        let now = Instant::now();
+        let mut index = LbIndex::default();
+        let token = index.list_started(now);
+        index.saw(lb("a", "active"), now);
+        index.gone("b");
+        index.list_failed(token);
+        assert!(index.get("a").is_some());
+        assert!(!index.entries.contains_key("b"), "no tombstone is left");
+        assert!(index.fresh(Duration::from_secs(10), now).is_none());
+    }
+}

@@ -6,6 +6,7 @@
 #   scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]
 #   scripts/peer-digitalocean.sh SOURCE_DIR --e2e [--subset | --focus RE]
 #   scripts/peer-digitalocean.sh SOURCE_DIR --swap-in-cluster
+#   scripts/peer-digitalocean.sh SOURCE_DIR --bench [ccm-bench-cloud arguments]
 #
 # SOURCE_DIR is a checkout of github.com/digitalocean/digitalocean-cloud-controller-manager
 # (its modules are vendored: it builds offline). The binary is built once per commit, static,
@@ -32,6 +33,12 @@
 # Kubernetes' LoadBalancers specs against it (the rest of the arguments are its own), with
 # the DO-like simulator and data plane as the cloud. Needs root and buildah.
 #
+# With --bench, instead: ccm-bench-cloud (bench/cloud) runs ours and DigitalOcean's CCM one at
+# a time, alternating, against the simulator with a cloud's timing (a load balancer active
+# a second after its create, 50 ms a request, by default), and prints the side-by-side
+# table of docs/benchmarks.md ("Load balancers with a cloud's timing"); the rest of the
+# arguments are its own (--services N, --repeat N, ...).
+#
 # With --swap-in-cluster: ours installed in a real cluster from our release manifest, two
 # LoadBalancer Services served by it, then ours deleted and DigitalOcean's applied from its
 # manifest as above, with requests running through both load balancers all along
@@ -43,11 +50,13 @@ source_dir="${1:?usage: scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]}
 shift
 record=""
 e2e=false
+bench=false
 swap_in_cluster=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --record) record="${2:?--record needs a FILE}"; shift 2 ;;
     --e2e) e2e=true; shift; break ;;
+    --bench) bench=true; shift; break ;;
     --swap-in-cluster) swap_in_cluster=true; shift ;;
     *) echo "peer-digitalocean: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -121,6 +130,11 @@ print(secret.rstrip() + "\n" + release)
 EOF
 }
 
+if $bench; then
+  echo "peer-digitalocean: ours against DigitalOcean's CCM ($commit), load balancers with a cloud's timing" >&2
+  exec cargo run --quiet --release -p ccm-bench-cloud -- --ccm rust,digitalocean \
+    --digitalocean-ccm "$do_ccm" "$@"
+fi
 if $e2e; then
   image_and_manifest
   echo "peer-digitalocean: running Kubernetes' LoadBalancers specs against DigitalOcean's CCM $version ($commit)" >&2

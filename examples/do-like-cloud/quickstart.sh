@@ -29,7 +29,6 @@ cat >"$work/cloud.yaml" <<EOF
 apiUrl: $api_url
 tokenFile: $work/token
 region: nyc1
-requestsPerSecond: 20
 cacheTtlSeconds: 5
 EOF
 "$target_dir/debug/do-like-cloud-controller-manager" \

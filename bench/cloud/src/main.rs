@@ -59,7 +59,8 @@ pub(crate) struct Options {
     /// The window of `--cloud-rate-limit`, in seconds.
     #[arg(long, default_value_t = 1)]
     cloud_rate_window_secs: u64,
-    /// Which CCMs to run, in order: `rust` (ours), `digitalocean` (comma-separated).
+    /// Which CCMs to run, in order: `rust` (ours), `digitalocean`, `before` (ours built
+    /// from an earlier commit, `--before-ccm`), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "rust")]
     ccm: Vec<String>,
     /// Our `do-like-cloud-controller-manager`; default: `cargo build --release` it.
@@ -69,6 +70,10 @@ pub(crate) struct Options {
     /// `--ccm digitalocean`; `scripts/peer-digitalocean.sh --bench` builds and passes it).
     #[arg(long)]
     digitalocean_ccm: Option<PathBuf>,
+    /// Ours from an earlier commit (needed with `--ccm before`): the same flags and
+    /// cloud-config as `rust`, for a before-and-after in one run.
+    #[arg(long)]
+    before_ccm: Option<PathBuf>,
     /// A line added to our cloud-config (repeatable), e.g. `requestsPerSecond: 10` to
     /// measure another setting.
     #[arg(long = "rust-config")]
@@ -155,7 +160,15 @@ async fn run(opts: Options) -> Result<()> {
                 .digitalocean_ccm
                 .clone()
                 .ok_or("--ccm digitalocean needs --digitalocean-ccm PATH")?,
-            other => return Err(format!("unknown --ccm {other:?}: use rust, digitalocean").into()),
+            "before" => opts
+                .before_ccm
+                .clone()
+                .ok_or("--ccm before needs --before-ccm PATH")?,
+            other => {
+                return Err(
+                    format!("unknown --ccm {other:?}: use rust, digitalocean, before").into(),
+                );
+            }
         };
         progress(format_args!("{name}: {}", binary.display()));
         binaries.push((name.clone(), binary));

@@ -25,6 +25,9 @@ pub(crate) struct RunResult {
     /// The CCM's API requests during the scenario by verb and resource (the audit log),
     /// watches left out.
     pub(crate) api_requests: BTreeMap<String, u64>,
+    /// The Events about the Services, by type and reason, counted with their `count`.
+    #[serde(default)]
+    pub(crate) events: BTreeMap<String, u64>,
     /// CPU seconds (user + system) the CCM spent in the scenario.
     pub(crate) cpu_seconds: f64,
     /// The CCM's peak RSS over the whole run (`VmHWM`), MiB.
@@ -129,6 +132,23 @@ pub(crate) fn table(report: &Report) -> String {
             format!("  {kind}"),
             Box::new(move |r| {
                 r.api_requests.get(&kind).copied().unwrap_or(0) as f64 / services.max(1) as f64
+            }),
+        ));
+    }
+    rows.push((
+        "Service Events per Service".into(),
+        Box::new(move |r| r.events.values().sum::<u64>() as f64 / services.max(1) as f64),
+    ));
+    let reasons: BTreeSet<String> = report
+        .results
+        .iter()
+        .flat_map(|r| r.events.keys().cloned())
+        .collect();
+    for reason in reasons {
+        rows.push((
+            format!("  {reason}"),
+            Box::new(move |r| {
+                r.events.get(&reason).copied().unwrap_or(0) as f64 / services.max(1) as f64
             }),
         ));
     }

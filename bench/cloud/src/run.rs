@@ -258,9 +258,11 @@ async fn measure(
         .filter(|(_, v)| *v > 0)
         .collect();
     let api_requests = api_requests_since(audit, audit_before)?;
+    let events = event_reasons(client).await?;
     let result = RunResult {
         name: name.to_owned(),
         api_requests,
+        events,
         repeat: 0,
         seconds_to_first: first.unwrap_or(seconds_to_all),
         seconds_to_all,
@@ -294,6 +296,25 @@ fn api_requests_since(audit: &Path, offset: u64) -> Result<BTreeMap<String, u64>
                 .entry(format!("{} {}", event.verb, event.resource_path()))
                 .or_default() += 1;
         }
+    }
+    Ok(counts)
+}
+
+/// The Events about the scenario's Services, by type and reason (`Warning
+/// SyncLoadBalancerFailed`), each counted as often as it happened (its `count`).
+async fn event_reasons(client: &kube::Client) -> Result<BTreeMap<String, u64>> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let mut counts = BTreeMap::new();
+    for event in events.list(&Default::default()).await?.items {
+        if event.involved_object.kind.as_deref() != Some("Service") {
+            continue;
+        }
+        let key = format!(
+            "{} {}",
+            event.type_.as_deref().unwrap_or_default(),
+            event.reason.as_deref().unwrap_or_default()
+        );
+        *counts.entry(key).or_default() += u64::try_from(event.count.unwrap_or(1)).unwrap_or(1);
     }
     Ok(counts)
 }

@@ -780,6 +780,51 @@ async fn retry_after_is_a_fixed_delay_without_backoff() {
     wait_event_count(&h, &ns, "web", REASON_SYNC_FAILED, 3).await;
 }
 
+/// A load balancer the provider says is still coming up: looked at again after its delay,
+/// without backoff, without a Warning, and with one `EnsuringLoadBalancer` for the whole
+/// ensure (Go's providers return an error there: a `SyncLoadBalancerFailed` on every new
+/// load balancer).
+#[tokio::test]
+async fn a_provisioning_load_balancer_is_looked_at_again_without_a_warning() {
+    let (h, ns) = harness("provisioning").await;
+    create_node(&h, "provisioning").await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    let ctl = start(
+        &h,
+        &ns,
+        cloud.provider(),
+        config().with_rate_limit(RateLimit::exponential(
+            Duration::from_secs(20),
+            Duration::from_secs(60),
+        )),
+    )
+    .await;
+    h.cloud
+        .inject_times(Method::EnsureLoadBalancer, Fault::Provisioning(ms(300)), 2);
+    create_web(&h, &ns).await;
+    h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    let times = cloud.ensure_times("web");
+    assert_eq!(times.len(), 3);
+    for gap in times.windows(2).map(|w| w[1] - w[0]) {
+        assert!(gap >= ms(300), "{gap:?}");
+        assert!(gap < Duration::from_secs(15), "{gap:?}: no backoff");
+    }
+    assert_eq!(ctl.queue.metrics().retries_total(), 0, "never rate-limited");
+    wait_event_count(&h, &ns, "web", REASON_ENSURED, 1).await;
+    assert_eq!(h.event_count(&ns, "web", REASON_ENSURING).await, 1);
+    assert_eq!(h.event_count(&ns, "web", REASON_SYNC_FAILED).await, 0);
+
+    // A later change is a new ensure: announced again.
+    patch_service(
+        &h,
+        &ns,
+        "web",
+        json!({"spec": {"ports": [{"port": 81, "protocol": "TCP"}]}}),
+    )
+    .await;
+    wait_event_count(&h, &ns, "web", REASON_ENSURING, 2).await;
+}
+
 /// Waits until the events with `reason` about `ns/name` count `want` on the server (they
 /// are written asynchronously), then checks that no more arrive.
 async fn wait_event_count(h: &Harness, ns: &str, name: &str, reason: &str, want: i32) {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ccm_core::provider::{BoxError, CloudConfig, ConfigError};
 use serde::Deserialize;
 
-use crate::api::{ApiToken, ClientOptions};
+use crate::api::{ApiToken, ClientOptions, RateWindow};
 
 /// The cloud-config (YAML, camelCase):
 ///
@@ -14,8 +14,9 @@ use crate::api::{ApiToken, ClientOptions};
 /// apiUrl: http://127.0.0.1:8080   # http(s)://host[:port][/path]; default https://api.digitalocean.com
 /// tokenFile: /etc/do-like/token   # or tokenEnv: DO_LIKE_TOKEN (exactly one)
 /// region: nyc1                    # the region of new load balancers
-/// requestsPerSecond: 4.17         # client-side rate limit, once the burst is spent (250 a minute)
-/// burst: 250                      # requests sent at once before that
+/// requestsPerMinute: 250          # at most this many requests in any minute (0: no limit)
+/// requestsPerHour: 5000           # and in any hour (0: no limit)
+/// requestsPerSecond: 10           # optional: also space requests this far apart
 /// cacheTtlSeconds: 10             # how long one droplet list answers lookups (0..=3600)
 /// timeoutSeconds: 10              # 1..=3600
 /// maxRetryAfterSeconds: 10        # longer Retry-After waits go back to the controller (0..=3600)
@@ -46,14 +47,17 @@ pub struct DoLikeConfig {
     /// The region of new load balancers.
     #[serde(default = "default_region")]
     pub region: String,
-    /// Client-side rate limit, once [`burst`](Self::burst) is spent; DigitalOcean's 250
-    /// requests a minute by default ([`ClientOptions::DEFAULT_REQUESTS_PER_SECOND`]).
-    #[serde(default = "default_rps")]
-    pub requests_per_second: f64,
-    /// Requests sent at once before they are paced (1..=5000); DigitalOcean's minute of 250
-    /// by default ([`ClientOptions::DEFAULT_BURST`]).
-    #[serde(default = "default_burst")]
-    pub burst: u32,
+    /// The most requests sent in any minute; DigitalOcean's 250 by default
+    /// ([`ClientOptions::DIGITALOCEAN_RATE_WINDOWS`]); 0: no limit.
+    #[serde(default = "default_per_minute")]
+    pub requests_per_minute: u32,
+    /// The most requests sent in any hour; DigitalOcean's 5,000 by default; 0: no limit.
+    #[serde(default = "default_per_hour")]
+    pub requests_per_hour: u32,
+    /// When set, requests are also spaced to this many a second (what it was alone before
+    /// the windows); unset by default.
+    #[serde(default)]
+    pub requests_per_second: Option<f64>,
     /// The droplet-list cache's TTL.
     #[serde(default = "default_ttl")]
     pub cache_ttl_seconds: u64,
@@ -74,11 +78,11 @@ fn default_api_url() -> String {
 fn default_region() -> String {
     "nyc1".into()
 }
-fn default_rps() -> f64 {
-    ClientOptions::DEFAULT_REQUESTS_PER_SECOND
+fn default_per_minute() -> u32 {
+    ClientOptions::DIGITALOCEAN_RATE_WINDOWS[0].requests
 }
-fn default_burst() -> u32 {
-    ClientOptions::DEFAULT_BURST
+fn default_per_hour() -> u32 {
+    ClientOptions::DIGITALOCEAN_RATE_WINDOWS[1].requests
 }
 fn default_ttl() -> u64 {
     10
@@ -103,6 +107,10 @@ impl DoLikeConfig {
     /// typo, such as milliseconds written as seconds.
     pub const MAX_SECONDS: u64 = 3600;
 
+    /// The largest `requestsPerMinute` and `requestsPerHour`: the client remembers the start
+    /// of each of a window's last requests, so a window's limit is memory.
+    pub const MAX_REQUESTS_PER_WINDOW: u32 = 100_000;
+
     /// Parses and checks the file; errors name the field.
     pub fn parse(config: &CloudConfig) -> Result<Self, ConfigError> {
         let parsed: Self = config.parse_yaml()?;
@@ -122,8 +130,25 @@ impl DoLikeConfig {
             }
             _ => {}
         }
-        if !(parsed.requests_per_second > 0.0 && parsed.requests_per_second.is_finite()) {
+        if parsed
+            .requests_per_second
+            .is_some_and(|r| !(r > 0.0 && r.is_finite()))
+        {
             return Err(config.invalid("requestsPerSecond", "must be a positive number"));
+        }
+        for (field, value) in [
+            ("requestsPerMinute", parsed.requests_per_minute),
+            ("requestsPerHour", parsed.requests_per_hour),
+        ] {
+            if value > Self::MAX_REQUESTS_PER_WINDOW {
+                return Err(config.invalid(
+                    field,
+                    format!(
+                        "must be at most {} (0 for no limit), got {value}",
+                        Self::MAX_REQUESTS_PER_WINDOW
+                    ),
+                ));
+            }
         }
         for (field, value, min) in [
             ("timeoutSeconds", parsed.timeout_seconds, 1),
@@ -139,9 +164,6 @@ impl DoLikeConfig {
                     ),
                 ));
             }
-        }
-        if !(1..=5000).contains(&parsed.burst) {
-            return Err(config.invalid("burst", "must be between 1 and 5000"));
         }
         if !(1..=200).contains(&parsed.per_page) {
             return Err(config.invalid("perPage", "must be between 1 and 200"));
@@ -181,7 +203,16 @@ impl DoLikeConfig {
     pub fn client_options(&self, token: ApiToken) -> ClientOptions {
         let mut opts = ClientOptions::new(self.api_url.clone(), token);
         opts.requests_per_second = self.requests_per_second;
-        opts.burst = self.burst;
+        opts.rate_windows = vec![
+            RateWindow {
+                requests: self.requests_per_minute,
+                per: Duration::from_secs(60),
+            },
+            RateWindow {
+                requests: self.requests_per_hour,
+                per: Duration::from_secs(3600),
+            },
+        ];
         opts.cache_ttl = Duration::from_secs(self.cache_ttl_seconds);
         opts.timeout = Duration::from_secs(self.timeout_seconds);
         opts.max_retry_after = Duration::from_secs(self.max_retry_after_seconds);
@@ -247,6 +278,36 @@ mod tests {
 
     fn parse(s: &str) -> Result<DoLikeConfig, String> {
         DoLikeConfig::parse(&CloudConfig::from_string("/c.yaml", s)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_rate_limit_is_digitaloceans_unless_set() {
+        let c = parse("tokenEnv: T\n").unwrap();
+        let opts = c.client_options(ApiToken::new("t"));
+        assert_eq!(opts.rate_windows, ClientOptions::DIGITALOCEAN_RATE_WINDOWS);
+        assert_eq!(opts.requests_per_second, None);
+        let c = parse(
+            "tokenEnv: T\nrequestsPerMinute: 0\nrequestsPerHour: 900\nrequestsPerSecond: 2\n",
+        )
+        .unwrap();
+        let opts = c.client_options(ApiToken::new("t"));
+        assert_eq!(
+            opts.rate_windows
+                .iter()
+                .map(|w| w.requests)
+                .collect::<Vec<_>>(),
+            [0, 900]
+        );
+        assert_eq!(opts.requests_per_second, Some(2.0));
+        for (yaml, field) in [
+            ("requestsPerMinute: 100001", "requestsPerMinute"),
+            ("requestsPerHour: -1", "requestsPerHour"),
+            ("requestsPerSecond: 0", "requestsPerSecond"),
+            ("requestsPerSecond: .inf", "requestsPerSecond"),
+        ] {
+            let e = parse(&format!("tokenEnv: T\n{yaml}\n")).unwrap_err();
+            assert!(e.contains(&format!("field `{field}`")), "{yaml}: {e}");
+        }
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub use self::annotations::{
     ANNOTATION_TLS_PASSTHROUGH, ANNOTATION_TLS_PORTS, ANNOTATION_TYPE, DIGITALOCEAN_ANNOTATIONS,
     KUBE_PROXY_HEALTH_PORT, LEGACY_ALIASES, LEGACY_ANNOTATION_LOAD_BALANCER_ID,
 };
-pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
+pub use self::api::{ApiError, ApiToken, CacheStats, Client, ClientOptions, RateWindow};
 pub use self::config::DoLikeConfig;
 pub use self::flags::DoLikeFlags;
 pub use self::load_balancer::{cluster_tag, owner_tag};

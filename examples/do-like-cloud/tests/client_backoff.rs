@@ -67,10 +67,7 @@ async fn one_answer_holds_every_request(status: u16) {
     let (sim, id) = sim(|_| {}).await;
     // Requests 200 ms apart: far more than a round trip to 127.0.0.1, so that every request
     // after the first starts after the client has read the first one's answer.
-    let client = client(&sim, |o| {
-        o.requests_per_second = 5.0;
-        o.burst = 1;
-    });
+    let client = client(&sim, |o| o.requests_per_second = Some(5.0));
     inject(&sim, status, 2);
     let tasks: Vec<_> = (0..6)
         .map(|_| {
@@ -111,7 +108,7 @@ async fn a_503_with_retry_after_holds_every_request_of_the_client() {
 async fn an_exhausted_quota_holds_the_client_until_its_reset() {
     // Three requests a second: the third answer says `ratelimit-remaining: 0`.
     let (sim, id) = sim(|c| c.rate_limit = 3).await;
-    let client = client(&sim, |o| o.requests_per_second = 1000.0);
+    let client = client(&sim, |o| o.requests_per_second = Some(1000.0));
     for _ in 0..4 {
         assert!(client.droplet(id).await.unwrap().is_some());
     }

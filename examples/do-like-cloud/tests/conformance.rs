@@ -113,7 +113,7 @@ async fn provider_and_simulator() -> UnderTest {
     cfg.lb_activation_delay = Duration::ZERO;
     let sim = RunningSimulator::start(cfg).await.unwrap();
     let mut opts = ClientOptions::new(sim.url(), ApiToken::new(TOKEN));
-    opts.requests_per_second = 1000.0;
+    opts.requests_per_second = Some(1000.0);
     // The cache makes answers up to this stale; `settle_timeout` below allows for it.
     opts.cache_ttl = Duration::from_secs(1);
     let cloud = Arc::new(DoLikeCloud::new(Client::new(opts).unwrap(), "nyc1"));

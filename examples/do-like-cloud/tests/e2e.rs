@@ -463,7 +463,7 @@ async fn a_copied_load_balancer_id_takes_nothing_over() {
     // IDs that cannot be resolved: another cluster's LB, and a 100 kB value. Neither keeps
     // its Service from being deleted.
     let mut opts = ClientOptions::new(sim.url(), ApiToken::new(TOKEN));
-    opts.requests_per_second = 1000.0;
+    opts.requests_per_second = Some(1000.0);
     let mut theirs = before[0].to_request();
     theirs.name = "theirs".into();
     theirs.tags = vec![cluster_tag("another-cluster")];
@@ -680,7 +680,7 @@ async fn a_shadow_plans_nothing_beside_a_converged_ccm_and_names_each_drift() {
         .unwrap()[ANNOTATION_LOAD_BALANCER_ID];
     assert!(lbs.iter().any(|lb| &lb.id == plain_id), "{lbs:?}");
     let mut opts = ClientOptions::new(sim.url(), ApiToken::new(TOKEN));
-    opts.requests_per_second = 1000.0;
+    opts.requests_per_second = Some(1000.0);
     Client::new(opts)
         .unwrap()
         .delete_load_balancer(plain_id)

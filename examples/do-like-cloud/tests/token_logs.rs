@@ -16,7 +16,7 @@ const CLUSTER: &str = "test-cluster";
 
 fn provider_with(sim: &RunningSimulator, token: &str) -> Arc<DoLikeCloud> {
     let mut opts = ClientOptions::new(sim.url(), ApiToken::new(token));
-    opts.requests_per_second = 1000.0;
+    opts.requests_per_second = Some(1000.0);
     Arc::new(DoLikeCloud::new(Client::new(opts).unwrap(), "nyc1"))
 }
 

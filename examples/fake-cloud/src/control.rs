@@ -115,6 +115,8 @@ pub enum Fault {
     ImplementedElsewhere,
     /// [`CloudError::RetryAfter`] with this delay.
     RetryAfter(Duration),
+    /// [`CloudError::Provisioning`] with this delay: the load balancer is still coming up.
+    Provisioning(Duration),
     /// A [`CloudError::Provider`] with this message.
     Error(String),
 }
@@ -127,6 +129,7 @@ impl Fault {
             Self::InstanceNotFound => CloudError::InstanceNotFound,
             Self::ImplementedElsewhere => CloudError::ImplementedElsewhere,
             Self::RetryAfter(d) => CloudError::retry_after("injected: retry later", *d),
+            Self::Provisioning(d) => CloudError::provisioning("injected: still provisioning", *d),
             Self::Error(msg) => CloudError::msg(msg.clone()),
         }
     }

@@ -3,6 +3,7 @@
 //! a client-side rate limit, retries of 5xx (not of a POST, which may have been applied), and
 //! a short-TTL cache of the droplet list.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,11 +46,19 @@ pub struct ClientOptions {
     pub token: ApiToken,
     /// The per-request timeout.
     pub timeout: Duration,
-    /// Requests per second the client allows itself, once [`burst`](Self::burst) is spent.
-    pub requests_per_second: f64,
-    /// Requests the client sends at once before it paces them to
-    /// [`requests_per_second`](Self::requests_per_second).
-    pub burst: u32,
+    /// The most requests the client sends within any window of each length (a sliding
+    /// window); DigitalOcean's API allows 250 a minute and 5,000 an hour
+    /// ([`DIGITALOCEAN_RATE_WINDOWS`](Self::DIGITALOCEAN_RATE_WINDOWS), the default).
+    pub rate_windows: Vec<RateWindow>,
+    /// When set, requests are also spaced to this many a second; `None` (the default):
+    /// they go as fast as the windows allow.
+    pub requests_per_second: Option<f64>,
+    /// The longest a request waits in place for [`rate_windows`](Self::rate_windows) (and
+    /// the spacing): a minute by default, the length of DigitalOcean's shorter window, so
+    /// a burst beyond a minute's limit waits for the window to move rather than failing
+    /// every sync behind it; a longer wait (the hour's limit spent) is returned as
+    /// [`ApiError::RateLimited`] without sending anything.
+    pub max_rate_wait: Duration,
     /// Retries of a 429 or 5xx before giving up.
     pub max_retries: u32,
     /// The longest back-off waited in place (a `Retry-After`, or what remains of the client's
@@ -66,24 +75,30 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
-    /// DigitalOcean's API allows 250 requests a minute (and 5,000 an hour): the default
-    /// steady rate, 250 / 60 a second.
-    pub const DEFAULT_REQUESTS_PER_SECOND: f64 = 250.0 / 60.0;
-    /// The default burst: DigitalOcean's minute of 250 requests, sent as fast as they come.
-    /// Its hourly limit is the API's to tell: an answer with `ratelimit-remaining: 0` holds
-    /// the client until `ratelimit-reset`.
-    pub const DEFAULT_BURST: u32 = 250;
+    /// DigitalOcean's documented limits per token: 250 requests a minute and 5,000 an hour.
+    pub const DIGITALOCEAN_RATE_WINDOWS: [RateWindow; 2] = [
+        RateWindow {
+            requests: 250,
+            per: Duration::from_secs(60),
+        },
+        RateWindow {
+            requests: 5000,
+            per: Duration::from_secs(3600),
+        },
+    ];
 
-    /// Defaults: 10 s timeout, DigitalOcean's 250 requests a minute (a burst of 250, then
-    /// 250/60 a second), 4 retries, waits of at most 10 s, holds of at most 5 minutes, 10 s
-    /// cache, pages of 200.
+    /// Defaults: 10 s timeout, DigitalOcean's limits (250 requests in any minute, 5,000 in
+    /// any hour, no spacing, waited for in place up to a minute), 4 retries, waits for the
+    /// API's back-offs of at most 10 s in place, holds of at most 5 minutes, 10 s cache,
+    /// pages of 200.
     pub fn new(api_url: impl Into<String>, token: ApiToken) -> Self {
         Self {
             api_url: api_url.into().trim_end_matches('/').to_owned(),
             token,
             timeout: Duration::from_secs(10),
-            requests_per_second: Self::DEFAULT_REQUESTS_PER_SECOND,
-            burst: Self::DEFAULT_BURST,
+            rate_windows: Self::DIGITALOCEAN_RATE_WINDOWS.to_vec(),
+            requests_per_second: None,
+            max_rate_wait: Duration::from_secs(60),
             max_retries: 4,
             max_retry_after: Duration::from_secs(10),
             retry_after_cap: Duration::from_secs(300),
@@ -91,6 +106,15 @@ impl ClientOptions {
             per_page: 200,
         }
     }
+}
+
+/// At most `requests` requests within any window of length `per`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateWindow {
+    /// How many (0: no limit).
+    pub requests: u32,
+    /// Within how long.
+    pub per: Duration,
 }
 
 /// What can go wrong talking to the API.
@@ -184,7 +208,7 @@ impl Client {
             .map_err(ApiError::Transport)?;
         Ok(Self {
             http,
-            pacer: Pacer::new(opts.requests_per_second, opts.burst),
+            pacer: Pacer::new(opts.requests_per_second, &opts.rate_windows),
             opts,
             cache: Mutex::new(None),
             refresh: tokio::sync::Mutex::new(()),
@@ -221,10 +245,15 @@ impl Client {
                 .map(|after| after.max(Duration::from_millis(50)).min(cap)),
             _ => None,
         };
-        let reset = exhausted_until(headers, now).map(|d| d.min(cap));
-        if let Some(hold) = retry_after.max(reset) {
+        if let Some(hold) = retry_after {
             tracing::debug!(path, %status, ?hold, "the API asked to wait: holding every request");
             self.pacer.hold_until(Instant::now() + hold);
+        }
+        // The quota spent until its reset: a window the API announced, waited for as the
+        // client's own (in place up to `max_rate_wait`), not a failure.
+        if let Some(reset) = exhausted_until(headers, now).map(|d| d.min(cap)) {
+            tracing::debug!(path, ?reset, "the API's quota is spent until its reset");
+            self.pacer.quota_spent_until(Instant::now() + reset);
         }
         retry_after
     }
@@ -246,7 +275,7 @@ impl Client {
             // Waits for a pacing slot outside any hold of the client; a hold longer than the
             // longest wait in place goes back to the caller without sending anything.
             self.pacer
-                .wait(self.opts.max_retry_after)
+                .wait(self.opts.max_retry_after, self.opts.max_rate_wait)
                 .await
                 .map_err(ApiError::RateLimited)?;
             let mut req = self
@@ -618,38 +647,43 @@ struct LbOne {
     load_balancer: LoadBalancerObject,
 }
 
-/// When this client's requests may start: at most `burst` at once, then spaced to
-/// `requests_per_second` (a token bucket, kept as the generic cell rate algorithm's one
-/// instant), and never inside a hold (a back-off the API asked for). One per [`Client`],
-/// shared by all its requests.
+/// When this client's requests may start: never inside a hold (a back-off the API asked
+/// for with a 429 or 503) nor before the API's spent quota resets, never more than a
+/// window's limit within any window of its length (a sliding window: the start times of
+/// the window's last `limit` requests are kept), and spaced to `requests_per_second` when
+/// that is set. One per [`Client`], shared by all its requests.
 #[derive(Debug)]
 struct Pacer {
-    interval: Duration,
-    /// How far ahead of now the next slot may be and still be taken at once: the room of
-    /// `burst - 1` intervals.
-    tolerance: Duration,
+    interval: Option<Duration>,
     state: Mutex<PaceState>,
 }
 
 #[derive(Debug)]
 struct PaceState {
-    /// When the bucket would be full again if no request came: the next slot at the steady
-    /// rate.
+    /// The next free spacing slot (with `requests_per_second`).
     next_slot: Instant,
     /// No request starts before this: the end of the latest hold.
     not_before: Instant,
+    /// Nor before this: the reset of the API's quota, when an answer said it was spent.
+    quota_until: Instant,
+    /// Each window's limit and length, with the start times of its last `limit` requests.
+    windows: Vec<(RateWindow, VecDeque<Instant>)>,
 }
 
 impl Pacer {
-    fn new(requests_per_second: f64, burst: u32) -> Self {
+    fn new(requests_per_second: Option<f64>, windows: &[RateWindow]) -> Self {
         let now = Instant::now();
-        let interval = Duration::from_secs_f64(1.0 / requests_per_second.max(0.001));
         Self {
-            interval,
-            tolerance: interval.saturating_mul(burst.max(1) - 1),
+            interval: requests_per_second.map(|r| Duration::from_secs_f64(1.0 / r.max(0.001))),
             state: Mutex::new(PaceState {
                 next_slot: now,
                 not_before: now,
+                quota_until: now,
+                windows: windows
+                    .iter()
+                    .filter(|w| w.requests > 0)
+                    .map(|w| (*w, VecDeque::new()))
+                    .collect(),
             }),
         }
     }
@@ -659,24 +693,49 @@ impl Pacer {
     }
 
     /// Waits for this request's slot. A hold set while it waits (a 429 to another request)
-    /// holds it too: it takes a new slot after the hold. When the hold has longer to run than
-    /// `max_wait`, returns what remains of it at once. Dropping the future cancels the wait.
-    async fn wait(&self, max_wait: Duration) -> Result<(), Duration> {
+    /// holds it too: it takes a new slot after the hold. When the hold has longer to run
+    /// than `max_hold`, or a full window (or the quota's reset) longer than
+    /// `max_window_wait`, returns that wait at once and takes no slot. Dropping the future
+    /// cancels the wait.
+    async fn wait(&self, max_hold: Duration, max_window_wait: Duration) -> Result<(), Duration> {
         loop {
             let at = {
                 let mut state = self.state();
                 let now = Instant::now();
                 let held = state.not_before.saturating_duration_since(now);
-                if held > max_wait {
+                if held > max_hold {
                     return Err(held);
                 }
-                let earliest = state.next_slot.checked_sub(self.tolerance).unwrap_or(now);
-                let at = earliest.max(state.not_before).max(now);
-                state.next_slot = state.next_slot.max(at) + self.interval;
+                let mut at = state.not_before.max(state.quota_until).max(now);
+                if self.interval.is_some() {
+                    at = at.max(state.next_slot);
+                }
+                for (window, sent) in &state.windows {
+                    if sent.len() >= window.requests as usize
+                        && let Some(oldest) = sent.front()
+                    {
+                        at = at.max(*oldest + window.per);
+                    }
+                }
+                let wait = at.saturating_duration_since(now);
+                if wait > held.max(max_window_wait) {
+                    return Err(wait);
+                }
+                if let Some(interval) = self.interval {
+                    state.next_slot = at + interval;
+                }
+                for (window, sent) in &mut state.windows {
+                    sent.push_back(at);
+                    while sent.len() > window.requests as usize {
+                        sent.pop_front();
+                    }
+                }
                 at
             };
             tokio::time::sleep_until(at).await;
-            if self.state().not_before <= Instant::now() {
+            let state = self.state();
+            let now = Instant::now();
+            if state.not_before <= now && state.quota_until <= now {
                 return Ok(());
             }
         }
@@ -686,6 +745,13 @@ impl Pacer {
     fn hold_until(&self, until: Instant) {
         let mut state = self.state();
         state.not_before = state.not_before.max(until);
+    }
+
+    /// Starts no request before `until`, the API's quota reset, waiting for it as for a
+    /// window (a later reset already set stays).
+    fn quota_spent_until(&self, until: Instant) {
+        let mut state = self.state();
+        state.quota_until = state.quota_until.max(until);
     }
 }
 
@@ -821,17 +887,17 @@ mod tests {
     fn waiter(pacer: &Arc<Pacer>, t0: Instant) -> tokio::task::JoinHandle<Duration> {
         let pacer = pacer.clone();
         tokio::spawn(async move {
-            pacer.wait(10 * SEC).await.unwrap();
+            pacer.wait(10 * SEC, 1000 * SEC).await.unwrap();
             t0.elapsed()
         })
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_hold_stops_every_waiting_request_until_it_ends_then_paces_them() {
-        let pacer = Arc::new(Pacer::new(10.0, 1));
+        let pacer = Arc::new(Pacer::new(Some(10.0), &[]));
         let t0 = Instant::now();
         // The first request goes at once; five more wait for their slots (100 ms apart).
-        pacer.wait(10 * SEC).await.unwrap();
+        pacer.wait(10 * SEC, 10 * SEC).await.unwrap();
         let waiting: Vec<_> = (0..5).map(|_| waiter(&pacer, t0)).collect();
         tokio::time::sleep(Duration::from_millis(1)).await;
         // The first request's answer: 429, Retry-After: 2.
@@ -846,64 +912,104 @@ mod tests {
             .collect();
         assert_eq!(released, expected);
         // A request that comes later still takes the next slot.
-        pacer.wait(10 * SEC).await.unwrap();
+        pacer.wait(10 * SEC, 10 * SEC).await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_millis(2500));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_burst_goes_at_once_then_requests_are_paced_and_an_idle_bucket_refills() {
-        let pacer = Arc::new(Pacer::new(1.0, 3));
+    async fn a_window_lets_its_limit_go_at_once_and_no_more_within_its_length() {
+        let windows = [
+            RateWindow {
+                requests: 3,
+                per: 10 * SEC,
+            },
+            RateWindow {
+                requests: 4,
+                per: 100 * SEC,
+            },
+        ];
+        let pacer = Arc::new(Pacer::new(None, &windows));
         let t0 = Instant::now();
         let mut released: Vec<Duration> = Vec::new();
         for w in (0..5).map(|_| waiter(&pacer, t0)).collect::<Vec<_>>() {
             released.push(w.await.unwrap());
         }
         released.sort();
+        // Three at once; the fourth when the first leaves the 10 s window; the fifth when
+        // the first leaves the 100 s one.
         assert_eq!(
             released,
-            [Duration::ZERO, Duration::ZERO, Duration::ZERO, SEC, 2 * SEC]
+            [
+                Duration::ZERO,
+                Duration::ZERO,
+                Duration::ZERO,
+                10 * SEC,
+                100 * SEC
+            ]
         );
-        // Idle long enough to refill: three at once again, not more.
-        tokio::time::sleep(10 * SEC).await;
+        // At 100 s two more go at once (the windows hold 0, 10, 100 and 0, 0, 10, 100), then
+        // both are full until 110 s: a wait longer than the caller waits in place is
+        // returned at once, and takes no slot.
         let t1 = Instant::now();
-        let mut again: Vec<Duration> = Vec::new();
-        for w in (0..4).map(|_| waiter(&pacer, t1)).collect::<Vec<_>>() {
-            again.push(w.await.unwrap());
-        }
-        again.sort();
-        assert_eq!(again, [Duration::ZERO, Duration::ZERO, Duration::ZERO, SEC]);
+        pacer.wait(5 * SEC, 5 * SEC).await.unwrap();
+        pacer.wait(5 * SEC, 5 * SEC).await.unwrap();
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+        assert_eq!(pacer.wait(5 * SEC, 5 * SEC).await, Err(10 * SEC));
+        assert_eq!(
+            pacer.wait(5 * SEC, 5 * SEC).await,
+            Err(10 * SEC),
+            "no slot was taken"
+        );
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spent_quota_is_waited_for_in_place_a_long_hold_is_returned() {
+        let pacer = Pacer::new(None, &[]);
+        let t0 = Instant::now();
+        pacer.quota_spent_until(t0 + 30 * SEC);
+        pacer.wait(10 * SEC, 60 * SEC).await.unwrap();
+        assert_eq!(t0.elapsed(), 30 * SEC);
+        // Longer than the caller waits for a window: returned.
+        pacer.quota_spent_until(t0 + 120 * SEC);
+        assert_eq!(pacer.wait(10 * SEC, 60 * SEC).await, Err(90 * SEC));
+        // A hold (a 429's Retry-After) longer than `max_hold` is returned at once.
+        let pacer = Pacer::new(None, &[]);
+        pacer.hold_until(Instant::now() + 30 * SEC);
+        assert_eq!(pacer.wait(10 * SEC, 60 * SEC).await, Err(30 * SEC));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_later_hold_wins_and_an_earlier_one_does_not_shorten_it() {
-        let pacer = Pacer::new(1000.0, 1);
+        let pacer = Pacer::new(Some(1000.0), &[]);
         let t0 = Instant::now();
         pacer.hold_until(t0 + 3 * SEC);
         pacer.hold_until(t0 + SEC);
-        pacer.wait(10 * SEC).await.unwrap();
+        pacer.wait(10 * SEC, 10 * SEC).await.unwrap();
         assert_eq!(t0.elapsed(), 3 * SEC);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_hold_longer_than_the_longest_wait_is_returned_at_once() {
-        let pacer = Pacer::new(10.0, 1);
+        let pacer = Pacer::new(Some(10.0), &[]);
         let t0 = Instant::now();
         pacer.hold_until(t0 + 30 * SEC);
-        assert_eq!(pacer.wait(10 * SEC).await, Err(30 * SEC));
+        assert_eq!(pacer.wait(10 * SEC, 10 * SEC).await, Err(30 * SEC));
         assert_eq!(t0.elapsed(), Duration::ZERO);
         // Once it has less than the longest wait to run, requests wait for it.
         tokio::time::sleep(25 * SEC).await;
-        pacer.wait(10 * SEC).await.unwrap();
+        pacer.wait(10 * SEC, 10 * SEC).await.unwrap();
         assert_eq!(t0.elapsed(), 30 * SEC);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_in_a_hold_can_be_cancelled() {
-        let pacer = Arc::new(Pacer::new(10.0, 1));
+        let pacer = Arc::new(Pacer::new(Some(10.0), &[]));
         let t0 = Instant::now();
         pacer.hold_until(t0 + 2 * SEC);
         let waiting = waiter(&pacer, t0);
-        let cancelled = tokio::time::timeout(Duration::from_millis(500), pacer.wait(10 * SEC));
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(500), pacer.wait(10 * SEC, 10 * SEC));
         assert!(
             cancelled.await.is_err(),
             "the wait did not end with its timeout"

@@ -8,7 +8,7 @@ mod client;
 mod lb_index;
 mod types;
 
-pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions};
+pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions, RateWindow};
 pub use self::lb_index::SeenLoadBalancer;
 pub use self::types::{
     Droplet, ErrorBody, ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK,

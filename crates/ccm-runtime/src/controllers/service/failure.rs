@@ -286,6 +286,28 @@ mod tests {
     }
 
     #[test]
+    fn a_load_balancer_still_provisioning_is_looked_at_again_without_a_warning() {
+        let pending = SyncError::Ensure(cloud(&CloudError::provisioning(
+            "load balancer 4de7 is new",
+            Duration::from_secs(2),
+        )));
+        assert!(pending.is_provisioning());
+        assert_eq!(
+            pending.outcome(),
+            Outcome::RequeueAfter(Duration::from_secs(2))
+        );
+        assert_eq!(Failure::Sync(&pending).event(), None);
+        // Only an ensure provisions: the same answer to a clean-up is a failure to report.
+        let cleanup = SyncError::CleanUp(cloud(&CloudError::provisioning(
+            "busy",
+            Duration::from_secs(2),
+        )));
+        assert!(!cleanup.is_provisioning());
+        assert!(Failure::Sync(&cleanup).event().is_some());
+        assert!(!SyncError::Ensure(cloud(&CloudError::msg("boom"))).is_provisioning());
+    }
+
+    #[test]
     fn errors_map_to_outcomes() {
         let fixed = SyncError::Ensure(cloud(&CloudError::retry_after(
             "busy",

@@ -52,6 +52,10 @@ pub(crate) struct Options {
     /// Added to every cloud request (the simulator's `latency_ms` fault).
     #[arg(long, default_value_t = 50)]
     latency_ms: u64,
+    /// Load balancers of other clusters in the account before the scenario (tagged for
+    /// another cluster): what a CCM that lists the account per Service pays for.
+    #[arg(long, default_value_t = 0)]
+    existing_load_balancers: usize,
     /// The simulator's rate limit: requests per `--cloud-rate-window-secs` (DigitalOcean's
     /// is 250 a minute); above it, 429 with `Retry-After`.
     #[arg(long, default_value_t = 5000)]
@@ -194,6 +198,7 @@ async fn run(opts: Options) -> Result<()> {
         services: opts.services,
         nodes: opts.nodes,
         activation_ms: opts.activation_ms,
+        existing_load_balancers: opts.existing_load_balancers,
         latency_ms: opts.latency_ms,
         cloud_rate_limit: opts.cloud_rate_limit,
         cloud_rate_window_secs: opts.cloud_rate_window_secs,

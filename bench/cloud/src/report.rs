@@ -49,6 +49,8 @@ pub(crate) struct Report {
     pub(crate) services: usize,
     pub(crate) nodes: usize,
     pub(crate) activation_ms: u64,
+    #[serde(default)]
+    pub(crate) existing_load_balancers: usize,
     pub(crate) latency_ms: u64,
     pub(crate) cloud_rate_limit: u32,
     pub(crate) cloud_rate_window_secs: u64,
@@ -158,10 +160,11 @@ pub(crate) fn table(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} LoadBalancer Services at once, {} Nodes, activation {} ms, {} ms a request, \
+        "{} LoadBalancer Services at once, {} Nodes, {} other load balancers, activation {} ms, {} ms a request, \
          cloud limit {} per {} s, {} service worker(s), kube API {}, {} CPUs{}",
         report.services,
         report.nodes,
+        report.existing_load_balancers,
         report.activation_ms,
         report.latency_ms,
         report.cloud_rate_limit,

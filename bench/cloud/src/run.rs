@@ -55,6 +55,9 @@ pub(crate) async fn one(opts: &Options, name: &str, binary: &Path) -> Result<Run
     for i in 1..=opts.nodes {
         cloud.create_droplet(&node_name(i), "s-2vcpu-4gb", REGION);
     }
+    if opts.existing_load_balancers > 0 {
+        other_clusters_load_balancers(&sim.url(), opts.existing_load_balancers).await?;
+    }
     let mut faults = Faults::default();
     faults.latency_ms = opts.latency_ms;
     cloud.set_faults(faults);
@@ -68,6 +71,37 @@ pub(crate) async fn one(opts: &Options, name: &str, binary: &Path) -> Result<Run
     sim.shutdown().await;
     drop(cp);
     result
+}
+
+/// `count` load balancers of another cluster, created through the API (so they are what a
+/// list pages through), before the latency is injected.
+async fn other_clusters_load_balancers(api_url: &str, count: usize) -> Result<()> {
+    use ccm_do_like_cloud::api::{ForwardingRule, LoadBalancerRequest};
+    use ccm_do_like_cloud::{ApiToken, Client, ClientOptions};
+    let mut options = ClientOptions::new(api_url, ApiToken::new(TOKEN));
+    options.rate_windows.clear();
+    let client = std::sync::Arc::new(Client::new(options)?);
+    stream::iter(0..count)
+        .map(|i| {
+            let client = client.clone();
+            async move {
+                let request = LoadBalancerRequest {
+                    name: format!("other-{i:05}"),
+                    region: REGION.to_owned(),
+                    forwarding_rules: vec![ForwardingRule::new("tcp", 80, 30080)],
+                    tags: vec!["k8s:another-cluster".to_owned()],
+                    ..LoadBalancerRequest::default()
+                };
+                client.create_load_balancer(&request).await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    progress(format_args!(
+        "created {count} load balancers of another cluster"
+    ));
+    Ok(())
 }
 
 fn node_name(i: usize) -> String {
@@ -300,13 +334,17 @@ fn api_requests_since(audit: &Path, offset: u64) -> Result<BTreeMap<String, u64>
     Ok(counts)
 }
 
-/// The Events about the scenario's Services, by type and reason (`Warning
-/// SyncLoadBalancerFailed`), each counted as often as it happened (its `count`).
+/// The service controller's Events about the scenario's Services, by type and reason
+/// (`Warning SyncLoadBalancerFailed`), each counted as often as it happened (its `count`).
 async fn event_reasons(client: &kube::Client) -> Result<BTreeMap<String, u64>> {
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
     let mut counts = BTreeMap::new();
     for event in events.list(&Default::default()).await?.items {
-        if event.involved_object.kind.as_deref() != Some("Service") {
+        // The CCM's (Go's event source, ours too), not the API server's own.
+        let source = event.source.as_ref().and_then(|s| s.component.as_deref());
+        if event.involved_object.kind.as_deref() != Some("Service")
+            || source != Some("service-controller")
+        {
             continue;
         }
         let key = format!(

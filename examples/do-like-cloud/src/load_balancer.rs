@@ -633,6 +633,7 @@ impl LoadBalancer for DoLikeCloud {
             }
         };
         self.remember_id(service, &lb).await;
+        // ANCHOR: provisioning
         if lb.ip.is_empty() {
             let message = format!("load balancer {} is {}, not active yet", lb.id, lb.status);
             // Still activating: the Service comes back when the next look is due, not after
@@ -648,6 +649,7 @@ impl LoadBalancer for DoLikeCloud {
                 None => CloudError::msg(message),
             });
         }
+        // ANCHOR_END: provisioning
         Ok(status(&lb, hostname_of(service)))
     }
 

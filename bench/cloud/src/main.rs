@@ -95,7 +95,8 @@ pub(crate) struct Options {
     /// Services created at once by the driver (requests in flight).
     #[arg(long, default_value_t = 64)]
     create_concurrency: usize,
-    /// Give up on a run after this many seconds (an error: the figures would mean nothing).
+    /// Give up on a run after this many seconds (an error: the figures would mean nothing);
+    /// the Nodes' initialisation before it gets as long again.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
     /// Where the JSON results go.

@@ -41,6 +41,28 @@ impl RunResult {
     pub(crate) fn requests_per_service(&self, services: usize) -> f64 {
         self.requests.values().sum::<u64>() as f64 / services.max(1) as f64
     }
+
+    /// Seconds until at least half of the `services` had an ingress (from the curve).
+    pub(crate) fn seconds_to_half(&self, services: usize) -> f64 {
+        self.curve
+            .iter()
+            .find(|(_, n)| n * 2 >= services)
+            .map_or(self.seconds_to_all, |(at, _)| *at)
+    }
+
+    /// How long a Service waited for its ingress, on average: each step up of the curve is
+    /// that many Services served at that time.
+    pub(crate) fn mean_wait(&self, services: usize) -> f64 {
+        let mut served = 0;
+        let mut total = 0.0;
+        for &(at, n) in &self.curve {
+            if n > served {
+                total += (n - served) as f64 * at;
+                served = n;
+            }
+        }
+        total / services.max(1) as f64
+    }
 }
 
 /// Everything a run of the driver measured, with its settings.
@@ -100,6 +122,14 @@ pub(crate) fn table(report: &Report) -> String {
         (
             "seconds until the first ingress".into(),
             Box::new(|r| r.seconds_to_first),
+        ),
+        (
+            "seconds until half the ingresses".into(),
+            Box::new(move |r| r.seconds_to_half(services)),
+        ),
+        (
+            "mean seconds a Service waits".into(),
+            Box::new(move |r| r.mean_wait(services)),
         ),
         (
             "cloud requests per Service".into(),
@@ -230,6 +260,19 @@ mod tests {
             requests: BTreeMap::from([("GET /v2/load_balancers/{id}".into(), gets)]),
             ..RunResult::default()
         }
+    }
+
+    #[test]
+    fn half_and_mean_wait_read_the_curve() {
+        let r = RunResult {
+            seconds_to_all: 4.0,
+            curve: vec![(0.0, 0), (1.0, 1), (2.0, 3), (2.5, 2), (4.0, 4)],
+            ..RunResult::default()
+        };
+        assert_eq!(r.seconds_to_half(4), 2.0);
+        assert_eq!(r.seconds_to_half(7), 4.0, "never half: every ingress");
+        // 1 at 1 s, 2 at 2 s, the dip ignored, 1 at 4 s.
+        assert_eq!(r.mean_wait(4), (1.0 + 4.0 + 4.0) / 4.0);
     }
 
     #[test]

@@ -184,14 +184,23 @@ async fn measure(
     // The Nodes, registered as kubelets register them; the scenario starts once the CCM
     // has initialised every one.
     let nodes: Api<Node> = Api::all(client.clone());
-    for i in 1..=opts.nodes {
-        let node = NodeBuilder::new(&node_name(i))
-            .uninitialized()
-            .label("kubernetes.io/hostname", &node_name(i))
-            .build();
-        nodes.create(&PostParams::default(), &node).await?;
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
+    stream::iter(1..=opts.nodes)
+        .map(|i| {
+            let nodes = nodes.clone();
+            async move {
+                let node = NodeBuilder::new(&node_name(i))
+                    .uninitialized()
+                    .label("kubernetes.io/hostname", &node_name(i))
+                    .build();
+                nodes.create(&PostParams::default(), &node).await
+            }
+        })
+        .buffer_unordered(opts.create_concurrency.max(1))
+        .try_collect::<Vec<_>>()
+        .await?;
+    let init_timeout = Duration::from_secs(opts.timeout_secs);
+    let deadline = Instant::now() + init_timeout;
+    let mut last_print = Instant::now();
     loop {
         check_running(ccm)?;
         let list = nodes.list(&Default::default()).await?;
@@ -205,12 +214,22 @@ async fn measure(
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "{name}: {ready}/{} Nodes initialised after 120 s",
-                opts.nodes
+                "{name}: {ready}/{} Nodes initialised after {} s",
+                opts.nodes,
+                init_timeout.as_secs()
             )
             .into());
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if last_print.elapsed() >= Duration::from_secs(10) {
+            progress(format_args!(
+                "{name}: {ready}/{} Nodes initialised",
+                opts.nodes
+            ));
+            last_print = Instant::now();
+        }
+        // A list of 10,000 Nodes is not free: look less often the more there are.
+        let pause = 200 + u64::try_from(opts.nodes / 10).unwrap_or(u64::MAX).min(1800);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
     }
     // What it does at start-up and for the Nodes is not the scenario's.
     settle(cloud, Duration::from_secs(2), Duration::from_secs(30)).await;

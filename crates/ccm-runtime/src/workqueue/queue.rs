@@ -5,6 +5,12 @@
 //! finishes. One key is therefore never held by two workers at once, and no add is lost.
 //! Keys can also be added after a delay (the earliest pending deadline wins) or after the
 //! key's [`RateLimit`] backoff. Time is [`tokio::time`], so paused-clock tests work.
+//!
+//! One departure from client-go: a key added back as a follow-up of work under way
+//! ([`Outcome::FollowUpAfter`], e.g. a load balancer the cloud is still bringing up) waits in
+//! a lane of its own once due, and the queue alternates between that lane and the others.
+//! A burst of new keys then delays a due follow-up by one key, not by the whole burst, and
+//! neither lane can starve the other.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -35,6 +41,20 @@ pub enum Outcome {
     /// Failure: try again after the key's backoff, which doubles
     /// ([`Queue::add_rate_limited`]).
     Retry,
+    /// Work under way needs another look after this fixed delay (a load balancer the cloud
+    /// is still bringing up): as [`RequeueAfter`](Self::RequeueAfter), but once due the key
+    /// is handed out ahead of keys added before it, alternating with them
+    /// ([`Queue::follow_up_after`]).
+    FollowUpAfter(Duration),
+}
+
+/// Which of the two lanes of ready keys a key waits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// Every key but follow-ups, first come, first served.
+    Normal,
+    /// Due follow-ups ([`Outcome::FollowUpAfter`]), served alternately with the others.
+    FollowUp,
 }
 
 /// A keyed work queue; see the [module docs](self). Cloning it gives another handle to the
@@ -55,12 +75,19 @@ struct Inner<K> {
 struct State<K> {
     /// Keys ready to hand out, in order. Each is also in `dirty` and not in `processing`.
     ready: VecDeque<K>,
-    /// Keys that need processing, with the time they were added (for the queue duration).
-    dirty: HashMap<K, Instant>,
+    /// Due follow-ups ready to hand out, in order; as `ready` otherwise.
+    follow_ups: VecDeque<K>,
+    /// Whether the last key handed out was a follow-up, so the next is not, if another
+    /// waits.
+    served_follow_up: bool,
+    /// Keys that need processing, with the time they were added (for the queue duration)
+    /// and the lane they wait in.
+    dirty: HashMap<K, (Instant, Lane)>,
     /// Keys held by a worker, with the time it took them (for the work duration).
     processing: HashMap<K, Instant>,
-    /// Delayed keys: their deadline (and a tie-breaker), and the same ordered by deadline.
-    waiting: HashMap<K, (Instant, u64)>,
+    /// Delayed keys: their deadline (and a tie-breaker) and the lane they go to when due,
+    /// and the same ordered by deadline.
+    waiting: HashMap<K, ((Instant, u64), Lane)>,
     deadlines: BTreeMap<(Instant, u64), K>,
     next_seq: u64,
     /// Failures per key since it was last forgotten.
@@ -75,6 +102,8 @@ impl<K: QueueKey> Queue<K> {
     pub fn new(name: impl Into<String>, limit: RateLimit) -> Self {
         let state = State {
             ready: VecDeque::new(),
+            follow_ups: VecDeque::new(),
+            served_follow_up: false,
             dirty: HashMap::new(),
             processing: HashMap::new(),
             waiting: HashMap::new(),
@@ -120,32 +149,51 @@ impl<K: QueueKey> Queue<K> {
     /// when that worker finishes. Does nothing once the queue is shut down.
     pub fn add(&self, key: K) {
         let mut state = self.inner.state.lock();
-        self.inner.insert(&mut state, key, Instant::now());
+        self.inner
+            .insert(&mut state, key, Instant::now(), Lane::Normal);
     }
 
     /// Adds `key` once `delay` has passed. If the key is already waiting for a deadline,
     /// the earlier deadline wins. A zero delay is [`add`](Self::add).
     pub fn add_after(&self, key: K, delay: Duration) {
-        if delay.is_zero() {
-            return self.add(key);
-        }
+        self.add_after_in(key, delay, Lane::Normal);
+    }
+
+    /// Adds `key` once `delay` has passed, as a follow-up of work under way: once due, it
+    /// is handed out ahead of keys added before it, alternating with them (see the
+    /// [module docs](self)). If the key is already waiting for a deadline, the earlier
+    /// deadline wins, with its lane. A key that is already queued when its follow-up comes
+    /// due keeps its place.
+    pub fn follow_up_after(&self, key: K, delay: Duration) {
+        self.add_after_in(key, delay, Lane::FollowUp);
+    }
+
+    fn add_after_in(&self, key: K, delay: Duration, lane: Lane) {
         let now = Instant::now();
+        if delay.is_zero() {
+            let mut state = self.inner.state.lock();
+            return self.inner.insert(&mut state, key, now, lane);
+        }
         let deadline = now.checked_add(delay).unwrap_or_else(|| far_future(now));
         let mut state = self.inner.state.lock();
         if state.shutting_down {
             return;
         }
-        if let Some(&(earlier, _)) = state.waiting.get(&key).filter(|(at, _)| *at <= deadline) {
+        if let Some(&((earlier, _), _)) = state
+            .waiting
+            .get(&key)
+            .filter(|((at, _), _)| *at <= deadline)
+        {
             tracing::trace!(queue = %self.inner.name, ?key, ?earlier, "already waiting for an earlier deadline");
             return;
         }
-        if let Some(later) = state.waiting.remove(&key) {
+        if let Some((later, _)) = state.waiting.remove(&key) {
             state.deadlines.remove(&later);
         }
         let slot = (deadline, state.next_seq);
         state.next_seq += 1;
         state.deadlines.insert(slot, key.clone());
-        state.waiting.insert(key, slot);
+        state.waiting.insert(key, (slot, lane));
         drop(state);
         // A waiting worker may be sleeping until a later deadline.
         self.inner.notify.notify_one();
@@ -208,8 +256,8 @@ impl<K: QueueKey> Queue<K> {
                 }
                 let now = Instant::now();
                 self.inner.promote_due(&mut state, now);
-                if let Some(key) = state.ready.pop_front() {
-                    if let Some(added) = state.dirty.remove(&key) {
+                if let Some(key) = state.pop_ready() {
+                    if let Some((added, _)) = state.dirty.remove(&key) {
                         self.inner.metrics.queue_duration().observe(now - added);
                     }
                     state.processing.insert(key.clone(), now);
@@ -253,6 +301,7 @@ impl<K: QueueKey> Queue<K> {
         let mut state = self.inner.state.lock();
         state.shutting_down = true;
         state.ready.clear();
+        state.follow_ups.clear();
         state.dirty.clear();
         state.waiting.clear();
         state.deadlines.clear();
@@ -276,25 +325,52 @@ impl<K: QueueKey> Queue<K> {
             self.inner.metrics.released(taken);
         }
         self.inner.promote_due(&mut state, now);
-        if !state.shutting_down && state.dirty.contains_key(key) {
-            state.ready.push_back(key.clone());
+        if state.shutting_down {
+            return;
+        }
+        if let Some(&(_, lane)) = state.dirty.get(key) {
+            state.lane(lane).push_back(key.clone());
             drop(state);
             self.inner.notify.notify_one();
         }
     }
 }
 
+impl<K> State<K> {
+    /// The ready keys of `lane`.
+    fn lane(&mut self, lane: Lane) -> &mut VecDeque<K> {
+        match lane {
+            Lane::Normal => &mut self.ready,
+            Lane::FollowUp => &mut self.follow_ups,
+        }
+    }
+
+    /// The next ready key: a due follow-up unless the last key was one and another key
+    /// waits too.
+    fn pop_ready(&mut self) -> Option<K> {
+        let follow_up =
+            !self.follow_ups.is_empty() && (self.ready.is_empty() || !self.served_follow_up);
+        let key = if follow_up {
+            self.follow_ups.pop_front()
+        } else {
+            self.ready.pop_front()
+        }?;
+        self.served_follow_up = follow_up;
+        Some(key)
+    }
+}
+
 impl<K: QueueKey> Inner<K> {
-    /// The heart of [`Queue::add`].
-    fn insert(&self, state: &mut State<K>, key: K, now: Instant) {
+    /// The heart of [`Queue::add`]: queues `key` in `lane` unless it is queued already.
+    fn insert(&self, state: &mut State<K>, key: K, now: Instant, lane: Lane) {
         if state.shutting_down || state.dirty.contains_key(&key) {
             return;
         }
         self.metrics.inc_adds();
-        state.dirty.insert(key.clone(), now);
+        state.dirty.insert(key.clone(), (now, lane));
         self.metrics.set_depth(state.dirty.len());
         if !state.processing.contains_key(&key) {
-            state.ready.push_back(key);
+            state.lane(lane).push_back(key);
             self.notify.notify_one();
         }
     }
@@ -306,8 +382,11 @@ impl<K: QueueKey> Inner<K> {
                 break;
             }
             let key = entry.remove();
-            state.waiting.remove(&key);
-            self.insert(state, key, now);
+            let lane = state
+                .waiting
+                .remove(&key)
+                .map_or(Lane::Normal, |(_, lane)| lane);
+            self.insert(state, key, now, lane);
         }
     }
 }
@@ -351,6 +430,7 @@ impl<K: QueueKey> WorkItem<K> {
         match outcome {
             Outcome::Done => self.queue.forget(&key),
             Outcome::RequeueAfter(delay) => self.queue.add_after(key, delay),
+            Outcome::FollowUpAfter(delay) => self.queue.follow_up_after(key, delay),
             Outcome::Retry => self.queue.add_rate_limited(key),
         }
     }
@@ -500,6 +580,90 @@ mod tests {
         tokio::time::sleep(secs(1)).await;
         q.add_after("early", secs(2));
         assert_eq!(joined(waiter).await, Some(("early", secs(3))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn due_follow_ups_alternate_with_a_backlog_of_other_keys() {
+        let q = plain();
+        let t0 = Instant::now();
+        q.follow_up_after("f1", secs(1));
+        q.follow_up_after("f2", secs(1));
+        q.follow_up_after("f3", secs(1));
+        for key in ["a", "b", "c", "d"] {
+            q.add(key);
+        }
+        // The backlog is served until the follow-ups are due…
+        let a = must_get(&q).await;
+        assert_eq!(*a.key(), "a");
+        tokio::time::sleep(secs(2)).await;
+        drop(a);
+        // …then they alternate with it, each lane in its own order; neither starves.
+        let got: Vec<_> = drain(&q, t0, secs(60))
+            .await
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(got, ["f1", "b", "f2", "c", "f3", "d"]);
+        // A plain delay is no follow-up: it queues behind what came before it.
+        q.add_after("late", secs(1));
+        q.add("x");
+        q.add("y");
+        tokio::time::sleep(secs(2)).await;
+        let got: Vec<_> = drain(&q, t0, secs(60))
+            .await
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(got, ["x", "y", "late"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follow_up_keeps_its_lane_while_held_and_yields_to_an_earlier_deadline() {
+        // Due while its key is held: queued in the follow-up lane once released.
+        let (q, held) = holding("f").await;
+        q.follow_up_after("f", secs(1));
+        q.add("a");
+        q.add("b");
+        tokio::time::sleep(secs(2)).await;
+        assert_eq!(q.len(), 3);
+        drop(held);
+        let t0 = Instant::now();
+        let got: Vec<_> = drain(&q, t0, secs(60))
+            .await
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(got, ["f", "a", "b"]);
+        // The earlier deadline wins, with its lane: a plain delay before a follow-up's.
+        q.follow_up_after("k", secs(5));
+        q.add_after("k", secs(1));
+        q.add("c");
+        tokio::time::sleep(secs(2)).await;
+        let got: Vec<_> = drain(&q, t0, secs(60))
+            .await
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(got, ["c", "k"], "k came due as a plain key, behind c");
+        // An already queued key keeps its place when its follow-up comes due.
+        q.add("d");
+        q.add("k");
+        q.follow_up_after("k", Duration::ZERO);
+        let got: Vec<_> = drain(&q, t0, secs(60))
+            .await
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(got, ["d", "k"]);
+        // WorkItem::finish with the outcome, and shut_down empties the lane.
+        q.add("g");
+        must_get(&q)
+            .await
+            .finish(Outcome::FollowUpAfter(Duration::ZERO));
+        assert_eq!(q.len(), 1);
+        q.shut_down();
+        assert_eq!(q.len(), 0);
+        assert!(next(&q, secs(1)).await.is_none());
     }
 
     #[tokio::test(start_paused = true)]

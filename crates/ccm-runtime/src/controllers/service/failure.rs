@@ -173,11 +173,14 @@ impl SyncError {
     }
 
     /// When the work queue tries again: after the delay the provider asked for, or with
-    /// the Service's backoff.
+    /// the Service's backoff. A load balancer still coming up is a follow-up: once due, its
+    /// look is not queued behind every Service added meanwhile.
     pub(super) fn outcome(&self) -> Outcome {
-        self.cause()
-            .and_then(|c| c.retry_after)
-            .map_or(Outcome::Retry, Outcome::RequeueAfter)
+        match self.cause().and_then(|c| c.retry_after) {
+            Some(after) if self.is_provisioning() => Outcome::FollowUpAfter(after),
+            Some(after) => Outcome::RequeueAfter(after),
+            None => Outcome::Retry,
+        }
     }
 
     /// The Warning this failure is recorded with, if any.
@@ -294,7 +297,7 @@ mod tests {
         assert!(pending.is_provisioning());
         assert_eq!(
             pending.outcome(),
-            Outcome::RequeueAfter(Duration::from_secs(2))
+            Outcome::FollowUpAfter(Duration::from_secs(2))
         );
         assert_eq!(Failure::Sync(&pending).event(), None);
         // Only an ensure provisions: the same answer to a clean-up is a failure to report.
@@ -303,6 +306,10 @@ mod tests {
             Duration::from_secs(2),
         )));
         assert!(!cleanup.is_provisioning());
+        assert_eq!(
+            cleanup.outcome(),
+            Outcome::RequeueAfter(Duration::from_secs(2))
+        );
         assert!(Failure::Sync(&cleanup).event().is_some());
         assert!(!SyncError::Ensure(cloud(&CloudError::msg("boom"))).is_provisioning());
     }

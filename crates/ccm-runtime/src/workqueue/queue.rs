@@ -162,8 +162,8 @@ impl<K: QueueKey> Queue<K> {
     /// Adds `key` once `delay` has passed, as a follow-up of work under way: once due, it
     /// is handed out ahead of keys added before it, alternating with them (see the
     /// [module docs](self)). If the key is already waiting for a deadline, the earlier
-    /// deadline wins, with its lane. A key that is already queued when its follow-up comes
-    /// due keeps its place.
+    /// deadline wins, with its lane. A key already queued when its follow-up comes due (an
+    /// echo of the worker's own writes, say) moves to the follow-up lane.
     pub fn follow_up_after(&self, key: K, delay: Duration) {
         self.add_after_in(key, delay, Lane::FollowUp);
     }
@@ -361,9 +361,22 @@ impl<K> State<K> {
 }
 
 impl<K: QueueKey> Inner<K> {
-    /// The heart of [`Queue::add`]: queues `key` in `lane` unless it is queued already.
+    /// The heart of [`Queue::add`]: queues `key` in `lane` unless it is queued already; a
+    /// key queued in the normal lane moves to the follow-up lane if that is `lane`.
     fn insert(&self, state: &mut State<K>, key: K, now: Instant, lane: Lane) {
-        if state.shutting_down || state.dirty.contains_key(&key) {
+        if state.shutting_down {
+            return;
+        }
+        if let Some((_, queued)) = state.dirty.get_mut(&key) {
+            if lane == Lane::FollowUp && *queued == Lane::Normal {
+                *queued = Lane::FollowUp;
+                // Linear, but only when a follow-up overtakes its own echo.
+                if let Some(at) = state.ready.iter().position(|k| *k == key) {
+                    state.ready.remove(at);
+                    state.follow_ups.push_back(key);
+                    self.notify.notify_one();
+                }
+            }
             return;
         }
         self.metrics.inc_adds();
@@ -645,16 +658,34 @@ mod tests {
             .map(|(key, _)| key)
             .collect();
         assert_eq!(got, ["c", "k"], "k came due as a plain key, behind c");
-        // An already queued key keeps its place when its follow-up comes due.
+        // A key already queued (an echo of the worker's own write) when its follow-up comes
+        // due moves to the follow-up lane, ahead of the backlog; once, not twice.
         q.add("d");
         q.add("k");
+        q.add("e");
         q.follow_up_after("k", Duration::ZERO);
+        q.follow_up_after("k", Duration::ZERO);
+        q.add("k");
+        assert_eq!(q.len(), 3);
         let got: Vec<_> = drain(&q, t0, secs(60))
             .await
             .into_iter()
             .map(|(key, _)| key)
             .collect();
-        assert_eq!(got, ["d", "k"]);
+        assert_eq!(got, ["k", "d", "e"]);
+        // So does one held by a worker, dirty with its echo: back in the follow-up lane.
+        q.add("h");
+        let held = must_get(&q).await;
+        q.add("h");
+        q.add("x");
+        q.follow_up_after("h", Duration::ZERO);
+        drop(held);
+        let got: Vec<_> = drain(&q, t0, secs(60))
+            .await
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(got, ["h", "x"]);
         // WorkItem::finish with the outcome, and shut_down empties the lane.
         q.add("g");
         must_get(&q)

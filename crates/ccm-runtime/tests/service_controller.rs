@@ -589,6 +589,8 @@ struct Hooks {
     before_delete: Option<futures::future::BoxFuture<'static, ()>>,
     /// `update_load_balancer` of this Service takes a permit first (and waits for one).
     update_gate: Option<(String, Arc<tokio::sync::Semaphore>)>,
+    /// `ensure_load_balancer` of this Service takes a permit first (and waits for one).
+    ensure_gate: Option<(String, Arc<tokio::sync::Semaphore>)>,
 }
 
 impl TestCloud {
@@ -636,15 +638,19 @@ impl LoadBalancer for TestCloud {
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
         let name = service.metadata.name.clone().unwrap_or_default();
-        let (before, after, tcp_only) = {
+        let (before, after, tcp_only, gate) = {
             let mut hooks = self.hooks();
             hooks.ensure_calls.push((name.clone(), Instant::now()));
             (
                 hooks.hang_before.contains(&name),
                 hooks.hang_after.contains(&name),
                 hooks.tcp_only,
+                hooks.ensure_gate.clone().filter(|(n, _)| *n == name),
             )
         };
+        if let Some((_, gate)) = gate {
+            gate.acquire().await.expect("gate open").forget();
+        }
         let mut service = service.clone();
         if tcp_only && let Some(ports) = service.spec.as_mut().and_then(|s| s.ports.as_mut()) {
             ports.retain(|p| p.protocol.as_deref() == Some("TCP"));
@@ -823,6 +829,70 @@ async fn a_provisioning_load_balancer_is_looked_at_again_without_a_warning() {
     )
     .await;
     wait_event_count(&h, &ns, "web", REASON_ENSURING, 2).await;
+}
+
+/// A look at a load balancer still coming up is not queued behind a burst of new Services:
+/// once due, it goes before the Services queued ahead of it (alternating with them), though
+/// the worker's own finalizer patch had queued the Service again behind the burst.
+#[tokio::test]
+async fn a_due_provisioning_look_is_not_queued_behind_a_burst_of_new_services() {
+    const BURST: usize = 20;
+    let (h, ns) = harness("follow-up").await;
+    create_node(&h, "follow-up").await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    let ctl = start(&h, &ns, cloud.provider(), config().with_workers(1)).await;
+    // Every ensure takes 200 ms, and web's first is held until the burst is queued.
+    h.cloud.set_latency(ms(200));
+    h.cloud
+        .inject_times(Method::EnsureLoadBalancer, Fault::Provisioning(ms(300)), 1);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    cloud.hooks().ensure_gate = Some(("web".to_owned(), gate.clone()));
+    create_web(&h, &ns).await;
+    eventually("web's ensure to start", WAIT, || async {
+        match cloud.ensure_times("web").len() {
+            1 => Ok(()),
+            n => Err(format!("{n} ensures")),
+        }
+    })
+    .await;
+    for i in 0..BURST {
+        create_service(
+            &h,
+            &ns,
+            &lb_service(&format!("burst-{i:02}"), &[("http", 80)]),
+        )
+        .await;
+    }
+    eventually("the burst queued", WAIT, || async {
+        match ctl.queue.len() {
+            n if n >= BURST => Ok(()),
+            n => Err(format!("{n} keys queued")),
+        }
+    })
+    .await;
+    gate.add_permits(BURST);
+    h.wait_service(&ns, "web", WAIT, has_ingress).await;
+
+    let order: Vec<String> = cloud
+        .hooks()
+        .ensure_calls
+        .iter()
+        .map(|(name, _)| name.clone())
+        .collect();
+    let second = order
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| *name == "web")
+        .nth(1)
+        .map(|(at, _)| at)
+        .expect("a second ensure of web");
+    // Due 300 ms after the first, while the burst's ensures take 200 ms each: one or two
+    // of them (and the one in flight) before it, not all twenty.
+    assert!(
+        second <= 4,
+        "web's look came after {second} ensures: {order:?}"
+    );
+    assert_eq!(ctl.queue.metrics().retries_total(), 0, "never rate-limited");
 }
 
 /// Waits until the events with `reason` about `ns/name` count `want` on the server (they

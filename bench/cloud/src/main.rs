@@ -56,6 +56,12 @@ pub(crate) struct Options {
     /// another cluster): what a CCM that lists the account per Service pays for.
     #[arg(long, default_value_t = 0)]
     existing_load_balancers: usize,
+    /// Register the Nodes `Ready`, as running kubelets report them. Without it they have no
+    /// `Ready` condition, and both CCMs' node-lifecycle controllers ask the cloud about
+    /// every Node each `--node-monitor-period`: requests that grow with the Nodes, not the
+    /// Services.
+    #[arg(long)]
+    ready_nodes: bool,
     /// The simulator's rate limit: requests per `--cloud-rate-window-secs` (DigitalOcean's
     /// is 250 a minute); above it, 429 with `Retry-After`.
     #[arg(long, default_value_t = 5000)]
@@ -200,6 +206,7 @@ async fn run(opts: Options) -> Result<()> {
         nodes: opts.nodes,
         activation_ms: opts.activation_ms,
         existing_load_balancers: opts.existing_load_balancers,
+        ready_nodes: opts.ready_nodes,
         latency_ms: opts.latency_ms,
         cloud_rate_limit: opts.cloud_rate_limit,
         cloud_rate_window_secs: opts.cloud_rate_window_secs,

@@ -73,6 +73,8 @@ pub(crate) struct Report {
     pub(crate) activation_ms: u64,
     #[serde(default)]
     pub(crate) existing_load_balancers: usize,
+    #[serde(default)]
+    pub(crate) ready_nodes: bool,
     pub(crate) latency_ms: u64,
     pub(crate) cloud_rate_limit: u32,
     pub(crate) cloud_rate_window_secs: u64,
@@ -190,10 +192,11 @@ pub(crate) fn table(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} LoadBalancer Services at once, {} Nodes, {} other load balancers, activation {} ms, {} ms a request, \
+        "{} LoadBalancer Services at once, {} {}Nodes, {} other load balancers, activation {} ms, {} ms a request, \
          cloud limit {} per {} s, {} service worker(s), kube API {}, {} CPUs{}",
         report.services,
         report.nodes,
+        if report.ready_nodes { "Ready " } else { "" },
         report.existing_load_balancers,
         report.activation_ms,
         report.latency_ms,

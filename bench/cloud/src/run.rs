@@ -188,10 +188,13 @@ async fn measure(
         .map(|i| {
             let nodes = nodes.clone();
             async move {
-                let node = NodeBuilder::new(&node_name(i))
+                let mut node = NodeBuilder::new(&node_name(i))
                     .uninitialized()
-                    .label("kubernetes.io/hostname", &node_name(i))
-                    .build();
+                    .label("kubernetes.io/hostname", &node_name(i));
+                if opts.ready_nodes {
+                    node = node.ready();
+                }
+                let node = node.build();
                 nodes.create(&PostParams::default(), &node).await
             }
         })

@@ -5,10 +5,17 @@
 //! finalizers).
 //!
 //! ```
-//! use ccm_test::fixtures::{NodeBuilder, ServiceBuilder, is_initialized, tainted_node};
+//! use ccm_test::fixtures::{NodeBuilder, ServiceBuilder, is_initialized, node_condition, tainted_node};
 //!
 //! let node = tainted_node("node-1");
 //! assert!(!is_initialized(&node));
+//! assert_eq!(node_condition(&node, "Ready"), None);
+//!
+//! let ready = NodeBuilder::new("node-3").uninitialized().ready().build();
+//! assert_eq!(
+//!     node_condition(&ready, "Ready"),
+//!     Some(("True".into(), "KubeletReady".into()))
+//! );
 //!
 //! let node = NodeBuilder::new("node-2")
 //!     .uninitialized()
@@ -27,7 +34,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec, Taint};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, Service, ServicePort, ServiceSpec, Taint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 pub use crate::cluster::UNINITIALIZED_TAINT;
@@ -104,6 +114,27 @@ impl NodeBuilder {
     /// Adds the label `key=value`.
     pub fn label(mut self, key: &str, value: &str) -> Self {
         insert(&mut self.node.metadata.labels, key, value);
+        self
+    }
+
+    /// Sets the `Ready` condition `True`, as a running kubelet reports it (registration
+    /// keeps a created Node's status).
+    pub fn ready(mut self) -> Self {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let condition = NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: Some("KubeletReady".into()),
+            message: Some("kubelet is posting ready status".into()),
+            last_heartbeat_time: Some(now.clone()),
+            last_transition_time: Some(now),
+        };
+        self.node
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(condition);
         self
     }
 

@@ -363,7 +363,7 @@ impl DoLikeCloud {
             .client
             .seen_load_balancer(id)
             .filter(|seen| activation_due_in(seen, Instant::now()).is_some())
-            .map(|seen| seen.lb);
+            .map(|seen| Arc::unwrap_or_clone(seen.lb));
         let lb = match seen {
             Some(lb) => lb,
             None => match self
@@ -408,7 +408,7 @@ impl DoLikeCloud {
             .cached_load_balancers()
             .await
             .map_err(|e| cloud_error("listing load balancers", e))?;
-        let Some(found) = all.into_iter().find(is_it) else {
+        let Some(found) = all.iter().find(|lb| is_it(lb)) else {
             return Ok(None);
         };
         // Found, but perhaps changed since the list: read it again, and check it again.
@@ -973,10 +973,10 @@ mod tests {
         let t0 = Instant::now();
         let sec = Duration::from_secs(1);
         let seen = |new_for: Duration, status: &str| SeenLoadBalancer {
-            lb: LoadBalancerObject {
+            lb: Arc::new(LoadBalancerObject {
                 status: status.into(),
                 ..lb("x", &[])
-            },
+            }),
             fetched: t0 + new_for,
             new_since: (status == "new").then_some(t0),
         };

@@ -1,22 +1,57 @@
 {{/*
-The bundled provider's --cloud-provider name.
+Whether the provider is bundled with the chart (a preset: fake-cloud or do-like-cloud):
+"true" or empty.
+*/}}
+{{- define "ccm.bundled" -}}
+{{- if has .Values.provider (list "fake-cloud" "do-like-cloud") }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The --cloud-provider name: cloudProvider, else the bundled provider's (fake, digitalocean),
+else the provider's own name.
 */}}
 {{- define "ccm.cloudProvider" -}}
-{{- if eq .Values.provider "fake-cloud" -}}fake
+{{- if .Values.cloudProvider -}}{{ .Values.cloudProvider }}
+{{- else if eq .Values.provider "fake-cloud" -}}fake
 {{- else if eq .Values.provider "do-like-cloud" -}}digitalocean
-{{- else -}}{{ fail (printf "provider %q is not a bundled provider: use fake-cloud or do-like-cloud" .Values.provider) }}
+{{- else -}}{{ .Values.provider }}
 {{- end -}}
 {{- end -}}
 
 {{/*
-The image reference.
+The image reference. A bundled provider's: <registry>/<provider>-controller-manager:<appVersion>
+by default, the registry ghcr.io/ccm-rs unless image.registry is set ("" leaves it out).
+Another provider's: image.repository (under image.registry when set) with image.tag or
+image.digest, both required (the chart's appVersion is the framework's version).
 */}}
 {{- define "ccm.image" -}}
-{{- $repository := .Values.image.repository | default (printf "%s-controller-manager" .Values.provider) -}}
-{{- with .Values.image.registry }}{{ . }}/{{ end }}{{ $repository }}
-{{- if .Values.image.digest }}@{{ .Values.image.digest }}
-{{- else }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $registry := .Values.image.registry | default "" -}}
+{{- $repository := .Values.image.repository -}}
+{{- $tag := ternary "" (toString .Values.image.tag) (kindIs "invalid" .Values.image.tag) -}}
+{{- if include "ccm.bundled" . -}}
+{{- $registry = ternary .Values.image.registry "ghcr.io/ccm-rs" (hasKey .Values.image "registry") -}}
+{{- $repository = $repository | default (printf "%s-controller-manager" .Values.provider) -}}
+{{- $tag = $tag | default .Chart.AppVersion -}}
+{{- else -}}
+{{- if not $repository -}}
+{{- fail (printf "image.repository: provider %q is not bundled with the chart (fake-cloud, do-like-cloud), so it has no default image: name yours, e.g. image.repository=registry.example.com/%s/%s-cloud-controller-manager (or a path under image.registry)" .Values.provider .Values.provider .Values.provider) -}}
 {{- end -}}
+{{- if not (or $tag .Values.image.digest) -}}
+{{- fail (printf "image.tag: provider %q is not bundled with the chart, so its image needs image.tag (e.g. 0.1.0) or image.digest: the chart's appVersion (%s) is the ccm-rs framework's version, not the provider's" .Values.provider .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+{{- with $registry }}{{ . }}/{{ end }}{{ $repository }}
+{{- if .Values.image.digest }}@{{ .Values.image.digest }}
+{{- else }}:{{ $tag }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Whether the Pod gets a cloud config ("true" or empty): always for a bundled provider (its
+default cloud.yaml), for another only with cloudConfig.content or existingConfigMap.
+*/}}
+{{- define "ccm.hasCloudConfig" -}}
+{{- if or (include "ccm.bundled" .) .Values.cloudConfig.content .Values.cloudConfig.existingConfigMap }}true{{ end -}}
 {{- end -}}
 
 {{/*
@@ -34,12 +69,12 @@ The name of the API token Secret (do-like-cloud).
 {{- end -}}
 
 {{/*
-The provider's default cloud.yaml.
+A bundled provider's default cloud.yaml (another provider has none).
 */}}
 {{- define "ccm.defaultCloudConfig" -}}
 {{- if eq .Values.provider "fake-cloud" -}}
 nodesAreInstances: true
-{{- else -}}
+{{- else if eq .Values.provider "do-like-cloud" -}}
 # Without apiUrl the provider talks to DigitalOcean's own API
 # (https://api.digitalocean.com; never tried live from this project, see
 # docs/do-like-cloud.md). Point it at a simulator to try it out:

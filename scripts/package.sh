@@ -4,11 +4,14 @@
 # (tests/author-crate) that depends on those packages, not on the workspace: its mock unit
 # test, its binary, and a real-apiserver test through the packaged ccm-test, which must find
 # or build its control plane on its own (no KUBEBUILDER_ASSETS; an empty cache folder, so it
-# builds from the Go module files it carries; Go's caches make that a link step once warm).
+# builds from the Go module files it carries; Go's caches make that a link step once warm);
+# then its cluster test: the author's image by ccm-test's recipe, installed with the chart
+# into a real cluster (root), its Nodes initialised.
 #
 #   scripts/package.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo="$(pwd)"
 
 # In dependency order. Everything else in the workspace is `publish = false`.
 crates=(ccm-provider ccm-runtime ccm-core ccm-test ccm-conformance)
@@ -129,4 +132,16 @@ echo "package.sh: the author's crate: unit test with mocks, binary, real-apiserv
     exit 1
   }
 )
-echo "package.sh: ok (${crates[*]} packaged; the author's crate builds, links and tests against them)" >&2
+# The cluster level, as the author runs it (tests/author-crate/tests/cluster.rs, ignored by a
+# plain `cargo test`): its image built by the recipe the packaged ccm-test ships, installed
+# with this repository's chart into a real cluster, every Node initialised. With the test
+# command's binaries and caches (KUBEBUILDER_ASSETS, CCM_CACHE_DIR): building them is what
+# the control-plane test above proves.
+echo "package.sh: the author's crate: its image, installed by the chart into a cluster" >&2
+(
+  cd "$work"
+  export CARGO_TARGET_DIR="$target_dir" HELM="${HELM:-$("$repo/tools/helm/build.sh")}" \
+    CCM_CHART="$repo/charts/cloud-controller-manager"
+  cargo test --quiet --test cluster -- --ignored
+)
+echo "package.sh: ok (${crates[*]} packaged; the author's crate builds, links and tests against them, and its image runs in a cluster from the chart)" >&2

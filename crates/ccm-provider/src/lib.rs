@@ -102,7 +102,9 @@ pub use self::metrics::prometheus_client;
 pub use self::provider_id::{ProviderId, ProviderIdError};
 pub use self::registry::{ProviderFactory, ProviderRegistry, RegistryError};
 pub use self::routes::Routes;
-pub use self::types::{InstanceMetadata, Route, Zone, node_address, node_name, node_provider_id};
+pub use self::types::{
+    InstanceMetadata, Route, Zone, node_address, node_name, node_provider_id, provided_node_ips,
+};
 pub use self::zones::{Clusters, Zones};
 
 /// What [`CloudProvider::initialize`] receives.

@@ -4,8 +4,11 @@
 //! `k8s-openapi` unchanged, so a provider speaks the same vocabulary as the API server.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
+
+use crate::well_known::ANNOTATION_PROVIDED_NODE_IP;
 
 /// What the cloud knows about the instance behind a Node (Go's `cloudprovider.InstanceMetadata`).
 ///
@@ -123,6 +126,62 @@ pub fn node_provider_id(node: &Node) -> Option<&str> {
         .filter(|id| !id.is_empty())
 }
 
+/// The addresses the Node's kubelet was given with `--node-ip`, as it announces them in the
+/// `alpha.kubernetes.io/provided-node-ip` annotation: one IP, or an IPv4 and IPv6 pair.
+/// Empty when the annotation is absent or not such a value.
+///
+/// When a Node carries the annotation, the cloud-node controller initialises it only if the
+/// provider's [`InstanceMetadata::node_addresses`] include those IPs (Go's rule: the cloud
+/// must confirm the address the kubelet was told to use), and lists them first. A provider
+/// whose instances report their own addresses needs nothing of this; one that learns an
+/// instance's addresses from the Node (every Node an instance, as in a bare-metal or
+/// local cluster) reports these as its `InternalIP`s:
+///
+/// ```
+/// use ccm_core::k8s_openapi::api::core::v1::Node;
+/// use ccm_core::provider::{InstanceMetadata, node_address, provided_node_ips};
+///
+/// fn metadata(node: &Node) -> InstanceMetadata {
+///     let mut meta = InstanceMetadata::new("acme://i-1");
+///     for ip in provided_node_ips(node) {
+///         meta = meta.with_address(node_address("InternalIP", ip.to_string()));
+///     }
+///     meta
+/// }
+///
+/// let mut node = Node::default();
+/// node.metadata.annotations = Some(
+///     [("alpha.kubernetes.io/provided-node-ip".to_owned(), "10.0.0.7".to_owned())].into(),
+/// );
+/// assert_eq!(metadata(&node).node_addresses[0].address, "10.0.0.7");
+/// assert!(provided_node_ips(&Node::default()).is_empty());
+/// ```
+pub fn provided_node_ips(node: &Node) -> Vec<IpAddr> {
+    let Some(value) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
+    else {
+        return Vec::new();
+    };
+    // At most a pair: a longer value is refused without parsing all of it.
+    let ips: Option<Vec<IpAddr>> = value
+        .split(',')
+        .take(3)
+        .map(|ip| ip.trim().parse::<IpAddr>().ok())
+        .collect();
+    match ips.as_deref() {
+        Some([ip]) if !ip.is_unspecified() => vec![*ip],
+        Some([a, b])
+            if a.is_ipv4() != b.is_ipv4() && !a.is_unspecified() && !b.is_unspecified() =>
+        {
+            vec![*a, *b]
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// A zone and region (Go's `cloudprovider.Zone`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -197,5 +256,49 @@ impl Route {
     pub fn with_blackhole(mut self, blackhole: bool) -> Self {
         self.blackhole = blackhole;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_with(provided: &str) -> Node {
+        let mut node = Node::default();
+        node.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_PROVIDED_NODE_IP.to_owned(),
+            provided.to_owned(),
+        )]));
+        node
+    }
+
+    fn ips(provided: &str) -> Vec<String> {
+        provided_node_ips(&node_with(provided))
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn provided_node_ips_are_one_ip_or_a_dual_stack_pair() {
+        assert_eq!(ips("10.0.0.7"), ["10.0.0.7"]);
+        assert_eq!(ips(" 10.0.0.7 , fd00::7"), ["10.0.0.7", "fd00::7"]);
+        assert_eq!(ips("fd00::7,10.0.0.7"), ["fd00::7", "10.0.0.7"]);
+    }
+
+    #[test]
+    fn provided_node_ips_refuse_what_the_kubelet_would_not_write() {
+        for bad in [
+            "",
+            "node-1",
+            "10.0.0.7,10.0.0.8",
+            "0.0.0.0",
+            "10.0.0.7,::",
+            "10.0.0.7,fd00::7,10.0.0.8",
+            "10.0.0.7,",
+        ] {
+            assert!(ips(bad).is_empty(), "{bad:?}");
+        }
+        assert!(provided_node_ips(&Node::default()).is_empty());
     }
 }

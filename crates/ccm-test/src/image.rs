@@ -4,6 +4,9 @@
 //! with the arguments a Deployment would give it, as the image's user. Tests use it to prove
 //! that the image a provider ships, not just its binary, runs as a CCM against a
 //! [`ControlPlane`](crate::ControlPlane). Needs `buildah` and root.
+//!
+//! [`ProviderImage`] builds a provider author's image the way ccm-rs builds its own, with
+//! the recipe this crate ships ([`PROVIDER_IMAGE_SCRIPT`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,6 +29,12 @@ pub enum ImageError {
         /// What was being done.
         step: &'static str,
         /// Its error output.
+        message: String,
+    },
+    /// Building a provider's image ([`ProviderImage::build`]) failed.
+    #[error("building the provider's image: {message}")]
+    Build {
+        /// What failed.
         message: String,
     },
 }
@@ -268,4 +277,186 @@ pub fn container_args(args: &[String], secure_port: u16, kubeconfig: &str) -> Ve
         })
         .chain(std::iter::once(format!("--kubeconfig={kubeconfig}")))
         .collect()
+}
+
+/// `provider-image.sh`, the image recipe this crate ships (in its package, beside
+/// `Cargo.toml`): a provider's binary built static for each platform and put in an image
+/// `FROM scratch` with the CA certificates, saved as an OCI archive. [`ProviderImage`] runs
+/// it; an author can also run the file itself (`--help` lists its options).
+pub const PROVIDER_IMAGE_SCRIPT: &str = include_str!("../provider-image.sh");
+
+/// The container image of a provider's own CCM binary, built by [`PROVIDER_IMAGE_SCRIPT`]
+/// as ccm-rs builds its own (static glibc binary, `FROM scratch`, user 65532, buildah with
+/// vfs storage and chroot isolation, an OCI image index). The archive it writes is what
+/// [`ClusterBuilder::image`](crate::ClusterBuilder::image) imports into a cluster's nodes,
+/// and what `skopeo copy --all oci-archive:FILE docker://REGISTRY/NAME:TAG` pushes.
+///
+/// [`build`](Self::build) runs `cargo build` and buildah: it blocks for as long as the build
+/// takes (call it before starting a cluster, or from `spawn_blocking`). Needs root and
+/// `buildah`; for `linux/arm64` the cross linker named in the script's errors.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), ccm_test::image::ImageError> {
+/// let archive = ccm_test::image::ProviderImage::new(env!("CARGO_MANIFEST_DIR"))
+///     .platform("linux/amd64")
+///     .debug()
+///     .build()?; // <target>/images/<bin>.tar, named localhost/<bin>:<version>
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ProviderImage {
+    crate_dir: PathBuf,
+    bin: Option<String>,
+    platforms: Vec<String>,
+    debug: bool,
+    name: Option<String>,
+    tag: Option<String>,
+    out: Option<PathBuf>,
+}
+
+impl ProviderImage {
+    /// The image of the crate in `crate_dir` (its only binary unless [`bin`](Self::bin)
+    /// names one), for linux/amd64 and linux/arm64, a release build.
+    pub fn new(crate_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            crate_dir: crate_dir.into(),
+            bin: None,
+            platforms: Vec::new(),
+            debug: false,
+            name: None,
+            tag: None,
+            out: None,
+        }
+    }
+
+    /// The binary to put in the image.
+    pub fn bin(mut self, name: impl Into<String>) -> Self {
+        self.bin = Some(name.into());
+        self
+    }
+
+    /// Builds for `platform` (`linux/amd64` or `linux/arm64`); repeat for more. Without
+    /// it, both.
+    pub fn platform(mut self, platform: impl Into<String>) -> Self {
+        self.platforms.push(platform.into());
+        self
+    }
+
+    /// A debug build (quicker, larger) instead of a stripped release build.
+    pub fn debug(mut self) -> Self {
+        self.debug = true;
+        self
+    }
+
+    /// The image's name, `localhost/<bin>` by default.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The image's tag, the crate's version by default.
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// Where to write the archive, `<target dir>/images/<bin>.tar` by default.
+    pub fn out(mut self, archive: impl Into<PathBuf>) -> Self {
+        self.out = Some(archive.into());
+        self
+    }
+
+    /// The script's arguments for these options.
+    fn args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--manifest-path".to_owned(),
+            self.crate_dir.join("Cargo.toml").display().to_string(),
+        ];
+        let mut option = |flag: &str, value: Option<String>| {
+            if let Some(value) = value {
+                args.push(flag.to_owned());
+                args.push(value);
+            }
+        };
+        option("--bin", self.bin.clone());
+        option(
+            "--platform",
+            (!self.platforms.is_empty()).then(|| self.platforms.join(",")),
+        );
+        option("--name", self.name.clone());
+        option("--tag", self.tag.clone());
+        option("--out", self.out.as_ref().map(|p| p.display().to_string()));
+        if self.debug {
+            args.push("--debug".to_owned());
+        }
+        args
+    }
+
+    /// Builds the binary and the image; returns the archive's path. The build's output goes
+    /// to this process's standard error.
+    pub fn build(&self) -> Result<PathBuf, ImageError> {
+        let failed = |message: String| ImageError::Build { message };
+        let output = Command::new("bash")
+            .arg("-c")
+            .arg(PROVIDER_IMAGE_SCRIPT)
+            .arg("provider-image.sh")
+            .args(self.args())
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| failed(format!("running bash: {e}")))?;
+        if !output.status.success() {
+            return Err(failed(format!(
+                "provider-image.sh {} ({}; its errors are above)",
+                self.args().join(" "),
+                output.status
+            )));
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let archive = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+        if archive.is_file() {
+            Ok(archive)
+        } else {
+            Err(failed(format!(
+                "provider-image.sh printed {stdout:?}, not an archive's path"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod provider_image_tests {
+    use super::*;
+
+    #[test]
+    fn the_script_gets_only_the_options_set() {
+        let image = ProviderImage::new("/src/acme");
+        assert_eq!(image.args(), ["--manifest-path", "/src/acme/Cargo.toml"]);
+        let image = image
+            .bin("acme-ccm")
+            .platform("linux/amd64")
+            .platform("linux/arm64")
+            .debug()
+            .name("registry.example.com/acme")
+            .tag("1.2.3")
+            .out("/tmp/acme.tar");
+        assert_eq!(
+            image.args().join(" "),
+            "--manifest-path /src/acme/Cargo.toml --bin acme-ccm \
+             --platform linux/amd64,linux/arm64 --name registry.example.com/acme --tag 1.2.3 \
+             --out /tmp/acme.tar --debug"
+        );
+    }
+
+    #[test]
+    fn a_script_that_fails_is_an_error_naming_it() {
+        let err = ProviderImage::new("/nonexistent/crate")
+            .build()
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with("building the provider's image: provider-image.sh --manifest-path /nonexistent/crate/Cargo.toml"),
+            "{message}"
+        );
+    }
 }

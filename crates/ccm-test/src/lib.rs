@@ -45,6 +45,7 @@ mod binaries;
 pub mod cluster;
 mod control_plane;
 pub mod fixtures;
+pub mod helm;
 pub mod image;
 pub mod net;
 mod pki;
@@ -115,6 +116,9 @@ pub enum Error {
     /// a node that did not register.
     #[error("cluster: {0}")]
     Cluster(String),
+    /// `helm` was not found, or failed ([`helm::Helm`]).
+    #[error("{0}")]
+    Helm(String),
     /// `kubectl` was not found, or failed ([`ControlPlane::run_kubectl`]).
     #[error("kubectl: {0}")]
     Kubectl(String),

@@ -4,14 +4,13 @@ use async_trait::async_trait;
 use ccm_core::provider::{
     CloudError, CloudResult, InstanceMetadata, Instances, LegacyInstances, ProviderId, Zone, Zones,
 };
-use std::net::IpAddr;
-
-use ccm_core::well_known::ANNOTATION_PROVIDED_NODE_IP;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::{FakeCloud, FakeInstance, InstanceState, Method, PROVIDER_NAME};
 
-use ccm_core::provider::{node_name, node_provider_id as spec_provider_id};
+use ccm_core::provider::{
+    node_address, node_name, node_provider_id as spec_provider_id, provided_node_ips,
+};
 
 /// The `<id>` of a provider ID, or a clear error naming it.
 fn parse_id(provider_id: &str) -> CloudResult<String> {
@@ -56,28 +55,15 @@ impl FakeCloud {
 /// or two for dual-stack), as `InternalIP`s, and the Node's name as `Hostname`. `None` when
 /// the Node names no valid address.
 fn addresses_seen_on(node: &Node) -> Option<Vec<NodeAddress>> {
-    let provided = node
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ANNOTATION_PROVIDED_NODE_IP)?;
-    // At most two addresses (dual-stack), as the kubelet allows; a longer value is ignored.
-    let ips: Vec<IpAddr> = provided
-        .split(',')
-        .take(3)
-        .map(|ip| ip.trim().parse::<IpAddr>())
-        .collect::<Result<_, _>>()
-        .ok()
-        .filter(|ips: &Vec<IpAddr>| !ips.is_empty() && ips.len() <= 2)?;
-    let address = |type_: &str, address: String| NodeAddress {
-        type_: type_.to_owned(),
-        address,
-    };
+    let ips = provided_node_ips(node);
+    if ips.is_empty() {
+        return None;
+    }
     let mut addresses: Vec<NodeAddress> = ips
         .iter()
-        .map(|ip| address("InternalIP", ip.to_string()))
+        .map(|ip| node_address("InternalIP", ip.to_string()))
         .collect();
-    addresses.push(address("Hostname", node_name(node).to_owned()));
+    addresses.push(node_address("Hostname", node_name(node)));
     Some(addresses)
 }
 
@@ -188,6 +174,8 @@ impl Zones for FakeCloud {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    use ccm_core::well_known::ANNOTATION_PROVIDED_NODE_IP;
 
     use super::*;
 

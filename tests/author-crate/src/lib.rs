@@ -11,7 +11,7 @@ use ccm_core::async_trait;
 use ccm_core::k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use ccm_core::provider::{
     BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, InstanceMetadata, Instances,
-    LoadBalancer, ProviderId, ProviderRegistry, ResultExt, node_address,
+    LoadBalancer, ProviderId, ProviderRegistry, ResultExt, node_address, provided_node_ips,
 };
 // ANCHOR_END: imports
 
@@ -98,11 +98,16 @@ impl Instances for AcmeCloud {
         let Some(instance) = self.cloud.instance(node) else {
             return Err(CloudError::InstanceNotFound);
         };
+        let mut metadata = InstanceMetadata::new(instance.provider_id)
+            .with_instance_type("acme-standard")
+            .with_zone(&self.config.zone, &self.config.region);
+        // Acme learns an instance's address from its kubelet (`--node-ip`): the Node is
+        // initialised only if its provided IP is among the addresses reported.
+        for ip in provided_node_ips(node) {
+            metadata = metadata.with_address(node_address("InternalIP", ip.to_string()));
+        }
         Ok(Some(
-            InstanceMetadata::new(instance.provider_id)
-                .with_instance_type("acme-standard")
-                .with_zone(&self.config.zone, &self.config.region)
-                .with_address(node_address("Hostname", &instance.name)),
+            metadata.with_address(node_address("Hostname", &instance.name)),
         ))
     }
 }

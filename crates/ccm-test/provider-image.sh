@@ -65,6 +65,9 @@ done
 
 [ -f "$manifest" ] || die "no Cargo.toml at $manifest (--manifest-path)"
 manifest="$(cd "$(dirname "$manifest")" && pwd)/$(basename "$manifest")"
+# Cargo reads the .cargo/config.toml files of the folder it runs in: the crate's, not the
+# caller's.
+cd "$(dirname "$manifest")"
 [ -z "$containerfile" ] || [ -f "$containerfile" ] || die "--containerfile $containerfile does not exist"
 [ -z "$containerfile" ] || containerfile="$(cd "$(dirname "$containerfile")" && pwd)/$(basename "$containerfile")"
 ca_bundle=/etc/ssl/certs/ca-certificates.crt

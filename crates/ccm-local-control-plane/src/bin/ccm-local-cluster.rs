@@ -1,6 +1,7 @@
 //! `ccm-local-cluster`: a real cluster on this machine (`ccm_test::Cluster`: kubelets,
 //! containerd, kube-proxy, a CNI, in network namespaces made for the run) with a bundled
-//! provider's CCM installed from its release manifest, as a user installs it. Prints the
+//! provider's CCM installed from its release manifest, as a user installs it, or a provider
+//! author's own CCM installed from its image with the Helm chart (`--values`). Prints the
 //! Nodes, the Pods and a LoadBalancer Service (with the DO-like cloud, a request answered
 //! through its load balancer), then keeps the cluster until Ctrl-C; or runs a program in
 //! the cluster's network (`--exec`, for Kubernetes' e2e tests) and exits with its status.
@@ -8,7 +9,9 @@
 //!
 //! ```text
 //! ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
-//!                   [--image ARCHIVE]... [--manifest FILE] [--exec PROGRAM ARGS...]
+//!                   [--image ARCHIVE]... [--manifest FILE | --values FILE [--chart DIR]]
+//!                   [--exec PROGRAM ARGS...]
+//! ccm-local-cluster --image ARCHIVE --values FILE [--chart DIR] [--nodes N] [--once] ...
 //! ```
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -27,7 +30,10 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const USAGE: &str = "\
 usage: ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
-                         [--image ARCHIVE]... [--manifest FILE] [--exec PROGRAM ARGS...]
+                         [--image ARCHIVE]... [--manifest FILE | --values FILE [--chart DIR]]
+                         [--exec PROGRAM ARGS...]
+       ccm-local-cluster --image ARCHIVE --values FILE [--chart DIR] [--nodes N] [--once]
+                         [--kubeconfig FILE] [--exec PROGRAM ARGS...]
 
 Starts a cluster of N nodes (default 2; kubelets with --cloud-provider=external,
 containerd, kube-proxy) in network namespaces made for the run, applies the
@@ -46,6 +52,15 @@ forward to the Nodes, and a request is sent through one. Needs root.
                      ${CLOUD_API_URL} and ${CLOUD_API_TOKEN} in it become the DO-like
                      simulator's URL and token; the nodes' Pod network comes up at
                      their pod CIDR (the CCM need not tolerate NotReady Nodes)
+  --values FILE      install the CCM with the Helm chart (helm: $HELM, else on PATH)
+                     and these values instead of applying a manifest; ${NODES} in
+                     them becomes the nodes' names as a YAML list, and with
+                     --provider do-like ${CLOUD_API_URL} and ${CLOUD_API_TOKEN} the
+                     simulator's. Without --provider: your own provider's CCM, its
+                     image given with --image (provider-image.sh builds one), no
+                     bundled cloud and no workload: the Nodes it initialised and its
+                     Pods are printed
+  --chart DIR        the chart for --values (default: charts/cloud-controller-manager)
   --exec PROGRAM...  instead of the workload, run PROGRAM with the rest of the
                      arguments in the cluster's network namespace, with KUBECONFIG
                      naming an admin kubeconfig that works there (and CLOUD_API_URL,
@@ -75,12 +90,15 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 const WAIT: Duration = Duration::from_secs(180);
 
 struct Options {
-    provider: &'static Provider,
+    /// A bundled provider; `None` for an author's own (`--values` without `--provider`).
+    provider: Option<&'static Provider>,
     nodes: usize,
     once: bool,
     kubeconfig: Option<PathBuf>,
     images: Vec<PathBuf>,
     manifest: Option<PathBuf>,
+    values: Option<PathBuf>,
+    chart: Option<PathBuf>,
     exec: Vec<String>,
 }
 
@@ -91,6 +109,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut kubeconfig = None;
     let mut images = Vec::new();
     let mut manifest = None;
+    let mut values = None;
+    let mut chart = None;
     let mut exec = Vec::new();
     while let Some(arg) = args.next() {
         if arg == "--exec" {
@@ -129,16 +149,42 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--kubeconfig" => kubeconfig = Some(PathBuf::from(value("--kubeconfig")?)),
             "--image" => images.push(PathBuf::from(value("--image")?)),
             "--manifest" => manifest = Some(PathBuf::from(value("--manifest")?)),
+            "--values" => values = Some(PathBuf::from(value("--values")?)),
+            "--chart" => chart = Some(PathBuf::from(value("--chart")?)),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if values.is_some() && manifest.is_some() {
+        return Err("--values (the chart) or --manifest, not both".to_owned());
+    }
+    if chart.is_some() && values.is_none() {
+        return Err("--chart is the chart of --values".to_owned());
+    }
+    if provider.is_none() {
+        if values.is_none() {
+            return Err(
+                "--provider is required (fake or do-like), or --values FILE with \
+                        --image ARCHIVE for your own provider's CCM"
+                    .to_owned(),
+            );
+        }
+        if images.is_empty() {
+            return Err(
+                "--values without --provider installs your own provider's CCM: \
+                        give its image with --image ARCHIVE (provider-image.sh writes one)"
+                    .to_owned(),
+            );
+        }
+    }
     Ok(Options {
-        provider: provider.ok_or("--provider is required")?,
+        provider,
         nodes,
         once,
         kubeconfig,
         images,
         manifest,
+        values,
+        chart,
         exec,
     })
 }
@@ -173,7 +219,8 @@ fn main() -> ExitCode {
 
 /// The repository root: the manifests and image archives are found from it.
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::canonicalize(&path).unwrap_or(path)
 }
 
 /// Runs the cluster; the exit status (`--exec`'s program's, else 0).
@@ -181,13 +228,7 @@ async fn run(options: &Options) -> Result<u8, String> {
     let provider = options.provider;
     let started = std::time::Instant::now();
     let mut builder = Cluster::builder().nodes(options.nodes);
-    if options.manifest.is_some() {
-        // Another CCM may not run on NotReady Nodes (DigitalOcean's tolerates only the
-        // `uninitialized` taint), so its nodes' Pod network comes up at their pod CIDR, as
-        // with a network plugin that needs no cloud address, not after initialisation; its
-        // image comes with --image.
-        builder = builder.pod_network(ccm_test::cluster::PodNetwork::AtPodCidr);
-    } else {
+    if let (Some(provider), None) = (provider, &options.manifest) {
         let archive = ccm_test::image::archive(&workspace(), provider.image);
         if !archive.is_file() {
             return Err(format!(
@@ -197,6 +238,12 @@ async fn run(options: &Options) -> Result<u8, String> {
             ));
         }
         builder = builder.image(&archive);
+    } else if options.manifest.is_some() {
+        // Another CCM may not run on NotReady Nodes (DigitalOcean's tolerates only the
+        // `uninitialized` taint), so its nodes' Pod network comes up at their pod CIDR, as
+        // with a network plugin that needs no cloud address, not after initialisation; its
+        // image comes with --image.
+        builder = builder.pod_network(ccm_test::cluster::PodNetwork::AtPodCidr);
     }
     for image in &options.images {
         if !image.is_file() {
@@ -212,27 +259,28 @@ async fn run(options: &Options) -> Result<u8, String> {
         ccm_test::KUBERNETES_VERSION
     );
 
-    let url = if std::ptr::eq(provider, &DO_LIKE) {
+    let do_like = provider.is_some_and(|p| std::ptr::eq(p, &DO_LIKE));
+    let url = if do_like {
         Some(start_simulator(&cluster).await?)
     } else {
         None
     };
-    let (name, manifest) = match &options.manifest {
-        Some(path) => {
+    match (&options.values, &options.manifest, provider) {
+        (Some(values), _, _) => helm_install(&cluster, options, values, url.as_deref())?,
+        (None, Some(path), _) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("--manifest {}: {e}", path.display()))?;
-            (
-                path.display().to_string(),
-                other_manifest(text, url.as_deref())?,
-            )
+            println!("Applying {}:", path.display());
+            let manifest = other_manifest(text, url.as_deref())?;
+            print!("{}", cluster.apply(&manifest).map_err(|e| e.to_string())?);
         }
-        None => (
-            format!("releases/v{VERSION}/{}", provider.manifest),
-            release_manifest(provider, url.as_deref())?,
-        ),
-    };
-    println!("Applying {name}:");
-    print!("{}", cluster.apply(&manifest).map_err(|e| e.to_string())?);
+        (None, None, Some(provider)) => {
+            println!("Applying releases/v{VERSION}/{}:", provider.manifest);
+            let manifest = release_manifest(provider, url.as_deref())?;
+            print!("{}", cluster.apply(&manifest).map_err(|e| e.to_string())?);
+        }
+        (None, None, None) => unreachable!("parse() requires --provider or --values"),
+    }
     cluster
         .wait_initialised(WAIT)
         .await
@@ -270,6 +318,18 @@ async fn run(options: &Options) -> Result<u8, String> {
         stop(cluster);
         return status;
     }
+    if provider.is_none() {
+        // An author's provider may have no load balancers: its Nodes and Pods are the show.
+        for args in [
+            NODES_WIDE,
+            NODES_BY_CCM,
+            &["get", "pods", "-n", "kube-system", "-o", "wide"][..],
+        ] {
+            println!("\n$ kubectl {}", args.join(" "));
+            print!("{}", kubectl_out(&cluster, args)?);
+        }
+        return finish(cluster, options).await;
+    }
     cluster
         .apply(&workload())
         .map_err(|e| format!("the workload: {e}"))?;
@@ -303,23 +363,33 @@ async fn run(options: &Options) -> Result<u8, String> {
     .await?;
 
     for args in [
-        &["get", "nodes", "-o", "wide"][..],
-        &[
-            "get",
-            "nodes",
-            "-o",
-            "custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\\.kubernetes\\.io/instance-type,ZONE:.metadata.labels.topology\\.kubernetes\\.io/zone,TAINTS:.spec.taints[*].key",
-        ],
+        NODES_WIDE,
+        NODES_BY_CCM,
         &["get", "pods", "-A", "-o", "wide"],
         &["get", "service", "web"],
     ] {
         println!("\n$ kubectl {}", args.join(" "));
         print!("{}", kubectl_out(&cluster, args)?);
     }
-    if std::ptr::eq(provider, &DO_LIKE) {
+    if do_like {
         request_through_load_balancer(&cluster).await?;
     }
+    finish(cluster, options).await
+}
 
+/// `kubectl get nodes -o wide`.
+const NODES_WIDE: &[&str] = &["get", "nodes", "-o", "wide"];
+/// The Nodes with what the CCM wrote: provider ID, instance type, zone, taints left.
+const NODES_BY_CCM: &[&str] = &[
+    "get",
+    "nodes",
+    "-o",
+    "custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\\.kubernetes\\.io/instance-type,ZONE:.metadata.labels.topology\\.kubernetes\\.io/zone,TAINTS:.spec.taints[*].key",
+];
+
+/// Prints the kubeconfig to use, keeps the cluster until Ctrl-C (unless `--once`), then
+/// stops it; exit status 0.
+async fn finish(cluster: Cluster, options: &Options) -> Result<u8, String> {
     let kubeconfig = match &options.kubeconfig {
         Some(path) => {
             std::fs::copy(cluster.kubeconfig_path(), path)
@@ -348,6 +418,59 @@ fn stop(cluster: Cluster) {
     let stopping = std::time::Instant::now();
     drop(cluster);
     eprintln!("stopped in {:.1} s", stopping.elapsed().as_secs_f64());
+}
+
+/// `helm install ccm CHART -n kube-system` with the `--values` file, its `${NODES}` (and with
+/// the DO-like cloud `${CLOUD_API_URL}`, `${CLOUD_API_TOKEN}`) filled in; waits until the
+/// Deployment is available.
+fn helm_install(
+    cluster: &Cluster,
+    options: &Options,
+    values: &Path,
+    url: Option<&str>,
+) -> Result<(), String> {
+    let text = std::fs::read_to_string(values)
+        .map_err(|e| format!("--values {}: {e}", values.display()))?;
+    let names: Vec<&str> = cluster.nodes().iter().map(|n| n.name()).collect();
+    let text = other_manifest(text, url)?.replace("${NODES}", &yaml_list(&names));
+    let filled = cluster.control_plane().dir().join("values.yaml");
+    std::fs::write(&filled, text).map_err(|e| format!("writing {}: {e}", filled.display()))?;
+    let chart = options
+        .chart
+        .clone()
+        .unwrap_or_else(|| workspace().join("charts/cloud-controller-manager"));
+    let helm = ccm_test::helm::Helm::find().map_err(|e| e.to_string())?;
+    println!(
+        "Installing the chart {} with {}:",
+        chart.display(),
+        values.display()
+    );
+    let wait = format!("{}s", WAIT.as_secs());
+    let installed = helm
+        .run(
+            cluster,
+            [
+                "install".as_ref(),
+                "ccm".as_ref(),
+                chart.as_os_str(),
+                "--namespace".as_ref(),
+                "kube-system".as_ref(),
+                "--values".as_ref(),
+                filled.as_os_str(),
+                "--wait".as_ref(),
+                "--timeout".as_ref(),
+                std::ffi::OsStr::new(&wait),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+    print!("{installed}");
+    Ok(())
+}
+
+/// `names` as a YAML flow sequence of quoted strings, e.g. `["a", "b"]`.
+fn yaml_list(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    format!("[{}]", quoted.join(", "))
 }
 
 /// The provider's release manifest with what its comments ask a user to set: the image
@@ -698,7 +821,7 @@ mod tests {
     #[test]
     fn flags_parse_with_clear_errors() {
         let options = parse(args(&["--provider", "do-like", "--nodes=3", "--once"])).unwrap();
-        assert_eq!(options.provider.manifest, "do-like-cloud.yaml");
+        assert_eq!(options.provider.unwrap().manifest, "do-like-cloud.yaml");
         assert_eq!(options.nodes, 3);
         assert!(options.once);
         assert!(options.exec.is_empty() && options.images.is_empty());
@@ -731,10 +854,39 @@ mod tests {
             (&["--provider", "aws"][..], "fake or do-like"),
             (&["--provider=fake", "--nodes=0"][..], "1 to 20"),
             (&["--provider=fake", "--bogus"][..], "unknown argument"),
+            (&["--values=v.yaml"][..], "give its image with --image"),
+            (&["--image=a.tar"][..], "--provider is required"),
+            (
+                &["--provider=fake", "--values=v.yaml", "--manifest=m.yaml"][..],
+                "not both",
+            ),
+            (
+                &["--provider=fake", "--chart=c"][..],
+                "the chart of --values",
+            ),
         ] {
             let error = parse(args(bad)).err().unwrap();
             assert!(error.contains(says), "{bad:?}: {error}");
         }
+    }
+
+    #[test]
+    fn an_authors_ccm_is_its_image_and_chart_values_with_no_bundled_provider() {
+        let options = parse(args(&[
+            "--image=target/images/acme.tar",
+            "--values",
+            "acme.yaml",
+            "--chart=../charts/ccm",
+        ]))
+        .unwrap();
+        assert!(options.provider.is_none());
+        assert_eq!(options.values, Some(PathBuf::from("acme.yaml")));
+        assert_eq!(options.chart, Some(PathBuf::from("../charts/ccm")));
+        assert_eq!(options.images, [PathBuf::from("target/images/acme.tar")]);
+        assert_eq!(
+            super::yaml_list(&["ccm-control-plane", "ccm-worker"]),
+            r#"["ccm-control-plane", "ccm-worker"]"#
+        );
     }
 
     #[test]

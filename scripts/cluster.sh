@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
       args+=("$1" "$(absolute "${2:?$1 needs a path}")"); shift 2 ;;
     --image=*|--manifest=*|--chart=*|--kubeconfig=*)
       args+=("${1%%=*}=$(absolute "${1#*=}")"); shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done

@@ -81,12 +81,36 @@ if bad:
 
 # The author's crate, at a fixed path (its build cache stays valid between runs).
 work="$target_dir/author-crate"
-rm -rf "$work/src" "$work/tests" "$work/crates"
-mkdir -p "$work/crates"
+# (Until December 2026 the packages were unpacked into crates/, every run over the last.)
+rm -rf "$work/src" "$work/tests" "$work/unpacked" "$work/crates"
+mkdir -p "$work/packages" "$work/unpacked"
 for crate in "${crates[@]}"; do
   version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
-  tar -xzf "$target_dir/package/$crate-$version.crate" -C "$work/crates"
+  tar -xzf "$target_dir/package/$crate-$version.crate" -C "$work/unpacked"
 done
+# `cargo package` gives every file of a .crate the same fixed time (2006), so cargo, which
+# finds changed sources by their times, would take a changed package for the one it built
+# last time at this path. Files whose content changed are written anew (the time now), the
+# others keep theirs, so only what changed is rebuilt.
+python3 - "$work/unpacked" "$work/packages" <<'PY'
+import filecmp, os, shutil, sys
+source, dest = sys.argv[1], sys.argv[2]
+wanted = set()
+for root, _, files in os.walk(source):
+    for name in files:
+        relative = os.path.relpath(os.path.join(root, name), source)
+        wanted.add(relative)
+        target = os.path.join(dest, relative)
+        if not (os.path.isfile(target) and filecmp.cmp(os.path.join(source, relative), target, shallow=False)):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(os.path.join(source, relative), target)
+for root, _, files in os.walk(dest):
+    for name in files:
+        path = os.path.join(root, name)
+        if os.path.relpath(path, dest) not in wanted:
+            os.remove(path)
+PY
+rm -rf "$work/unpacked"
 cp -rp tests/author-crate/src tests/author-crate/tests "$work/"
 {
   cat tests/author-crate/Cargo.toml
@@ -95,7 +119,7 @@ cp -rp tests/author-crate/src tests/author-crate/tests "$work/"
   echo "[patch.crates-io]"
   for crate in "${crates[@]}"; do
     version="$(cargo pkgid -p "$crate" | sed 's/.*[#@]//')"
-    echo "$crate = { path = \"crates/$crate-$version\" }"
+    echo "$crate = { path = \"packages/$crate-$version\" }"
   done
 } | python3 -c '
 import sys
@@ -103,7 +127,7 @@ import sys
 text = sys.stdin.read()
 if text.count("\n[workspace]\n") != 1:
     sys.exit("package.sh: tests/author-crate/Cargo.toml must have one [workspace] table")
-sys.stdout.write(text.replace("\n[workspace]\n", "\n[workspace]\nmembers = [\".\", \"crates/*\"]\n"))
+sys.stdout.write(text.replace("\n[workspace]\n", "\n[workspace]\nmembers = [\".\", \"packages/*\"]\n"))
 ' >"$work/Cargo.toml"
 # The workspace's versions of every dependency, so the author's build reuses compiled ones.
 cp Cargo.lock "$work/Cargo.lock"

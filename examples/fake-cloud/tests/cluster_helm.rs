@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use ccm_test::cluster::UNINITIALIZED_TAINT;
 use ccm_test::fixtures::{ServiceBuilder, ingress_of};
+use ccm_test::helm::Helm;
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -57,31 +58,15 @@ fn helm_binary() -> PathBuf {
     path
 }
 
-/// Runs helm against `cluster`, with its state (cache, configuration, data) under `home`;
-/// panics with helm's output if it fails, else returns its stdout.
-fn helm(binary: &Path, home: &Path, cluster: &Cluster, args: &[&str]) -> String {
-    let out = Command::new(binary)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+/// Runs helm against `cluster` (its state in the cluster's folder); panics with helm's
+/// output if it fails, else returns its stdout.
+fn helm(helm: &Helm, cluster: &Cluster, args: &[&str]) -> String {
+    helm.run(cluster, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_initialises_the_nodes_and_uninstall_removes_everything() {
-    let helm_bin = helm_binary();
+    let helm_bin = Helm::at(helm_binary());
     let archive = ccm_test::image::archive(&workspace(), IMAGE);
     let chart = workspace().join("charts/cloud-controller-manager");
     let cluster = Cluster::builder()
@@ -105,7 +90,6 @@ async fn helm_install_initialises_the_nodes_and_uninstall_removes_everything() {
     let timeout = format!("{}s", WAIT.as_secs());
     let installed = helm(
         &helm_bin,
-        &home,
         &cluster,
         &[
             "install",
@@ -162,12 +146,7 @@ async fn helm_install_initialises_the_nodes_and_uninstall_removes_everything() {
         image.starts_with("localhost/fake-cloud-controller-manager:"),
         "{image}"
     );
-    let status = helm(
-        &helm_bin,
-        &home,
-        &cluster,
-        &["status", RELEASE, "-n", NAMESPACE],
-    );
+    let status = helm(&helm_bin, &cluster, &["status", RELEASE, "-n", NAMESPACE]);
     assert!(status.contains("STATUS: deployed"), "{status}");
 
     // `helm upgrade` to --use-service-account-credentials: the chart's RBAC split replaces
@@ -176,7 +155,6 @@ async fn helm_install_initialises_the_nodes_and_uninstall_removes_everything() {
     // lets it go when it is deleted; nothing is forbidden to anyone on the way.
     let upgraded = helm(
         &helm_bin,
-        &home,
         &cluster,
         &[
             "upgrade",
@@ -287,7 +265,6 @@ async fn helm_install_initialises_the_nodes_and_uninstall_removes_everything() {
     // Every object of the release, as helm recorded it, for the check after uninstall.
     let manifest = helm(
         &helm_bin,
-        &home,
         &cluster,
         &["get", "manifest", RELEASE, "-n", NAMESPACE],
     );
@@ -311,7 +288,6 @@ async fn helm_install_initialises_the_nodes_and_uninstall_removes_everything() {
     // nothing was wrong, when the machine was busy.
     let uninstalled = helm(
         &helm_bin,
-        &home,
         &cluster,
         &[
             "uninstall",
@@ -344,7 +320,7 @@ async fn helm_install_initialises_the_nodes_and_uninstall_removes_everything() {
         }
     })
     .await;
-    let releases = helm(&helm_bin, &home, &cluster, &["list", "-n", NAMESPACE, "-q"]);
+    let releases = helm(&helm_bin, &cluster, &["list", "-n", NAMESPACE, "-q"]);
     assert!(releases.trim().is_empty(), "{releases}");
 
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);

@@ -3,9 +3,9 @@
 //! it meets its cloud's real API. Built only from what docs/writing-a-provider.md says.
 #![forbid(unsafe_code)]
 
+// ANCHOR: imports
 use std::sync::Arc;
 
-// ANCHOR: imports
 use ccm_conformance::memory::MemoryCloud;
 use ccm_core::async_trait;
 use ccm_core::k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
@@ -30,6 +30,7 @@ pub struct AcmeConfig {
 }
 // ANCHOR_END: config
 
+// ANCHOR: type
 /// The provider.
 pub struct AcmeCloud {
     cloud: Arc<MemoryCloud>,
@@ -44,8 +45,11 @@ impl AcmeCloud {
     pub fn new(cloud: Arc<MemoryCloud>, config: AcmeConfig) -> Self {
         Self { cloud, config }
     }
+}
+// ANCHOR_END: type
 
-    // ANCHOR: register
+// ANCHOR: register
+impl AcmeCloud {
     /// Registers the provider under [`AcmeCloud::NAME`]; its factory reads the cloud-config
     /// and adds its instances to `cloud`.
     pub fn register(
@@ -65,8 +69,8 @@ impl AcmeCloud {
         })?;
         Ok(())
     }
-    // ANCHOR_END: register
 }
+// ANCHOR_END: register
 
 // ANCHOR: errors
 /// The cloud's own ID of a Node's instance, from its provider ID.
@@ -77,10 +81,12 @@ pub fn instance_id(provider_id: &str) -> CloudResult<String> {
 }
 // ANCHOR_END: errors
 
+// ANCHOR: zone_of
 /// The zone of a Node, as an author's own logic to unit-test with mocks.
 pub async fn zone_of(instances: &dyn Instances, node: &Node) -> CloudResult<Option<String>> {
     Ok(instances.instance_metadata(node).await?.map(|m| m.zone))
 }
+// ANCHOR_END: zone_of
 
 // ANCHOR: instances
 #[async_trait]
@@ -182,9 +188,9 @@ impl CloudProvider for AcmeCloud {
 }
 // ANCHOR_END: provider
 
+// ANCHOR: mock_test
 #[cfg(test)]
 mod tests {
-    // ANCHOR: mock_test
     use ccm_core::k8s_openapi::api::core::v1::Node;
     use ccm_core::mock::{MockCloud, MockInstances};
     use ccm_core::provider::{CloudProvider, InstanceMetadata};
@@ -206,8 +212,11 @@ mod tests {
         assert_eq!(zone.as_deref(), Some("z9"));
         // Dropping the mock checks `times(1)`.
     }
-    // ANCHOR_END: mock_test
+}
+// ANCHOR_END: mock_test
 
+#[cfg(test)]
+mod provider_id_tests {
     #[test]
     fn a_foreign_provider_id_is_an_error_with_context() {
         let err = super::instance_id("other://i-1").unwrap_err();

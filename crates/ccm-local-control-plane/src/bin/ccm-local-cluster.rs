@@ -387,7 +387,7 @@ const NODES_BY_CCM: &[&str] = &[
     "custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,TYPE:.metadata.labels.node\\.kubernetes\\.io/instance-type,ZONE:.metadata.labels.topology\\.kubernetes\\.io/zone,TAINTS:.spec.taints[*].key",
 ];
 
-/// Prints the kubeconfig to use, keeps the cluster until Ctrl-C (unless `--once`), then
+/// Unless `--once`: prints the kubeconfig to use and keeps the cluster until Ctrl-C. Then
 /// stops it; exit status 0.
 async fn finish(cluster: Cluster, options: &Options) -> Result<u8, String> {
     let kubeconfig = match &options.kubeconfig {
@@ -398,12 +398,13 @@ async fn finish(cluster: Cluster, options: &Options) -> Result<u8, String> {
         }
         None => cluster.kubeconfig_path().to_owned(),
     };
-    println!(
-        "\nexport KUBECONFIG={}\n(logs of every process: {})",
-        kubeconfig.display(),
-        cluster.control_plane().dir().display()
-    );
+    // With --once the cluster, its kubeconfig and its logs are gone in a moment: no hint.
     if !options.once {
+        println!(
+            "\nexport KUBECONFIG={}\n(logs of every process: {})",
+            kubeconfig.display(),
+            cluster.control_plane().dir().display()
+        );
         println!("Press Ctrl-C to stop; everything above is then removed.");
         wait_for_stop().await;
     }

@@ -38,7 +38,7 @@ case "${1:-}" in
 '') ;;
 --write) write=true ;;
 -h | --help)
-	sed -n '2,21p' "$0"
+	sed -n '2,21p' "scripts/$(basename "$0")"
 	exit 0
 	;;
 *) die "unknown argument $1 (see --help)" ;;

@@ -21,6 +21,7 @@
 set -euo pipefail
 # Paths given relative to the caller's folder stay so after the cd below.
 caller="$PWD"
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 absolute() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
 cd "$(dirname "$0")/.."
 
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
       args+=("$1" "$(absolute "${2:?$1 needs a path}")"); shift 2 ;;
     --image=*|--manifest=*|--chart=*|--kubeconfig=*)
       args+=("${1%%=*}=$(absolute "${1#*=}")"); shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$self"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done

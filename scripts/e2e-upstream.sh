@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     --focus=*) focus=("${1#--focus=}"); shift ;;
     --manifest) other+=(--manifest "${2:?--manifest needs a file}"); ccm="$2"; shift 2 ;;
     --image) other+=(--image "${2:?--image needs an OCI archive}"); shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "scripts/$(basename "$0")"; exit 0 ;;
     *) echo "e2e-upstream.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || { echo "images-check.sh: --platform needs linux/amd64 or linux/arm64" >&2; exit 2; }
       add_platforms "$2"; shift ;;
     --platform=*) add_platforms "${1#--platform=}" ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "scripts/$(basename "$0")"; exit 0 ;;
     -*) echo "images-check.sh: unknown option $1" >&2; exit 2 ;;
     *) binaries+=("$1") ;;
   esac

@@ -196,14 +196,15 @@ impl TestRun {
         .await;
     }
 
-    /// The Events about the object named `name`, in any namespace.
+    /// The Events about the object named `name`, in any namespace, without those of the API
+    /// server's repair loops.
     pub async fn events_about(&self, name: &str) -> Vec<Event> {
         events_about(Api::all(self.admin.clone()), name).await
     }
 
     /// The Events in `namespace` about the object named `name`, listed as `kubectl get
-    /// events -n namespace` lists them (core/v1). A cluster-scoped object's are in
-    /// `default`.
+    /// events -n namespace` lists them (core/v1), without those of the API server's repair
+    /// loops. A cluster-scoped object's are in `default`.
     pub async fn events_about_in(&self, namespace: &str, name: &str) -> Vec<Event> {
         events_about(Api::namespaced(self.admin.clone(), namespace), name).await
     }
@@ -281,7 +282,15 @@ impl TestRun {
     }
 }
 
-/// The Events `api` lists about the object named `name`.
+/// The API server's own controllers that record Events about Services: its repair loops
+/// report a Service created while they run (`ClusterIPNotAllocated`, `PortNotAllocated`),
+/// a race of the API server that says nothing about the controllers under test.
+const API_SERVER_REPORTERS: &[&str] = &[
+    "ipallocator-repair-controller",
+    "portallocator-repair-controller",
+];
+
+/// The Events `api` lists about the object named `name`, without the API server's own.
 async fn events_about(api: Api<Event>, name: &str) -> Vec<Event> {
     api.list(&ListParams::default())
         .await
@@ -289,6 +298,9 @@ async fn events_about(api: Api<Event>, name: &str) -> Vec<Event> {
         .items
         .into_iter()
         .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .filter(|e| {
+            !API_SERVER_REPORTERS.contains(&e.reporting_component.as_deref().unwrap_or_default())
+        })
         .collect()
 }
 

@@ -17,8 +17,8 @@ use ccm_provider::well_known::{
 };
 use ccm_provider::{CloudProvider, CloudResult, LoadBalancer, default_load_balancer_name};
 use ccm_runtime::controllers::service::{
-    REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING, REASON_NOT_OWNED,
-    REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED,
+    LoadBalancerClasses, REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING,
+    REASON_NOT_OWNED, REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED,
     ServiceController, ServiceControllerConfig, ServiceKey,
 };
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
@@ -391,6 +391,107 @@ async fn a_load_balancer_class_gets_no_cloud_call_and_no_nodes_warn() {
         h.cloud.calls()
     );
     assert!(h.events_in(&ns, "classed").await.is_empty());
+}
+
+#[tokio::test]
+async fn two_controllers_each_manage_only_their_own_classes() {
+    const CLASS: &str = "b.example/lb";
+    let (h, ns) = harness("classes").await;
+    create_node(&h, "classes").await;
+    // A: Go's selection (Services without a class), on the harness's cloud. B: only CLASS,
+    // on a cloud of its own.
+    let _a = start(&h, &ns, fake(&h), config()).await;
+    let cloud_b = Arc::new(FakeCloud::new());
+    let provider_b: Arc<dyn CloudProvider> = cloud_b.clone();
+    let only_b = LoadBalancerClasses::new([CLASS], false).unwrap();
+    let _b = start(
+        &h,
+        &ns,
+        provider_b,
+        config().with_load_balancer_classes(only_b),
+    )
+    .await;
+    let classed = |name: &str, class: &str| {
+        let mut svc = lb_service(name, &[("http", 80)]);
+        svc.spec.as_mut().unwrap().load_balancer_class = Some(class.into());
+        svc
+    };
+    create_service(&h, &ns, &lb_service("plain", &[("http", 80)])).await;
+    create_service(&h, &ns, &classed("of-b", CLASS)).await;
+    create_service(&h, &ns, &classed("nobodys", "c.example/lb")).await;
+
+    let plain = h.wait_service(&ns, "plain", WAIT, has_ingress).await;
+    let of_b = h.wait_service(&ns, "of-b", WAIT, has_ingress).await;
+    assert_eq!(
+        plain.metadata.finalizers.as_deref(),
+        Some(&[FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()][..])
+    );
+    assert_eq!(
+        of_b.metadata.finalizers.as_deref(),
+        Some(&[CLASS.to_owned()][..]),
+        "a class's Services carry the class as their finalizer"
+    );
+    assert!(lb_of(&h, &plain).is_some());
+    assert!(
+        cloud_b
+            .load_balancer(&default_load_balancer_name(&of_b))
+            .is_some()
+    );
+    let calls_about = |cloud: &FakeCloud, name: &str| {
+        let target = format!("{ns}/{name}");
+        cloud.calls().iter().filter(|c| c.target == target).count()
+    };
+    assert_eq!(
+        calls_about(&h.cloud, "of-b"),
+        0,
+        "A never calls its cloud for B's"
+    );
+    assert_eq!(
+        calls_about(&cloud_b, "plain"),
+        0,
+        "B never calls its cloud for A's"
+    );
+
+    // B's Service changes type: Kubernetes clears its class, and its finalizer still says
+    // whose load balancer it is. B deletes it; A, which manages Services without a class,
+    // leaves it alone.
+    patch_service(&h, &ns, "of-b", json!({"spec": {"type": "ClusterIP"}})).await;
+    let after = h
+        .wait_service(&ns, "of-b", WAIT, |s| s.metadata.finalizers.is_none())
+        .await;
+    assert_eq!(
+        after.spec.as_ref().unwrap().load_balancer_class,
+        None,
+        "the API server cleared the class"
+    );
+    assert!(ingress_of(&after).is_empty());
+    assert!(
+        cloud_b
+            .load_balancer(&default_load_balancer_name(&of_b))
+            .is_none()
+    );
+    assert_eq!(calls_about(&h.cloud, "of-b"), 0);
+
+    // Deleting A's Service: B takes no part.
+    h.services(&ns)
+        .delete("plain", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("plain's load balancer deleted", WAIT, || async {
+        lb_of(&h, &plain).is_none()
+    })
+    .await;
+    assert_eq!(calls_about(&cloud_b, "plain"), 0);
+
+    // Nobody's class: no finalizer, no status, no event, no call, from either.
+    let nobodys = h.services(&ns).get("nobodys").await.unwrap();
+    assert!(nobodys.metadata.finalizers.is_none());
+    assert!(ingress_of(&nobodys).is_empty());
+    assert!(h.events_in(&ns, "nobodys").await.is_empty());
+    assert_eq!(
+        calls_about(&h.cloud, "nobodys") + calls_about(&cloud_b, "nobodys"),
+        0
+    );
 }
 
 #[tokio::test]

@@ -114,7 +114,9 @@ fn start_node_lifecycle(ctx: &ControllerContext) -> Result<ControllerFuture, Box
 
 fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let o = &ctx.options;
+    let classes = o.load_balancer_classes()?;
     let config = ServiceControllerConfig::default()
+        .with_load_balancer_classes(classes.clone())
         .with_workers(o.concurrent_service_syncs.unsigned_abs() as usize)
         .with_cluster_name(o.cluster_name.clone())
         .with_metrics(ctx.manager_metrics.controllers().clone())
@@ -132,7 +134,7 @@ fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> 
     let services = ctx.services.clone();
     ctx.manager_metrics
         .register_cache_gauge(SERVICE_LOAD_BALANCERS_PENDING, move || {
-            gauge_value(pending_load_balancers(&services))
+            gauge_value(pending_load_balancers(&services, &classes))
         });
     Ok(Box::pin(c.run(ctx.cancel.clone())))
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser};
 
+use crate::controllers::service::{ClassError, LoadBalancerClasses};
 pub use crate::flags::FlagError;
 use crate::flags::duration::parse_go_duration;
 use crate::flags::feature_gates::FeatureGates;
@@ -222,6 +223,17 @@ pub struct Options {
     /// Run each controller as its own ServiceAccount in kube-system (Go's client builder).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub use_service_account_credentials: bool,
+    /// A `spec.loadBalancerClass` whose Services the service controller manages
+    /// (repeatable, or comma-separated): a prefixed name such as `example.com/internal-vip`,
+    /// which is also the cleanup finalizer of its Services. None: only Services without a
+    /// class, as Go. Services of other classes are never touched.
+    #[arg(long = "load-balancer-class", value_name = "CLASS", action = ArgAction::Append, value_delimiter = ',', help_heading = "Controllers")]
+    pub load_balancer_class: Vec<String>,
+    /// Whether the service controller manages Services without a `loadBalancerClass` (Go
+    /// does); false leaves them to another controller, and then `--load-balancer-class` is
+    /// required.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
+    pub manage_services_without_class: bool,
 
     /// Leader election settings.
     #[command(flatten)]
@@ -786,6 +798,30 @@ impl Options {
         }
     }
 
+    /// The Services the service controller manages, by class, from `--load-balancer-class`
+    /// and `--manage-services-without-class`.
+    ///
+    /// # Errors
+    ///
+    /// A class that is not a prefixed qualified name, too many classes, or no Service
+    /// managed at all; the error names the flag.
+    pub fn load_balancer_classes(&self) -> Result<LoadBalancerClasses, FlagError> {
+        LoadBalancerClasses::new(
+            self.load_balancer_class
+                .iter()
+                .map(|c| c.trim())
+                .filter(|c| !c.is_empty()),
+            self.manage_services_without_class,
+        )
+        .map_err(|err| {
+            let flag = match err {
+                ClassError::Nothing => "--manage-services-without-class",
+                _ => "--load-balancer-class",
+            };
+            bad(flag, err.to_string())
+        })
+    }
+
     /// Checks the values clap cannot: ranges and relations between flags. The route
     /// controller's `--cluster-cidr` is checked when that controller is built.
     pub fn validate(&self) -> Result<(), FlagError> {
@@ -843,6 +879,7 @@ impl Options {
         if self.cluster_name.is_empty() {
             return Err(bad("--cluster-name", "must not be empty"));
         }
+        self.load_balancer_classes()?;
         self.serving.validate()?;
         let webhook_port = self.ignored.webhook_secure_port.unwrap_or(10260);
         if !(0..=65535).contains(&webhook_port) {

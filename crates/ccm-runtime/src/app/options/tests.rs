@@ -80,6 +80,31 @@ fn go_style_arguments_parse() {
 }
 
 #[test]
+fn load_balancer_classes_repeat_or_split_on_commas() {
+    let o = Options::try_parse_from([
+        "ccm",
+        "--cloud-provider=x",
+        "--load-balancer-class=a.example/lb,b.example/lb",
+        "--load-balancer-class=c.example/lb",
+        "--manage-services-without-class=false",
+    ])
+    .unwrap();
+    o.validate().unwrap();
+    let classes = o.load_balancer_classes().unwrap();
+    assert_eq!(
+        classes.classes().collect::<Vec<_>>(),
+        ["a.example/lb", "b.example/lb", "c.example/lb"]
+    );
+    assert!(!classes.manages_without_class());
+    let go =
+        Options::try_parse_from(["ccm", "--cloud-provider=x", "--load-balancer-class="]).unwrap();
+    assert!(
+        go.load_balancer_classes().unwrap().is_go(),
+        "an empty value is no class"
+    );
+}
+
+#[test]
 fn validation_names_the_flag() {
     let cases: &[(&[&str], &str)] = &[
         (&[], "--cloud-provider: is required"),
@@ -116,6 +141,20 @@ fn validation_names_the_flag() {
                 "--concurrent-node-status-updates=20000",
             ],
             "--concurrent-node-status-updates: must be between 0 and 10000, got 20000",
+        ),
+        (
+            &["--cloud-provider=x", "--load-balancer-class=internal-vip"],
+            "--load-balancer-class: \"internal-vip\" is not a load balancer class a controller \
+             can claim: it has no prefix (a class is a prefixed qualified name, e.g. \
+             example.com/internal-vip)",
+        ),
+        (
+            &[
+                "--cloud-provider=x",
+                "--manage-services-without-class=false",
+            ],
+            "--manage-services-without-class: manages no Service: give a load balancer class, \
+             or manage the Services without one",
         ),
         (
             &["--cloud-provider=x", "--secure-port=70000"],

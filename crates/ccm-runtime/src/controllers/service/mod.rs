@@ -15,6 +15,10 @@
 //! `ToBeDeletedByClusterAutoscaler` taint; readiness is not a filter. Events carry Go's
 //! reasons under the component `service-controller`.
 //!
+//! Which Services it manages is [`LoadBalancerClasses`]'s answer (the `class` module): Go's
+//! by default, or the Services of the classes given by `--load-balancer-class`, each class
+//! with its own cleanup finalizer, and Services of any other class never touched.
+//!
 //! Where it does better than Go, on purpose:
 //! - **One task per Service.** Node changes do not call the cloud from a separate worker:
 //!   a node-sync pass compares, for each load balancer, the Nodes (name → provider ID) it
@@ -56,7 +60,8 @@
 //!   recorded, however long the user-written value it quotes.
 //!
 //! The files, one job each: this one holds the settings, [`ServiceController::new`] (the
-//! informer subscriptions) and [`run`](ServiceController::run); `records` what the
+//! informer subscriptions) and [`run`](ServiceController::run); `class` the Services it
+//! manages; `records` what the
 //! controller remembers of each Service; `eligible` the eligible Nodes, computed once per
 //! Node change; `node_sync` the node-sync loop; `sync` one pass of the work queue for one
 //! Service, with the one function that reports a failure, and `steps` its cloud steps
@@ -65,6 +70,7 @@
 //!
 //! [`CloudError::NotOwned`]: ccm_provider::CloudError::NotOwned
 
+mod class;
 mod decision;
 mod eligible;
 mod failure;
@@ -83,6 +89,7 @@ use kube::Client;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio_util::sync::CancellationToken;
 
+pub use self::class::{ClassError, LoadBalancerClasses, MAX_LOAD_BALANCER_CLASSES};
 use self::decision::wants::{
     has_finalizer, needs_cleanup, needs_update, waits_for_load_balancer, wanted_on_add,
     wants_load_balancer,
@@ -185,6 +192,9 @@ pub struct ServiceControllerConfig {
     pub metrics: Option<ControllerMetrics>,
     /// In shadow mode, the plan each sync of a Service settles; `None`: acting.
     pub shadow: Option<ControllerShadow>,
+    /// Which Services it manages, by `spec.loadBalancerClass` (`--load-balancer-class`,
+    /// `--manage-services-without-class`); Go's by default: those without a class.
+    pub load_balancer_classes: LoadBalancerClasses,
 }
 
 impl Default for ServiceControllerConfig {
@@ -197,6 +207,7 @@ impl Default for ServiceControllerConfig {
             node_sync_period: Some(Duration::from_secs(100)),
             metrics: None,
             shadow: None,
+            load_balancer_classes: LoadBalancerClasses::go(),
         }
     }
 }
@@ -215,6 +226,8 @@ impl ServiceControllerConfig {
         pub fn with_node_sync_period(node_sync_period: Option<Duration>);
         /// Shadow mode: each sync of a Service settles `shadow`'s plan for it.
         pub fn with_shadow(shadow: Option<ControllerShadow>);
+        /// Sets the Services managed, by class.
+        pub fn with_load_balancer_classes(load_balancer_classes: LoadBalancerClasses);
     }
 
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).
@@ -265,7 +278,7 @@ impl ServiceController {
     ) -> Option<Self> {
         provider.load_balancer()?;
         let queue = Queue::new("service", config.rate_limit);
-        let records = Records::default();
+        let records = Records::new(config.load_balancer_classes.clone());
         {
             let queue = queue.clone();
             let records = records.clone();
@@ -331,10 +344,11 @@ impl ServiceController {
         {
             return;
         }
-        tracing::info!(workers = config.workers, "starting service controller");
+        let classes = &config.load_balancer_classes;
+        tracing::info!(workers = config.workers, %classes, "starting service controller");
         // Services listed before this controller subscribed.
         for service in services.store().state() {
-            if wanted_on_add(&service) {
+            if wanted_on_add(classes, &service) {
                 queue.add(ServiceKey::of(&service));
             }
         }
@@ -364,9 +378,10 @@ impl ServiceController {
 /// The Service informer's handler: queues what Go queues, plus deletions of Services whose
 /// load balancer may still exist.
 fn on_service_change(change: &Change<Service>, queue: &Queue<ServiceKey>, records: &Records) {
+    let classes = records.classes();
     match change {
         Change::Applied { old: None, new } => {
-            if wanted_on_add(new) {
+            if wanted_on_add(classes, new) {
                 queue.add(ServiceKey::of(new));
             }
         }
@@ -374,7 +389,7 @@ fn on_service_change(change: &Change<Service>, queue: &Queue<ServiceKey>, record
             old: Some(old),
             new,
         } => {
-            if let Some(cause) = needs_update(old, new) {
+            if let Some(cause) = needs_update(classes, old, new) {
                 // Go (since cloud-provider v0.32) logs the change at V(2) and records no
                 // event for it.
                 if let Some((what, change)) = cause.event() {
@@ -386,19 +401,19 @@ fn on_service_change(change: &Change<Service>, queue: &Queue<ServiceKey>, record
                     );
                 }
                 queue.add(ServiceKey::of(new));
-            } else if needs_cleanup(new) {
+            } else if needs_cleanup(classes, new) {
                 queue.add(ServiceKey::of(new));
             }
         }
         Change::Deleted(last) => {
             let key = ServiceKey::of(last);
-            let mut records = records.lock();
-            if records.contains_key(&key) {
+            let mut map = records.lock();
+            if map.contains_key(&key) {
                 queue.add(key);
-            } else if wants_load_balancer(last) || has_finalizer(last) {
+            } else if wants_load_balancer(classes, last) || has_finalizer(classes, last) {
                 // Never synced by this controller (it may have started after the finalizer
                 // was removed): remember the last version, so its load balancer is deleted.
-                records.insert(key.clone(), Record::new(last.clone()));
+                map.insert(key.clone(), Record::new(last.clone()));
                 queue.add(key);
             }
         }
@@ -406,13 +421,17 @@ fn on_service_change(change: &Change<Service>, queue: &Queue<ServiceKey>, record
 }
 
 /// How many Services of the cache wait for their load balancer: they want one from this
-/// controller, are not being deleted and have no ingress yet (`ccm_service_load_balancers_pending`).
-pub(crate) fn pending_load_balancers(services: &Informer<Service>) -> usize {
+/// controller (of `classes`), are not being deleted and have no ingress yet
+/// (`ccm_service_load_balancers_pending`).
+pub(crate) fn pending_load_balancers(
+    services: &Informer<Service>,
+    classes: &LoadBalancerClasses,
+) -> usize {
     services
         .store()
         .state()
         .iter()
-        .filter(|s| waits_for_load_balancer(s))
+        .filter(|s| waits_for_load_balancer(classes, s))
         .count()
 }
 

@@ -173,7 +173,7 @@ impl NodeSync {
             let records = self.records.lock();
             let mut after_sync = lock(&self.after_sync);
             for (key, record) in records.iter() {
-                if !wants_load_balancer(&record.service) {
+                if !wants_load_balancer(self.records.classes(), &record.service) {
                     continue;
                 }
                 let current = current.get_or_insert_with(|| self.eligible_nodes().hosts);

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Service;
 
+use super::class::LoadBalancerClasses;
 use super::decision::nodes::{HostsState, NodeSet, NodeSyncStep, node_sync_step};
 use super::decision::wants::wants_load_balancer;
 use super::decision::{Known, LbState};
@@ -88,14 +89,31 @@ pub(super) fn start_sync(
 }
 
 /// The records of every Service, by key: one map shared by the workers, the node-sync loop
-/// and the Service informer's handler. Cloning gives another handle to the same map.
+/// and the Service informer's handler, and the classes the controller manages. Cloning
+/// gives another handle to the same map.
 #[derive(Clone, Default)]
-pub(super) struct Records(Arc<Mutex<HashMap<ServiceKey, Record>>>);
+pub(super) struct Records {
+    map: Arc<Mutex<HashMap<ServiceKey, Record>>>,
+    classes: Arc<LoadBalancerClasses>,
+}
 
 impl Records {
+    /// No record yet, for a controller that manages the Services of `classes`.
+    pub(super) fn new(classes: LoadBalancerClasses) -> Self {
+        Self {
+            map: Arc::default(),
+            classes: Arc::new(classes),
+        }
+    }
+
+    /// The classes the controller manages.
+    pub(super) fn classes(&self) -> &LoadBalancerClasses {
+        &self.classes
+    }
+
     /// The map, locked. Hold it for map operations only, never across an await.
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<ServiceKey, Record>> {
-        lock(&self.0)
+        lock(&self.map)
     }
 
     /// A copy of `key`'s record, if there is one.
@@ -155,7 +173,7 @@ impl Records {
     /// (and is neither being synced nor failing).
     pub(super) fn hosts_stale(&self, key: &ServiceKey, current: &NodeSet) -> bool {
         self.lock().get(key).is_some_and(|r| {
-            wants_load_balancer(&r.service)
+            wants_load_balancer(&self.classes, &r.service)
                 && node_sync_step(r.hosts_state(), current) == NodeSyncStep::Update
         })
     }
@@ -177,14 +195,14 @@ impl Drop for SyncingGuard<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::decision::fixtures::svc;
+    use super::super::decision::fixtures::{go, svc};
     use super::*;
 
     #[test]
     fn records_report_their_hosts_state() {
         let mut r = Record::new(svc("u", true));
         assert_eq!(r.hosts_state(), HostsState::None);
-        assert!(r.known().may_have_load_balancer());
+        assert!(r.known().may_have_load_balancer(&go()));
         let hosts = NodeSet::from([("a".into(), String::new())]);
         r.lb = LbState::Applied {
             service: svc("u", true),
@@ -196,11 +214,11 @@ mod tests {
         r.syncing = true;
         assert_eq!(r.hosts_state(), HostsState::Syncing);
         r.lb = LbState::Cleaned;
-        assert!(!r.known().may_have_load_balancer());
+        assert!(!r.known().may_have_load_balancer(&go()));
         assert!(
             !Record::new(svc("u", false))
                 .known()
-                .may_have_load_balancer()
+                .may_have_load_balancer(&go())
         );
     }
 

@@ -120,7 +120,7 @@ impl Worker {
             }
         }
         let api = self.api(&key.namespace);
-        let written = writes::remove_finalizer(&api, service.clone())
+        let written = writes::remove_finalizer(&api, self.records.classes(), service.clone())
             .await
             .map_err(|e| SyncError::RemoveFinalizer((&e).into()))?;
         self.recorder.normal(
@@ -156,7 +156,7 @@ impl Worker {
             );
         }
         let api = self.api(&key.namespace);
-        let Some(service) = writes::add_finalizer(&api, service)
+        let Some(service) = writes::add_finalizer(&api, self.records.classes(), service)
             .await
             .map_err(|e| SyncError::AddFinalizer((&e).into()))?
         else {

@@ -136,7 +136,7 @@ impl Worker {
     /// The Service is gone from the cache: delete the load balancer its last version may
     /// have had.
     async fn sync_gone(&self, key: &ServiceKey) -> Result<(), SyncError> {
-        let last = match plan_gone(self.records.known(key).as_ref()) {
+        let last = match plan_gone(self.records.classes(), self.records.known(key).as_ref()) {
             GoneStep::Nothing => return Ok(()),
             GoneStep::Forget => {
                 self.records.forget(key);
@@ -171,7 +171,7 @@ impl Worker {
         };
         let _guard = self.records.syncing_guard(key);
         let EligibleNodes { nodes, hosts, .. } = self.node_sync.eligible_nodes();
-        let plan = plan(&service, known.as_ref(), &hosts);
+        let plan = plan(self.records.classes(), &service, known.as_ref(), &hosts);
 
         // A different UID under the same name: the Service was deleted and created again
         // while we looked away. The old one's load balancer goes first.

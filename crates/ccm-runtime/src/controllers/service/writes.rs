@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use super::class::LoadBalancerClasses;
 use super::decision::ingress::ingress;
 use super::decision::wants::{
     finalizers, finalizers_with_ours, finalizers_without_ours, is_deleting,
@@ -30,14 +31,15 @@ enum Target {
     Status,
 }
 
-/// Operations that add our finalizer, given the Service as it is (none when present).
-pub(super) fn add_finalizer_ops(service: &Service) -> Vec<Value> {
-    finalizer_ops(service, finalizers_with_ours(service))
+/// Operations that add our finalizer (that of the Service's class), given the Service as it
+/// is (none when present).
+pub(super) fn add_finalizer_ops(classes: &LoadBalancerClasses, service: &Service) -> Vec<Value> {
+    finalizer_ops(service, finalizers_with_ours(classes, service))
 }
 
-/// Operations that remove our finalizer, given the Service as it is (none when absent).
-pub(super) fn remove_finalizer_ops(service: &Service) -> Vec<Value> {
-    finalizer_ops(service, finalizers_without_ours(service))
+/// Operations that remove our finalizers, given the Service as it is (none when absent).
+pub(super) fn remove_finalizer_ops(classes: &LoadBalancerClasses, service: &Service) -> Vec<Value> {
+    finalizer_ops(service, finalizers_without_ours(classes, service))
 }
 
 /// Operations that replace the Service's finalizers with `new` (none for `None`: no change).
@@ -95,17 +97,25 @@ pub(super) fn ingress_ops(service: &Service, new: &[LoadBalancerIngress]) -> Vec
 /// Adds our finalizer. `Ok(None)` when the Service is gone.
 pub(super) async fn add_finalizer(
     api: &Api<Service>,
+    classes: &LoadBalancerClasses,
     service: Arc<Service>,
 ) -> Result<Option<Arc<Service>>, kube::Error> {
-    write(api, service, Target::Object, add_finalizer_ops).await
+    write(api, service, Target::Object, |s| {
+        add_finalizer_ops(classes, s)
+    })
+    .await
 }
 
 /// Removes our finalizer. `Ok(None)` when the Service is gone.
 pub(super) async fn remove_finalizer(
     api: &Api<Service>,
+    classes: &LoadBalancerClasses,
     service: Arc<Service>,
 ) -> Result<Option<Arc<Service>>, kube::Error> {
-    write(api, service, Target::Object, remove_finalizer_ops).await
+    write(api, service, Target::Object, |s| {
+        remove_finalizer_ops(classes, s)
+    })
+    .await
 }
 
 /// Sets the ingress list on the status subresource, if it differs. `Ok(None)` when the
@@ -175,6 +185,7 @@ async fn write(
 mod tests {
     use k8s_openapi::api::core::v1::{LoadBalancerStatus, PortStatus, ServiceStatus};
 
+    use super::super::decision::fixtures::go;
     use super::*;
     use ccm_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 
@@ -204,7 +215,7 @@ mod tests {
 
     #[test]
     fn finalizer_is_added_with_a_guard() {
-        let ops = add_finalizer_ops(&svc(None));
+        let ops = add_finalizer_ops(&go(), &svc(None));
         assert_eq!(
             ops,
             vec![
@@ -212,7 +223,7 @@ mod tests {
                 json!({"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]}),
             ]
         );
-        let ops = add_finalizer_ops(&svc(Some(vec!["example.com/x"])));
+        let ops = add_finalizer_ops(&go(), &svc(Some(vec!["example.com/x"])));
         assert_eq!(
             ops,
             vec![
@@ -220,13 +231,15 @@ mod tests {
                 json!({"op": "replace", "path": "/metadata/finalizers", "value": ["example.com/x", FINALIZER_LOAD_BALANCER_CLEANUP]}),
             ]
         );
-        assert!(add_finalizer_ops(&svc(Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP]))).is_empty());
+        assert!(
+            add_finalizer_ops(&go(), &svc(Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP]))).is_empty()
+        );
     }
 
     #[test]
     fn finalizer_removal_keeps_the_others() {
-        assert!(remove_finalizer_ops(&svc(None)).is_empty());
-        let ops = remove_finalizer_ops(&svc(Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP])));
+        assert!(remove_finalizer_ops(&go(), &svc(None)).is_empty());
+        let ops = remove_finalizer_ops(&go(), &svc(Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP])));
         assert_eq!(
             ops,
             vec![
@@ -234,10 +247,13 @@ mod tests {
                 json!({"op": "remove", "path": "/metadata/finalizers"}),
             ]
         );
-        let ops = remove_finalizer_ops(&svc(Some(vec![
-            "a.example.com/x",
-            FINALIZER_LOAD_BALANCER_CLEANUP,
-        ])));
+        let ops = remove_finalizer_ops(
+            &go(),
+            &svc(Some(vec![
+                "a.example.com/x",
+                FINALIZER_LOAD_BALANCER_CLEANUP,
+            ])),
+        );
         assert_eq!(
             ops[1],
             json!({"op": "replace", "path": "/metadata/finalizers", "value": ["a.example.com/x"]})

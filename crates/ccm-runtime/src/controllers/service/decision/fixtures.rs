@@ -66,3 +66,8 @@ pub(super) fn ing(ip: Option<&str>, host: Option<&str>) -> LoadBalancerIngress {
         ..LoadBalancerIngress::default()
     }
 }
+
+/// Go's class selection: the Services without a class.
+pub(crate) fn go() -> super::super::class::LoadBalancerClasses {
+    super::super::class::LoadBalancerClasses::go()
+}

@@ -37,6 +37,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service};
 
 use self::nodes::{HostsState, NodeSet, hosts_stale};
 use self::wants::{has_finalizer, needs_update, takes_delete_branch, wants_load_balancer};
+use super::class::LoadBalancerClasses;
 use ccm_provider::{CloudError, CloudResult};
 
 /// What the controller last did to a Service's load balancer.
@@ -68,11 +69,13 @@ pub(crate) struct Known {
 impl Known {
     /// Whether this record's Service may have a load balancer to delete: one was applied,
     /// or nothing is known and the Service wanted one or carries our finalizer.
-    pub(crate) fn may_have_load_balancer(&self) -> bool {
+    pub(crate) fn may_have_load_balancer(&self, classes: &LoadBalancerClasses) -> bool {
         match self.lb {
             LbState::Cleaned => false,
             LbState::Applied { .. } => true,
-            LbState::Unknown => wants_load_balancer(&self.service) || has_finalizer(&self.service),
+            LbState::Unknown => {
+                wants_load_balancer(classes, &self.service) || has_finalizer(classes, &self.service)
+            }
         }
     }
 }
@@ -109,14 +112,19 @@ pub(crate) struct Plan {
     pub(crate) step: Step,
 }
 
-/// What a sync of `service` (the cache's copy) does, given what the controller knew of it
-/// when the sync began (`None`: no record) and the eligible Nodes now.
-pub(crate) fn plan(service: &Service, known: Option<&Known>, hosts: &NodeSet) -> Plan {
+/// What a sync of `service` (the cache's copy) does, given the classes managed, what the
+/// controller knew of it when the sync began (`None`: no record) and the eligible Nodes now.
+pub(crate) fn plan(
+    classes: &LoadBalancerClasses,
+    service: &Service,
+    known: Option<&Known>,
+    hosts: &NodeSet,
+) -> Plan {
     let (delete_replaced, known) = match known {
         // Another UID: whatever that record says is about another Service.
         Some(other) if other.service.metadata.uid != service.metadata.uid => (
             other
-                .may_have_load_balancer()
+                .may_have_load_balancer(classes)
                 .then(|| other.service.clone()),
             None,
         ),
@@ -124,13 +132,18 @@ pub(crate) fn plan(service: &Service, known: Option<&Known>, hosts: &NodeSet) ->
     };
     Plan {
         delete_replaced,
-        step: step(service, known, hosts),
+        step: step(classes, service, known, hosts),
     }
 }
 
 /// The step for a Service whose record (if any) is its own.
-fn step(service: &Service, known: Option<&Known>, hosts: &NodeSet) -> Step {
-    if takes_delete_branch(service) {
+fn step(
+    classes: &LoadBalancerClasses,
+    service: &Service,
+    known: Option<&Known>,
+    hosts: &NodeSet,
+) -> Step {
+    if takes_delete_branch(classes, service) {
         return Step::CleanUp;
     }
     match known {
@@ -143,7 +156,7 @@ fn step(service: &Service, known: Option<&Known>, hosts: &NodeSet) -> Step {
                 },
             failing: false,
             ..
-        }) if needs_update(applied, service).is_none() => {
+        }) if needs_update(classes, applied, service).is_none() => {
             if hosts_stale(HostsState::Applied(given), hosts) {
                 Step::UpdateHosts
             } else {
@@ -168,12 +181,12 @@ pub(crate) enum GoneStep {
     DeleteLoadBalancer { last: Arc<Service> },
 }
 
-/// What a sync of a Service gone from the cache does, given what the controller knew of
-/// it when the sync began (`None`: no record).
-pub(crate) fn plan_gone(known: Option<&Known>) -> GoneStep {
+/// What a sync of a Service gone from the cache does, given the classes managed and what
+/// the controller knew of it when the sync began (`None`: no record).
+pub(crate) fn plan_gone(classes: &LoadBalancerClasses, known: Option<&Known>) -> GoneStep {
     match known {
         None => GoneStep::Nothing,
-        Some(known) if !known.may_have_load_balancer() => GoneStep::Forget,
+        Some(known) if !known.may_have_load_balancer(classes) => GoneStep::Forget,
         Some(known) => GoneStep::DeleteLoadBalancer {
             last: known.service.clone(),
         },
@@ -227,7 +240,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::ServiceStatus;
 
-    use super::fixtures::{deleting, ing, lb_service, with_finalizer, with_spec};
+    use super::fixtures::{deleting, go, ing, lb_service, with_finalizer, with_spec};
     use super::wants::wanted_on_add;
     use super::*;
 
@@ -275,9 +288,12 @@ mod tests {
     #[test]
     fn a_new_load_balancer_service_is_ensured() {
         let web = lb_service();
-        assert_eq!(plan(&web, None, &hosts(&["a", "b"])), just(Step::Ensure));
+        assert_eq!(
+            plan(&go(), &web, None, &hosts(&["a", "b"])),
+            just(Step::Ensure)
+        );
         // No eligible Node changes nothing: it is ensured (with a Warning).
-        assert_eq!(plan(&web, None, &NodeSet::new()), just(Step::Ensure));
+        assert_eq!(plan(&go(), &web, None, &NodeSet::new()), just(Step::Ensure));
     }
 
     #[test]
@@ -286,14 +302,17 @@ mod tests {
         let now = hosts(&["a"]);
         // The first sync failed before the cloud answered: the retry ensures.
         let failed_first = known(&web, LbState::Unknown, true);
-        assert_eq!(plan(&web, Some(&failed_first), &now), just(Step::Ensure));
+        assert_eq!(
+            plan(&go(), &web, Some(&failed_first), &now),
+            just(Step::Ensure)
+        );
         // The record of a deleted Service seen again (same UID): nothing applied.
         let unknown = known(&web, LbState::Unknown, false);
-        assert_eq!(plan(&web, Some(&unknown), &now), just(Step::Ensure));
+        assert_eq!(plan(&go(), &web, Some(&unknown), &now), just(Step::Ensure));
         // Cleaned up (the type changed away), then the type changed back.
         let cluster_ip = with_spec(web.clone(), |s| s.type_ = Some("ClusterIP".into()));
         let cleaned = known(&cluster_ip, LbState::Cleaned, false);
-        assert_eq!(plan(&web, Some(&cleaned), &now), just(Step::Ensure));
+        assert_eq!(plan(&go(), &web, Some(&cleaned), &now), just(Step::Ensure));
     }
 
     #[test]
@@ -301,7 +320,7 @@ mod tests {
         let web = with_finalizer(lb_service());
         let now = hosts(&["a", "b"]);
         assert_eq!(
-            plan(&web, Some(&ensured(&web, &now)), &now),
+            plan(&go(), &web, Some(&ensured(&web, &now)), &now),
             just(Step::Nothing)
         );
         // Changes the load balancer does not use (labels, status, resource version) are
@@ -311,7 +330,7 @@ mod tests {
         relabelled.metadata.resource_version = Some("7".into());
         relabelled.status = Some(ServiceStatus::default());
         assert_eq!(
-            plan(&relabelled, Some(&ensured(&web, &now)), &now),
+            plan(&go(), &relabelled, Some(&ensured(&web, &now)), &now),
             just(Step::Nothing)
         );
         // One shared set is the same set.
@@ -323,7 +342,10 @@ mod tests {
             },
             ..ensured(&web, &now)
         };
-        assert_eq!(plan(&web, Some(&record), &shared), just(Step::Nothing));
+        assert_eq!(
+            plan(&go(), &web, Some(&record), &shared),
+            just(Step::Nothing)
+        );
     }
 
     #[test]
@@ -348,7 +370,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                plan(&web, Some(&record), &now),
+                plan(&go(), &web, Some(&record), &now),
                 just(Step::UpdateHosts),
                 "{why}"
             );
@@ -361,18 +383,24 @@ mod tests {
         let now = hosts(&["a"]);
         let record = ensured(&web, &now);
         let port = with_spec(web.clone(), |s| s.ports.as_mut().unwrap()[0].port = 8080);
-        assert_eq!(plan(&port, Some(&record), &now), just(Step::Ensure));
+        assert_eq!(plan(&go(), &port, Some(&record), &now), just(Step::Ensure));
         let mut annotated = web.clone();
         annotated.metadata.annotations =
             Some(BTreeMap::from([("example.com/x".into(), "1".into())]));
-        assert_eq!(plan(&annotated, Some(&record), &now), just(Step::Ensure));
+        assert_eq!(
+            plan(&go(), &annotated, Some(&record), &now),
+            just(Step::Ensure)
+        );
         let ranges = with_spec(web.clone(), |s| {
             s.load_balancer_source_ranges = Some(vec!["10.0.0.0/8".into()]);
         });
-        assert_eq!(plan(&ranges, Some(&record), &now), just(Step::Ensure));
+        assert_eq!(
+            plan(&go(), &ranges, Some(&record), &now),
+            just(Step::Ensure)
+        );
         // A change of the Service and of the Nodes: the ensure takes both.
         assert_eq!(
-            plan(&port, Some(&record), &hosts(&["a", "b"])),
+            plan(&go(), &port, Some(&record), &hosts(&["a", "b"])),
             just(Step::Ensure)
         );
     }
@@ -387,10 +415,13 @@ mod tests {
         };
         // The update failed (the load balancer still exists): the retry ensures.
         assert_eq!(
-            plan(&web, Some(&failing), &hosts(&["a", "b"])),
+            plan(&go(), &web, Some(&failing), &hosts(&["a", "b"])),
             just(Step::Ensure)
         );
-        assert_eq!(plan(&web, Some(&failing), &given), just(Step::Ensure));
+        assert_eq!(
+            plan(&go(), &web, Some(&failing), &given),
+            just(Step::Ensure)
+        );
     }
 
     #[test]
@@ -401,14 +432,14 @@ mod tests {
         for ty in ["ClusterIP", "NodePort", "ExternalName"] {
             let away = with_spec(web.clone(), |s| s.type_ = Some(ty.into()));
             assert_eq!(
-                plan(&away, Some(&record), &now),
+                plan(&go(), &away, Some(&record), &now),
                 just(Step::CleanUp),
                 "{ty}"
             );
         }
         // Without our finalizer (never ensured, or removed by someone) too.
         let away = with_spec(lb_service(), |s| s.type_ = Some("ClusterIP".into()));
-        assert_eq!(plan(&away, None, &now), just(Step::CleanUp));
+        assert_eq!(plan(&go(), &away, None, &now), just(Step::CleanUp));
     }
 
     #[test]
@@ -416,20 +447,20 @@ mod tests {
         let web = with_finalizer(lb_service());
         let now = hosts(&["a"]);
         let going = deleting(web.clone());
-        assert_eq!(needs_update(&web, &going), None);
+        assert_eq!(needs_update(&go(), &web, &going), None);
         assert_eq!(
-            plan(&going, Some(&ensured(&web, &now)), &now),
+            plan(&go(), &going, Some(&ensured(&web, &now)), &now),
             just(Step::CleanUp)
         );
         // Deleted while no controller ran: there is no record, the finalizer held it.
-        assert_eq!(plan(&going, None, &now), just(Step::CleanUp));
+        assert_eq!(plan(&go(), &going, None, &now), just(Step::CleanUp));
         // Even with the Nodes changed, or the last sync failed.
         let failing = Known {
             failing: true,
             ..ensured(&web, &now)
         };
         assert_eq!(
-            plan(&going, Some(&failing), &hosts(&["b"])),
+            plan(&go(), &going, Some(&failing), &hosts(&["b"])),
             just(Step::CleanUp)
         );
     }
@@ -440,16 +471,16 @@ mod tests {
             s.load_balancer_class = Some("example.com/other-lb".into());
         });
         // Added with a class: not even queued.
-        assert!(!wanted_on_add(&classed));
+        assert!(!wanted_on_add(&go(), &classed));
         // Synced anyway (the class was set on a Service we had ensured): ours goes.
         let now = hosts(&["a"]);
         let ours = with_finalizer(lb_service());
         let classed = with_finalizer(classed);
         assert_eq!(
-            plan(&classed, Some(&ensured(&ours, &now)), &now),
+            plan(&go(), &classed, Some(&ensured(&ours, &now)), &now),
             just(Step::CleanUp)
         );
-        assert_eq!(plan(&classed, None, &now), just(Step::CleanUp));
+        assert_eq!(plan(&go(), &classed, None, &now), just(Step::CleanUp));
     }
 
     #[test]
@@ -459,9 +490,12 @@ mod tests {
         let web = with_finalizer(lb_service());
         let given = hosts(&["a"]);
         let record = ensured(&web, &given);
-        assert_eq!(plan(&web, Some(&record), &given), just(Step::Nothing));
         assert_eq!(
-            plan(&web, Some(&record), &hosts(&["a", "b"])),
+            plan(&go(), &web, Some(&record), &given),
+            just(Step::Nothing)
+        );
+        assert_eq!(
+            plan(&go(), &web, Some(&record), &hosts(&["a", "b"])),
             just(Step::UpdateHosts)
         );
     }
@@ -475,7 +509,7 @@ mod tests {
         // full, although its spec and the Nodes are the same.
         let record = ensured(&old, &now);
         assert_eq!(
-            plan(&new, Some(&record), &now),
+            plan(&go(), &new, Some(&record), &now),
             Plan {
                 delete_replaced: Some(Arc::new(old.clone())),
                 step: Step::Ensure,
@@ -491,7 +525,7 @@ mod tests {
         ] {
             let record = known(&old, LbState::Unknown, true);
             assert_eq!(
-                plan(&new, Some(&record), &now).delete_replaced,
+                plan(&go(), &new, Some(&record), &now).delete_replaced,
                 Some(Arc::new(old.clone()))
             );
         }
@@ -510,7 +544,7 @@ mod tests {
             deleting(with_finalizer(with_uid(lb_service(), "uid-2"))),
         ] {
             assert_eq!(
-                plan(&new, Some(&record), &now),
+                plan(&go(), &new, Some(&record), &now),
                 Plan {
                     delete_replaced: Some(Arc::new(old.clone())),
                     step: Step::CleanUp,
@@ -523,7 +557,7 @@ mod tests {
             ..record
         };
         let new = with_uid(lb_service(), "uid-2");
-        assert_eq!(plan(&new, Some(&failing), &now).step, Step::Ensure);
+        assert_eq!(plan(&go(), &new, Some(&failing), &now).step, Step::Ensure);
     }
 
     #[test]
@@ -538,14 +572,14 @@ mod tests {
             // It never wanted one, and has no finalizer.
             known(&never, LbState::Unknown, false),
         ] {
-            assert_eq!(plan(&new, Some(&record), &now), just(Step::Ensure));
+            assert_eq!(plan(&go(), &new, Some(&record), &now), just(Step::Ensure));
         }
         // It had a class: its load balancer, if any, is another controller's to delete.
         let classed_old = with_spec(lb_service(), |s| {
             s.load_balancer_class = Some("x".into());
         });
         let record = known(&classed_old, LbState::Unknown, false);
-        assert_eq!(plan(&new, Some(&record), &now), just(Step::Ensure));
+        assert_eq!(plan(&go(), &new, Some(&record), &now), just(Step::Ensure));
     }
 
     // The provider's answers on the delete branch.
@@ -594,7 +628,7 @@ mod tests {
 
     #[test]
     fn a_gone_service_without_a_record_needs_nothing() {
-        assert_eq!(plan_gone(None), GoneStep::Nothing);
+        assert_eq!(plan_gone(&go(), None), GoneStep::Nothing);
     }
 
     #[test]
@@ -602,13 +636,13 @@ mod tests {
         // Cleaned up before it went (deleted with our finalizer).
         let web = deleting(with_finalizer(lb_service()));
         assert_eq!(
-            plan_gone(Some(&known(&web, LbState::Cleaned, false))),
+            plan_gone(&go(), Some(&known(&web, LbState::Cleaned, false))),
             GoneStep::Forget
         );
         // Never wanted one and had no finalizer.
         let cluster_ip = with_spec(lb_service(), |s| s.type_ = Some("ClusterIP".into()));
         assert_eq!(
-            plan_gone(Some(&known(&cluster_ip, LbState::Unknown, false))),
+            plan_gone(&go(), Some(&known(&cluster_ip, LbState::Unknown, false))),
             GoneStep::Forget
         );
     }
@@ -619,7 +653,7 @@ mod tests {
         let now = hosts(&["a"]);
         // Ensured, then deleted after someone removed our finalizer.
         assert_eq!(
-            plan_gone(Some(&ensured(&web, &now))),
+            plan_gone(&go(), Some(&ensured(&web, &now))),
             GoneStep::DeleteLoadBalancer {
                 last: Arc::new(web.clone())
             }
@@ -631,7 +665,7 @@ mod tests {
         });
         for last in [web, finalized] {
             assert_eq!(
-                plan_gone(Some(&known(&last, LbState::Unknown, true))),
+                plan_gone(&go(), Some(&known(&last, LbState::Unknown, true))),
                 GoneStep::DeleteLoadBalancer {
                     last: Arc::new(last.clone())
                 }
@@ -643,15 +677,16 @@ mod tests {
     fn may_have_a_load_balancer_unless_cleaned_or_never_wanted() {
         let web = lb_service();
         let now = hosts(&["a"]);
-        assert!(ensured(&web, &now).may_have_load_balancer());
-        assert!(known(&web, LbState::Unknown, false).may_have_load_balancer());
-        assert!(!known(&web, LbState::Cleaned, false).may_have_load_balancer());
+        assert!(ensured(&web, &now).may_have_load_balancer(&go()));
+        assert!(known(&web, LbState::Unknown, false).may_have_load_balancer(&go()));
+        assert!(!known(&web, LbState::Cleaned, false).may_have_load_balancer(&go()));
         let cluster_ip = with_spec(web.clone(), |s| s.type_ = Some("ClusterIP".into()));
-        assert!(!known(&cluster_ip, LbState::Unknown, false).may_have_load_balancer());
+        assert!(!known(&cluster_ip, LbState::Unknown, false).may_have_load_balancer(&go()));
         assert!(
-            known(&with_finalizer(cluster_ip), LbState::Unknown, false).may_have_load_balancer()
+            known(&with_finalizer(cluster_ip), LbState::Unknown, false)
+                .may_have_load_balancer(&go())
         );
         let classed = with_spec(web, |s| s.load_balancer_class = Some("x".into()));
-        assert!(!known(&classed, LbState::Unknown, false).may_have_load_balancer());
+        assert!(!known(&classed, LbState::Unknown, false).may_have_load_balancer(&go()));
     }
 }

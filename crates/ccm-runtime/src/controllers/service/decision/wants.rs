@@ -1,6 +1,7 @@
-//! What a Service wants from the service controller, as pure functions of the Service:
-//! whether it wants a load balancer at all (`type: LoadBalancer`, no `loadBalancerClass`),
-//! whether our cleanup finalizer is there and what the finalizer list becomes with or
+//! What a Service wants from the service controller, as pure functions of the Service and
+//! the classes the controller manages ([`LoadBalancerClasses`]): whether it wants a load
+//! balancer at all (`type: LoadBalancer`, a class managed here: by default none, Go's
+//! rule), whether our cleanup finalizer is there and what the finalizer list becomes with or
 //! without it, whether it needs cleaning up, and whether an update from one version to the
 //! next matters to its load balancer ([`needs_update`], Go's `needsUpdate`, with the
 //! [`UpdateCause`] Go logs).
@@ -10,7 +11,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 
-use ccm_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
+use super::super::class::LoadBalancerClasses;
 
 const TYPE_LOAD_BALANCER: &str = "LoadBalancer";
 
@@ -24,26 +25,42 @@ fn service_type(service: &Service) -> &str {
         .unwrap_or_default()
 }
 
+fn class(service: &Service) -> Option<&str> {
+    spec(service).and_then(|s| s.load_balancer_class.as_deref())
+}
+
 /// Whether the Service wants a load balancer from this controller: `type: LoadBalancer` and
-/// no `loadBalancerClass` (a class means another controller provides it).
-pub(crate) fn wants_load_balancer(service: &Service) -> bool {
-    service_type(service) == TYPE_LOAD_BALANCER
-        && spec(service).is_none_or(|s| s.load_balancer_class.is_none())
+/// a `loadBalancerClass` it manages (by default, Go's: none; another class means another
+/// controller provides it).
+pub(crate) fn wants_load_balancer(classes: &LoadBalancerClasses, service: &Service) -> bool {
+    service_type(service) == TYPE_LOAD_BALANCER && classes.manages(class(service))
 }
 
 /// Whether the Service waits for its load balancer: it wants one from this controller, is
 /// not being deleted, and has no ingress yet (`ccm_service_load_balancers_pending`).
-pub(crate) fn waits_for_load_balancer(service: &Service) -> bool {
-    wants_load_balancer(service)
+pub(crate) fn waits_for_load_balancer(classes: &LoadBalancerClasses, service: &Service) -> bool {
+    wants_load_balancer(classes, service)
         && service.metadata.deletion_timestamp.is_none()
         && super::ingress::ingress(service).is_empty()
 }
 
-/// Whether the Service carries the `service.kubernetes.io/load-balancer-cleanup` finalizer.
-pub(crate) fn has_finalizer(service: &Service) -> bool {
-    finalizers(service)
-        .iter()
-        .any(|f| f == FINALIZER_LOAD_BALANCER_CLEANUP)
+/// Whether the Service carries one of our cleanup finalizers: Go's
+/// `service.kubernetes.io/load-balancer-cleanup` (when Services without a class are ours),
+/// or a managed class's.
+pub(crate) fn has_finalizer(classes: &LoadBalancerClasses, service: &Service) -> bool {
+    finalizers(service).iter().any(|f| classes.is_ours(f))
+}
+
+/// Whether the Service carries a class finalizer of ours that is not the one its class now
+/// asks for: its class was cleared (the type changed away) or it came back without it.
+/// Never with Go's selection, which has no class finalizer.
+fn has_stray_class_finalizer(classes: &LoadBalancerClasses, service: &Service) -> bool {
+    let wanted = classes.finalizer(class(service));
+    finalizers(service).iter().any(|f| {
+        classes.is_ours(f)
+            && f != ccm_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP
+            && Some(f.as_str()) != wanted
+    })
 }
 
 /// The Service's finalizers.
@@ -51,25 +68,33 @@ pub(crate) fn finalizers(service: &Service) -> &[String] {
     service.metadata.finalizers.as_deref().unwrap_or_default()
 }
 
-/// The finalizers with ours appended, or `None` when it is there already.
-pub(crate) fn finalizers_with_ours(service: &Service) -> Option<Vec<String>> {
-    if has_finalizer(service) {
+/// The finalizers with the one of the Service's class appended, or `None` when it is there
+/// already (or the class is not ours).
+pub(crate) fn finalizers_with_ours(
+    classes: &LoadBalancerClasses,
+    service: &Service,
+) -> Option<Vec<String>> {
+    let ours = classes.finalizer(class(service))?;
+    if finalizers(service).iter().any(|f| f == ours) {
         return None;
     }
     let mut list = finalizers(service).to_vec();
-    list.push(FINALIZER_LOAD_BALANCER_CLEANUP.to_owned());
+    list.push(ours.to_owned());
     Some(list)
 }
 
-/// The finalizers without ours (every copy of it), or `None` when it is not there.
-pub(crate) fn finalizers_without_ours(service: &Service) -> Option<Vec<String>> {
-    if !has_finalizer(service) {
+/// The finalizers without ours (every copy of each), or `None` when none is there.
+pub(crate) fn finalizers_without_ours(
+    classes: &LoadBalancerClasses,
+    service: &Service,
+) -> Option<Vec<String>> {
+    if !has_finalizer(classes, service) {
         return None;
     }
     Some(
         finalizers(service)
             .iter()
-            .filter(|f| *f != FINALIZER_LOAD_BALANCER_CLEANUP)
+            .filter(|f| !classes.is_ours(f))
             .cloned()
             .collect(),
     )
@@ -80,20 +105,24 @@ pub(crate) fn is_deleting(service: &Service) -> bool {
     service.metadata.deletion_timestamp.is_some()
 }
 
-/// Whether the load balancer must be cleaned up: our finalizer is there, and the Service is
-/// being deleted or is no longer `type: LoadBalancer`.
-pub(crate) fn needs_cleanup(service: &Service) -> bool {
-    has_finalizer(service) && (is_deleting(service) || service_type(service) != TYPE_LOAD_BALANCER)
+/// Whether the load balancer must be cleaned up: one of our finalizers is there, and the
+/// Service is being deleted or is no longer `type: LoadBalancer` (Go's rule), or carries a
+/// class finalizer of ours its class no longer asks for.
+pub(crate) fn needs_cleanup(classes: &LoadBalancerClasses, service: &Service) -> bool {
+    has_finalizer(classes, service)
+        && (is_deleting(service)
+            || service_type(service) != TYPE_LOAD_BALANCER
+            || has_stray_class_finalizer(classes, service))
 }
 
 /// Whether a sync takes the delete branch (as opposed to ensuring the load balancer).
-pub(crate) fn takes_delete_branch(service: &Service) -> bool {
-    !wants_load_balancer(service) || needs_cleanup(service)
+pub(crate) fn takes_delete_branch(classes: &LoadBalancerClasses, service: &Service) -> bool {
+    !wants_load_balancer(classes, service) || needs_cleanup(classes, service)
 }
 
 /// Whether a Service just added to the cache is worth a sync.
-pub(crate) fn wanted_on_add(service: &Service) -> bool {
-    wants_load_balancer(service) || needs_cleanup(service)
+pub(crate) fn wanted_on_add(classes: &LoadBalancerClasses, service: &Service) -> bool {
+    wants_load_balancer(classes, service) || needs_cleanup(classes, service)
 }
 
 /// Why a Service update matters to its load balancer: the first difference found, in Go's
@@ -169,8 +198,15 @@ fn text(v: Option<&String>) -> String {
 
 /// Whether an update from `old` to `new` matters to the load balancer, and why (Go's
 /// `needsUpdate`). Absent and empty lists and maps count as equal.
-pub(crate) fn needs_update(old: &Service, new: &Service) -> Option<UpdateCause> {
-    let (old_wants, new_wants) = (wants_load_balancer(old), wants_load_balancer(new));
+pub(crate) fn needs_update(
+    classes: &LoadBalancerClasses,
+    old: &Service,
+    new: &Service,
+) -> Option<UpdateCause> {
+    let (old_wants, new_wants) = (
+        wants_load_balancer(classes, old),
+        wants_load_balancer(classes, new),
+    );
     if !old_wants && !new_wants {
         return None;
     }
@@ -275,30 +311,43 @@ mod tests {
     use k8s_openapi::api::core::v1::{ServiceStatus, SessionAffinityConfig};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-    use super::super::fixtures::{deleting, ing, lb_service, with_finalizer, with_spec};
+    use super::super::fixtures::{deleting, go, ing, lb_service, with_finalizer, with_spec};
     use super::*;
+    use ccm_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 
     #[test]
     fn wants_only_load_balancers_without_class() {
-        assert!(wants_load_balancer(&lb_service()));
-        assert!(!wants_load_balancer(&with_spec(lb_service(), |s| {
-            s.load_balancer_class = Some("example.com/other".into());
-        })));
-        assert!(!wants_load_balancer(&with_spec(lb_service(), |s| {
-            s.type_ = Some("NodePort".into());
-        })));
-        assert!(!wants_load_balancer(&with_spec(lb_service(), |s| {
-            s.type_ = None;
-        })));
-        assert!(!wants_load_balancer(&Service::default()), "no spec at all");
-        assert!(wanted_on_add(&lb_service()));
-        assert!(!wanted_on_add(&Service::default()));
+        assert!(wants_load_balancer(&go(), &lb_service()));
+        assert!(!wants_load_balancer(
+            &go(),
+            &with_spec(lb_service(), |s| {
+                s.load_balancer_class = Some("example.com/other".into());
+            })
+        ));
+        assert!(!wants_load_balancer(
+            &go(),
+            &with_spec(lb_service(), |s| {
+                s.type_ = Some("NodePort".into());
+            })
+        ));
+        assert!(!wants_load_balancer(
+            &go(),
+            &with_spec(lb_service(), |s| {
+                s.type_ = None;
+            })
+        ));
+        assert!(
+            !wants_load_balancer(&go(), &Service::default()),
+            "no spec at all"
+        );
+        assert!(wanted_on_add(&go(), &lb_service()));
+        assert!(!wanted_on_add(&go(), &Service::default()));
     }
 
     #[test]
     fn a_load_balancer_is_pending_until_its_ingress_is_written() {
         use k8s_openapi::api::core::v1::LoadBalancerStatus;
-        assert!(waits_for_load_balancer(&lb_service()));
+        assert!(waits_for_load_balancer(&go(), &lb_service()));
         let mut served = lb_service();
         served.status = Some(ServiceStatus {
             load_balancer: Some(LoadBalancerStatus {
@@ -306,59 +355,138 @@ mod tests {
             }),
             ..ServiceStatus::default()
         });
-        assert!(!waits_for_load_balancer(&served));
-        assert!(!waits_for_load_balancer(&deleting(lb_service())));
-        assert!(!waits_for_load_balancer(&with_spec(lb_service(), |s| {
-            s.load_balancer_class = Some("example.com/other".into());
-        })));
-        assert!(!waits_for_load_balancer(&with_spec(lb_service(), |s| {
-            s.type_ = Some("ClusterIP".into());
-        })));
+        assert!(!waits_for_load_balancer(&go(), &served));
+        assert!(!waits_for_load_balancer(&go(), &deleting(lb_service())));
+        assert!(!waits_for_load_balancer(
+            &go(),
+            &with_spec(lb_service(), |s| {
+                s.load_balancer_class = Some("example.com/other".into());
+            })
+        ));
+        assert!(!waits_for_load_balancer(
+            &go(),
+            &with_spec(lb_service(), |s| {
+                s.type_ = Some("ClusterIP".into());
+            })
+        ));
     }
 
     #[test]
     fn cleanup_needs_our_finalizer_and_deletion_or_another_type() {
-        assert!(!needs_cleanup(&lb_service()));
-        assert!(!needs_cleanup(&deleting(lb_service())), "no finalizer");
-        assert!(!needs_cleanup(&with_finalizer(lb_service())));
-        assert!(needs_cleanup(&deleting(with_finalizer(lb_service()))));
+        assert!(!needs_cleanup(&go(), &lb_service()));
+        assert!(
+            !needs_cleanup(&go(), &deleting(lb_service())),
+            "no finalizer"
+        );
+        assert!(!needs_cleanup(&go(), &with_finalizer(lb_service())));
+        assert!(needs_cleanup(
+            &go(),
+            &deleting(with_finalizer(lb_service()))
+        ));
         let cluster_ip = with_spec(with_finalizer(lb_service()), |s| {
             s.type_ = Some("ClusterIP".into());
         });
-        assert!(needs_cleanup(&cluster_ip));
-        assert!(wanted_on_add(&cluster_ip));
+        assert!(needs_cleanup(&go(), &cluster_ip));
+        assert!(wanted_on_add(&go(), &cluster_ip));
         // A class does not make a LoadBalancer Service need cleanup (Go's rule), but it
         // takes the delete branch when synced.
         let classed = with_spec(with_finalizer(lb_service()), |s| {
             s.load_balancer_class = Some("x".into());
         });
-        assert!(!needs_cleanup(&classed));
-        assert!(takes_delete_branch(&classed));
-        assert!(!takes_delete_branch(&with_finalizer(lb_service())));
-        assert!(takes_delete_branch(&deleting(with_finalizer(lb_service()))));
+        assert!(!needs_cleanup(&go(), &classed));
+        assert!(takes_delete_branch(&go(), &classed));
+        assert!(!takes_delete_branch(&go(), &with_finalizer(lb_service())));
+        assert!(takes_delete_branch(
+            &go(),
+            &deleting(with_finalizer(lb_service()))
+        ));
+    }
+
+    #[test]
+    fn a_controller_of_classes_touches_only_their_services() {
+        const C: &str = "c.example/lb";
+        let ours = LoadBalancerClasses::new([C], false).unwrap();
+        let classed = |class: Option<&str>| {
+            with_spec(lb_service(), |s| {
+                s.load_balancer_class = class.map(str::to_owned)
+            })
+        };
+        let with = |mut s: Service, finalizers: &[&str]| {
+            s.metadata.finalizers = Some(finalizers.iter().map(|f| (*f).to_owned()).collect());
+            s
+        };
+        // A Service of the class: wanted, its finalizer is the class.
+        assert!(wants_load_balancer(&ours, &classed(Some(C))));
+        assert!(wanted_on_add(&ours, &classed(Some(C))));
+        assert_eq!(
+            finalizers_with_ours(&ours, &classed(Some(C))),
+            Some(vec![C.to_owned()])
+        );
+        assert!(!wants_load_balancer(&go(), &classed(Some(C))));
+        // Without a class, or of another class: never touched, even being deleted with
+        // another controller's finalizer.
+        for other in [
+            with(classed(None), &[FINALIZER_LOAD_BALANCER_CLEANUP]),
+            with(classed(Some("d.example/lb")), &["d.example/lb"]),
+        ] {
+            for s in [other.clone(), deleting(other)] {
+                assert!(!wanted_on_add(&ours, &s));
+                assert!(!needs_cleanup(&ours, &s));
+                assert!(!has_finalizer(&ours, &s));
+                assert_eq!(finalizers_with_ours(&ours, &s), None);
+                assert_eq!(finalizers_without_ours(&ours, &s), None);
+            }
+        }
+        // The type changed away (Kubernetes clears the class): the class finalizer says the
+        // load balancer is ours to delete, and Go's controller leaves it alone.
+        let away = with_spec(with(classed(None), &["x.example/keep", C]), |s| {
+            s.type_ = Some("ClusterIP".into())
+        });
+        assert!(needs_cleanup(&ours, &away));
+        assert!(wanted_on_add(&ours, &away));
+        assert_eq!(
+            finalizers_without_ours(&ours, &away),
+            Some(vec!["x.example/keep".to_owned()])
+        );
+        assert!(!needs_cleanup(&go(), &away));
+        assert!(!wanted_on_add(&go(), &away));
+        // ... and back to LoadBalancer without a class before we cleaned up: still ours to
+        // clean up, while Go's controller takes the Service.
+        let back = with(classed(None), &[C]);
+        assert!(needs_cleanup(&ours, &back));
+        assert!(takes_delete_branch(&ours, &back));
+        assert!(wants_load_balancer(&go(), &back));
+        assert!(!needs_cleanup(&go(), &back));
+        // Both kinds managed: Go's finalizer for a Service without a class.
+        let both = LoadBalancerClasses::new([C], true).unwrap();
+        assert_eq!(
+            finalizers_with_ours(&both, &classed(None)),
+            Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()])
+        );
+        assert!(!needs_cleanup(&both, &with(classed(Some(C)), &[C])));
     }
 
     #[test]
     fn finalizer_lists_keep_other_finalizers() {
         let mut s = lb_service();
         assert_eq!(
-            finalizers_with_ours(&s),
+            finalizers_with_ours(&go(), &s),
             Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()])
         );
-        assert_eq!(finalizers_without_ours(&s), None);
+        assert_eq!(finalizers_without_ours(&go(), &s), None);
         s.metadata.finalizers = Some(vec![
             "example.com/a".into(),
             FINALIZER_LOAD_BALANCER_CLEANUP.into(),
             "example.com/b".into(),
         ]);
-        assert_eq!(finalizers_with_ours(&s), None);
+        assert_eq!(finalizers_with_ours(&go(), &s), None);
         assert_eq!(
-            finalizers_without_ours(&s),
+            finalizers_without_ours(&go(), &s),
             Some(vec!["example.com/a".to_owned(), "example.com/b".to_owned()])
         );
         s.metadata.finalizers = Some(vec!["example.com/a".into()]);
         assert_eq!(
-            finalizers_with_ours(&s),
+            finalizers_with_ours(&go(), &s),
             Some(vec![
                 "example.com/a".to_owned(),
                 FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()
@@ -370,14 +498,14 @@ mod tests {
     fn needs_update_ignores_services_that_never_want_one() {
         let a = with_spec(lb_service(), |s| s.type_ = Some("ClusterIP".into()));
         let b = with_spec(a.clone(), |s| s.ports = None);
-        assert_eq!(needs_update(&a, &b), None);
+        assert_eq!(needs_update(&go(), &a, &b), None);
     }
 
     #[test]
     fn needs_update_reports_each_field_in_go_order() {
         let base = lb_service();
         let same = base.clone();
-        assert_eq!(needs_update(&base, &same), None);
+        assert_eq!(needs_update(&go(), &base, &same), None);
 
         let cases: Vec<(Service, UpdateCause)> = vec![
             (
@@ -510,12 +638,16 @@ mod tests {
             ),
         ];
         for (new, want) in cases {
-            assert_eq!(needs_update(&base, &new), Some(want.clone()), "{want:?}");
+            assert_eq!(
+                needs_update(&go(), &base, &new),
+                Some(want.clone()),
+                "{want:?}"
+            );
         }
         // The first difference wins: a port change and an annotation change report ports.
         let mut both = with_spec(base.clone(), |s| s.ports.as_mut().unwrap()[0].port = 81);
         both.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
-        assert_eq!(needs_update(&base, &both), Some(UpdateCause::Ports));
+        assert_eq!(needs_update(&go(), &base, &both), Some(UpdateCause::Ports));
         // An external IP swapped in place.
         let one = with_spec(base.clone(), |s| {
             s.external_ips = Some(vec!["1.1.1.1".into()])
@@ -524,7 +656,7 @@ mod tests {
             s.external_ips = Some(vec!["2.2.2.2".into()])
         });
         assert_eq!(
-            needs_update(&one, &other),
+            needs_update(&go(), &one, &other),
             Some(UpdateCause::ExternalIpAdded("2.2.2.2".into()))
         );
     }
@@ -544,12 +676,12 @@ mod tests {
         // The IP family list's order and content do not matter, only its length.
         let a = with_spec(base.clone(), |s| s.ip_families = Some(vec!["IPv4".into()]));
         let b = with_spec(base.clone(), |s| s.ip_families = Some(vec!["IPv6".into()]));
-        assert_eq!(needs_update(&base, &new), None);
-        assert_eq!(needs_update(&a, &b), None);
+        assert_eq!(needs_update(&go(), &base, &new), None);
+        assert_eq!(needs_update(&go(), &a, &b), None);
         // No spec at all on either side does not panic.
         let mut bare = Service::default();
         bare.metadata.uid = Some("uid-1".into());
-        assert!(needs_update(&bare, &base).is_some());
+        assert!(needs_update(&go(), &bare, &base).is_some());
     }
 
     #[test]

@@ -20,10 +20,11 @@
 pub use ccm_provider::{
     BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, ConfigError,
     InitContext, InstanceMetadata, Instances, LegacyInstances, LegacyInstancesAdapter,
-    LoadBalancer, LoadBalancerPlan, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError,
-    ProviderRegistry, RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
-    default_load_balancer_name, display_chain, get_instance_provider_id, node_address, node_name,
-    node_provider_id, provided_node_ips, resolve_instances,
+    LoadBalancer, LoadBalancerHealth, LoadBalancerPlan, MetricsRegistry, ProviderFactory,
+    ProviderId, ProviderIdError, ProviderRegistry, RegistryError, ResultExt, Route, Routes,
+    ServiceAnnotator, Zone, Zones, default_load_balancer_name, display_chain,
+    get_instance_provider_id, node_address, node_name, node_provider_id, provided_node_ips,
+    resolve_instances,
 };
 
 pub use ccm_provider::{echo, file};

@@ -95,7 +95,9 @@ pub use self::error::{BoxError, CloudError, CloudResult, ResultExt, display_chai
 pub use self::instances::{
     Instances, LegacyInstances, LegacyInstancesAdapter, get_instance_provider_id, resolve_instances,
 };
-pub use self::load_balancer::{LoadBalancer, LoadBalancerPlan, default_load_balancer_name};
+pub use self::load_balancer::{
+    LoadBalancer, LoadBalancerHealth, LoadBalancerPlan, default_load_balancer_name,
+};
 pub use self::metrics::MetricsRegistry;
 #[doc(no_inline)]
 pub use self::metrics::prometheus_client;

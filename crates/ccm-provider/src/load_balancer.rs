@@ -124,6 +124,49 @@ pub trait LoadBalancer: Send + Sync {
             Some(status) => LoadBalancerPlan::Unknown(status),
         })
     }
+
+    /// Whether the Service's load balancer serves as it should, as its cloud sees it: for
+    /// example, [`LoadBalancerHealth::Degraded`] when none of its backends passes the health
+    /// check. With `--service-conditions`, the service controller asks this of every ensured
+    /// load balancer once a health period and writes the answer as the Service's
+    /// `LoadBalancerDegraded` condition (only when it changes). Answer from what the
+    /// provider already knows where it can (a cached listing): it is asked often.
+    ///
+    /// The default answers [`CloudError::NotImplemented`](super::CloudError::NotImplemented):
+    /// the controller then writes no `LoadBalancerDegraded` and stops asking.
+    async fn load_balancer_health(
+        &self,
+        _cluster_name: &str,
+        _service: &Service,
+    ) -> CloudResult<LoadBalancerHealth> {
+        Err(super::CloudError::NotImplemented)
+    }
+}
+
+/// How a load balancer serves, as [`LoadBalancer::load_balancer_health`] answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadBalancerHealth {
+    /// It serves as it should.
+    Healthy,
+    /// It does not: why, as a `CamelCase` reason (made valid when it is not) and a message
+    /// (cut to 1 KiB), which become the `LoadBalancerDegraded` condition's.
+    Degraded {
+        /// A `CamelCase` word, e.g. `NoHealthyBackends`.
+        reason: String,
+        /// What an operator reads, e.g. `0 of 3 droplets pass the health check`.
+        message: String,
+    },
+}
+
+impl LoadBalancerHealth {
+    /// Degraded, for `reason` and `message`.
+    pub fn degraded(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Degraded {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
 }
 
 /// What [`LoadBalancer::ensure_load_balancer`] would do, as

@@ -13,7 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_provider::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceMetadata, Instances,
-    LegacyInstances, LoadBalancer, LoadBalancerPlan, Route, Routes, Zone, Zones,
+    LegacyInstances, LoadBalancer, LoadBalancerHealth, LoadBalancerPlan, Route, Routes, Zone,
+    Zones,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -324,6 +325,8 @@ forward! {
         Mutation fn ensure_load_balancer_deleted(cluster_name: &str, service: &Service) -> ();
         Read fn plan_load_balancer(cluster_name: &str, service: &Service, nodes: &[Arc<Node>])
             -> LoadBalancerPlan;
+        Read fn load_balancer_health(cluster_name: &str, service: &Service)
+            -> LoadBalancerHealth;
     }
     also {
         // A synchronous call, not counted and not fenced.

@@ -47,6 +47,8 @@ const OURS: &[&str] = &[
     "shadow",
     "load-balancer-class",
     "manage-services-without-class",
+    "service-conditions",
+    "load-balancer-health-period",
     "node-cidr-mask-size",
     "node-cidr-mask-size-ipv4",
     "node-cidr-mask-size-ipv6",

@@ -17,8 +17,9 @@ use ccm_provider::well_known::{
 };
 use ccm_provider::{CloudProvider, CloudResult, LoadBalancer, default_load_balancer_name};
 use ccm_runtime::controllers::service::{
-    LoadBalancerClasses, REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING,
-    REASON_NOT_OWNED, REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED,
+    LOAD_BALANCER_DEGRADED, LOAD_BALANCER_PROVISIONING, LOAD_BALANCER_SERVING, LoadBalancerClasses,
+    REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING, REASON_NOT_OWNED,
+    REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED,
     ServiceController, ServiceControllerConfig, ServiceKey,
 };
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
@@ -26,6 +27,7 @@ use ccm_runtime::workqueue::{Queue, RateLimit};
 use ccm_test::eventually;
 use ccm_test::fixtures::{has_lb_finalizer, ingress_of};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
@@ -492,6 +494,110 @@ async fn two_controllers_each_manage_only_their_own_classes() {
         calls_about(&h.cloud, "nobodys") + calls_about(&cloud_b, "nobodys"),
         0
     );
+}
+
+/// The Service's condition of `type_`, if it has one.
+fn condition(svc: &Service, type_: &str) -> Option<Condition> {
+    svc.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+}
+
+/// Whether the Service's condition `type_` has `status` and `reason`.
+fn says(svc: &Service, type_: &str, status: &str, reason: &str) -> bool {
+    condition(svc, type_).is_some_and(|c| c.status == status && c.reason == reason)
+}
+
+#[tokio::test]
+async fn conditions_say_what_the_load_balancer_does() {
+    let (h, ns) = harness("conditions").await;
+    let node = create_node(&h, "conditions").await;
+    // The first ensure fails.
+    h.cloud.inject_times(
+        Method::EnsureLoadBalancer,
+        Fault::Error("the cloud is down".into()),
+        1,
+    );
+    let conditions = config().with_conditions(true).with_health_period(ms(300));
+    let _ctl = start(&h, &ns, fake(&h), conditions).await;
+    create_web(&h, &ns).await;
+
+    let failed = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            says(s, LOAD_BALANCER_PROVISIONING, "False", REASON_SYNC_FAILED)
+        })
+        .await;
+    let serving = condition(&failed, LOAD_BALANCER_SERVING).unwrap();
+    assert_eq!(serving.status, "False");
+    assert_eq!(serving.reason, REASON_SYNC_FAILED);
+    assert!(serving.message.contains("the cloud is down"), "{serving:?}");
+    assert!(!has_ingress(&failed));
+
+    // Retried: serving, with its address, in the same write.
+    let served = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            says(s, LOAD_BALANCER_SERVING, "True", "LoadBalancerEnsured")
+        })
+        .await;
+    assert!(has_ingress(&served), "the address comes with the condition");
+    let provisioning = condition(&served, LOAD_BALANCER_PROVISIONING).unwrap();
+    assert_eq!(provisioning.status, "False");
+    assert_eq!(provisioning.reason, "Provisioned");
+    assert_eq!(provisioning.observed_generation, served.metadata.generation);
+    let since = condition(&served, LOAD_BALANCER_SERVING)
+        .unwrap()
+        .last_transition_time;
+
+    // Health: reported once a period; degraded while no Node passes, then not again.
+    h.wait_service(&ns, "web", WAIT, |s| {
+        says(s, LOAD_BALANCER_DEGRADED, "False", "Healthy")
+    })
+    .await;
+    h.cloud.set_node_healthy(&node, false);
+    let degraded = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            says(s, LOAD_BALANCER_DEGRADED, "True", "NoHealthyBackends")
+        })
+        .await;
+    assert_eq!(
+        condition(&degraded, LOAD_BALANCER_SERVING)
+            .unwrap()
+            .last_transition_time,
+        since,
+        "a condition that did not change keeps its transition time"
+    );
+    h.cloud.set_node_healthy(&node, true);
+    h.wait_service(&ns, "web", WAIT, |s| {
+        says(s, LOAD_BALANCER_DEGRADED, "False", "Healthy")
+    })
+    .await;
+
+    // The steady state writes nothing, however many health passes run.
+    let writes = || h.api.counters().count("PATCH", "services/status");
+    let before = writes();
+    let health_calls = || h.cloud.call_count(Method::LoadBalancerHealth);
+    let asked = health_calls();
+    tokio::time::sleep(ms(1500)).await;
+    assert!(health_calls() >= asked + 2, "health is asked every period");
+    assert_eq!(writes(), before, "no status write in the steady state");
+
+    // Type changed away: our conditions go with the address.
+    patch_service(&h, &ns, "web", json!({"spec": {"type": "ClusterIP"}})).await;
+    let ours = [
+        LOAD_BALANCER_PROVISIONING,
+        LOAD_BALANCER_SERVING,
+        LOAD_BALANCER_DEGRADED,
+    ];
+    h.wait_service(&ns, "web", WAIT, |s| {
+        !has_lb_finalizer(s)
+            && ingress_of(s).is_empty()
+            && ours.iter().all(|t| condition(s, t).is_none())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -44,6 +44,8 @@ pub enum Method {
     UpdateLoadBalancer,
     /// `LoadBalancer::ensure_load_balancer_deleted`.
     EnsureLoadBalancerDeleted,
+    /// `LoadBalancer::load_balancer_health`.
+    LoadBalancerHealth,
     /// `Routes::list_routes`.
     ListRoutes,
     /// `Routes::create_route`.
@@ -77,6 +79,7 @@ impl Method {
             Self::EnsureLoadBalancer => "create",
             Self::UpdateLoadBalancer => "update",
             Self::EnsureLoadBalancerDeleted => "delete",
+            Self::LoadBalancerHealth => "health",
             Self::ListRoutes => "list-routes",
             Self::CreateRoute => "create-route",
             Self::DeleteRoute => "delete-route",

@@ -171,6 +171,8 @@ struct State {
     last_lb_nodes: Option<Arc<Vec<String>>>,
     ingress_override: Option<String>,
     metadata_hook: Option<MetadataHook>,
+    /// Nodes whose backends fail their load balancers' health checks.
+    unhealthy_nodes: HashSet<String>,
 }
 
 /// Rewrites the metadata the fake cloud answers for a Node; see
@@ -457,6 +459,18 @@ impl FakeCloud {
     /// how a controller handles a provider that answers nonsense.
     pub fn set_ingress_override(&self, ip: Option<String>) {
         self.state.lock().ingress_override = ip;
+    }
+
+    /// Makes the Node `name` fail (`healthy` false) or pass its load balancers' health
+    /// checks: a load balancer none of whose Nodes passes is degraded
+    /// ([`LoadBalancer::load_balancer_health`](ccm_provider::LoadBalancer::load_balancer_health)).
+    pub fn set_node_healthy(&self, name: &str, healthy: bool) {
+        let mut state = self.state.lock();
+        if healthy {
+            state.unhealthy_nodes.remove(name);
+        } else {
+            state.unhealthy_nodes.insert(name.to_owned());
+        }
     }
 
     /// Passes every answer of `Instances::instance_metadata` through `hook`, which may change

@@ -14,7 +14,9 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ccm_core::provider::{CloudError, CloudResult, LoadBalancer, default_load_balancer_name};
+use ccm_core::provider::{
+    CloudError, CloudResult, LoadBalancer, LoadBalancerHealth, default_load_balancer_name,
+};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::{FakeCloud, Method, State};
@@ -207,6 +209,37 @@ impl LoadBalancer for FakeCloud {
 
     fn get_load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
         target(service).map_or_else(|_| default_load_balancer_name(service), |(name, _)| name)
+    }
+
+    async fn load_balancer_health(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<LoadBalancerHealth> {
+        self.call(Method::LoadBalancerHealth, &service_key(service))
+            .await?;
+        let state = self.state.lock();
+        let Lookup::Own(lb) = lookup(&state, cluster_name, service)? else {
+            return Ok(LoadBalancerHealth::degraded(
+                "NotFound",
+                "the cloud has no load balancer for the Service",
+            ));
+        };
+        let healthy = lb
+            .nodes
+            .iter()
+            .filter(|n| !state.unhealthy_nodes.contains(*n))
+            .count();
+        Ok(if lb.nodes.is_empty() {
+            LoadBalancerHealth::degraded("NoBackends", "the load balancer has no Nodes")
+        } else if healthy == 0 {
+            LoadBalancerHealth::degraded(
+                "NoHealthyBackends",
+                format!("0 of {} Nodes pass the health check", lb.nodes.len()),
+            )
+        } else {
+            LoadBalancerHealth::Healthy
+        })
     }
 
     async fn ensure_load_balancer(

@@ -234,6 +234,15 @@ pub struct Options {
     /// required.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub manage_services_without_class: bool,
+    /// Whether the service controller writes the conditions `LoadBalancerProvisioning`,
+    /// `LoadBalancerServing` and `LoadBalancerDegraded` in a Service's `status.conditions`
+    /// (for `kubectl wait --for=condition=LoadBalancerServing`); Go writes none.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
+    pub service_conditions: bool,
+    /// With --service-conditions, how often each ensured load balancer's health is asked of
+    /// the provider for `LoadBalancerDegraded`; 0 never asks.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1m0s", help_heading = "Controllers")]
+    pub load_balancer_health_period: Duration,
 
     /// Leader election settings.
     #[command(flatten)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_provider::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, Instances, LegacyInstances,
-    LoadBalancer, LoadBalancerPlan, Route, Routes, Zones,
+    LoadBalancer, LoadBalancerHealth, LoadBalancerPlan, Route, Routes, Zones,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
@@ -233,6 +233,14 @@ impl LoadBalancer for ShadowProvider {
         self.lb()?
             .plan_load_balancer(cluster_name, service, nodes)
             .await
+    }
+
+    async fn load_balancer_health(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<LoadBalancerHealth> {
+        self.lb()?.load_balancer_health(cluster_name, service).await
     }
 }
 

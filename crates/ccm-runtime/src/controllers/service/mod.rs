@@ -74,6 +74,7 @@ mod class;
 mod decision;
 mod eligible;
 mod failure;
+mod health;
 mod node_sync;
 mod records;
 mod steps;
@@ -90,6 +91,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio_util::sync::CancellationToken;
 
 pub use self::class::{ClassError, LoadBalancerClasses, MAX_LOAD_BALANCER_CLASSES};
+pub use self::decision::conditions::{
+    LOAD_BALANCER_DEGRADED, LOAD_BALANCER_PROVISIONING, LOAD_BALANCER_SERVING,
+};
 use self::decision::wants::{
     has_finalizer, needs_cleanup, needs_update, waits_for_load_balancer, wanted_on_add,
     wants_load_balancer,
@@ -195,6 +199,14 @@ pub struct ServiceControllerConfig {
     /// Which Services it manages, by `spec.loadBalancerClass` (`--load-balancer-class`,
     /// `--manage-services-without-class`); Go's by default: those without a class.
     pub load_balancer_classes: LoadBalancerClasses,
+    /// Whether it writes the Service conditions `LoadBalancerProvisioning`,
+    /// `LoadBalancerServing` and `LoadBalancerDegraded` (`--service-conditions`); off by
+    /// default, as Go writes none.
+    pub conditions: bool,
+    /// With conditions, how often each ensured load balancer's health is asked of the
+    /// provider for `LoadBalancerDegraded` (`--load-balancer-health-period`); a minute by
+    /// default.
+    pub health_period: Duration,
 }
 
 impl Default for ServiceControllerConfig {
@@ -208,6 +220,8 @@ impl Default for ServiceControllerConfig {
             metrics: None,
             shadow: None,
             load_balancer_classes: LoadBalancerClasses::go(),
+            conditions: false,
+            health_period: health::DEFAULT_HEALTH_PERIOD,
         }
     }
 }
@@ -228,6 +242,10 @@ impl ServiceControllerConfig {
         pub fn with_shadow(shadow: Option<ControllerShadow>);
         /// Sets the Services managed, by class.
         pub fn with_load_balancer_classes(load_balancer_classes: LoadBalancerClasses);
+        /// Sets whether the Service conditions are written.
+        pub fn with_conditions(conditions: bool);
+        /// Sets the health period of `LoadBalancerDegraded`.
+        pub fn with_health_period(health_period: Duration);
     }
 
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).
@@ -306,6 +324,7 @@ impl ServiceController {
             node_sync: node_sync.clone(),
             cluster_name: config.cluster_name.clone(),
             shadow: config.shadow.clone(),
+            conditions: config.conditions,
             metrics: config
                 .metrics
                 .as_ref()
@@ -352,6 +371,7 @@ impl ServiceController {
                 queue.add(ServiceKey::of(&service));
             }
         }
+        let health_worker = worker.clone();
         let workers = {
             let cancel = cancel.clone();
             run(
@@ -370,7 +390,14 @@ impl ServiceController {
                 },
             )
         };
-        tokio::join!(workers, node_sync.run(&cancel));
+        let health = async {
+            if config.conditions && !config.health_period.is_zero() {
+                health_worker
+                    .run_health(config.health_period, &cancel)
+                    .await;
+            }
+        };
+        tokio::join!(workers, node_sync.run(&cancel), health);
         tracing::info!("service controller stopped");
     }
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 
+use super::decision::conditions::{Observed, wanted};
 use super::decision::ingress::validate_ingress;
 use super::decision::nodes::NodeSet;
 use super::decision::{Deletion, delete_call_needed, deletion};
@@ -130,7 +131,7 @@ impl Worker {
             "Deleted load balancer",
         );
         if let Some(current) = written.filter(|s| !writes::is_going_away(s)) {
-            writes::set_ingress(&api, current, &[])
+            writes::clear_status(&api, current)
                 .await
                 .map_err(|e| SyncError::WriteStatus((&e).into()))?;
         }
@@ -196,9 +197,13 @@ impl Worker {
             "EnsureLoadBalancer",
             "Ensured load balancer",
         );
-        writes::set_ingress(&api, service.clone(), &ingress)
-            .await
-            .map_err(|e| SyncError::WriteStatus((&e).into()))?;
+        if self.conditions {
+            let wanted = wanted(&Observed::Ensured, true);
+            writes::set_status(&api, service.clone(), Some(&ingress), &wanted).await
+        } else {
+            writes::set_ingress(&api, service.clone(), &ingress).await
+        }
+        .map_err(|e| SyncError::WriteStatus((&e).into()))?;
         self.records.applied(key, &service, hosts);
         Ok(())
     }

@@ -17,11 +17,15 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
 use super::ServiceKey;
+use super::decision::conditions::{Observed, wanted};
+use super::decision::ingress::ingress;
+use super::decision::wants::{is_deleting, wants_load_balancer};
 use super::decision::{GoneStep, Step, plan, plan_gone};
 use super::eligible::EligibleNodes;
 use super::failure::{Failure, SyncError, cut_message};
 use super::node_sync::NodeSync;
 use super::records::{Records, start_sync};
+use super::writes;
 use crate::events::EventRecorder;
 use crate::informer::Informer;
 use crate::metrics::ControllerMetrics;
@@ -80,6 +84,8 @@ pub(super) struct Worker {
     pub(super) metrics: Metrics,
     /// In shadow mode, the plan each sync settles.
     pub(super) shadow: Option<ControllerShadow>,
+    /// Whether it writes the Service conditions (`--service-conditions`).
+    pub(super) conditions: bool,
 }
 
 impl Worker {
@@ -128,6 +134,9 @@ impl Worker {
                 // another (the load balancer of a version gone or replaced).
                 let subject = err.subject().or(cached.as_ref());
                 self.report(key, subject.map(|s| &**s), &Failure::Sync(&err));
+                if let (true, Some(service)) = (self.conditions, cached) {
+                    self.failure_conditions(key, service, &err).await;
+                }
                 err.outcome()
             }
         }
@@ -189,6 +198,36 @@ impl Worker {
             Step::UpdateHosts => self.update_hosts(key, &service, &nodes, hosts).await,
             Step::Ensure => self.ensure(key, service).await,
             Step::Nothing => Ok(()),
+        }
+    }
+
+    /// Writes what a failed sync of a Service that wants its load balancer means to its
+    /// conditions (`LoadBalancerProvisioning`, and `LoadBalancerServing` while it has no
+    /// address), if they do not say it already. A failed write is logged; the sync is
+    /// retried anyway.
+    async fn failure_conditions(&self, key: &ServiceKey, service: Arc<Service>, err: &SyncError) {
+        if !wants_load_balancer(self.records.classes(), &service)
+            || is_deleting(&service)
+            || err.subject().is_some()
+        {
+            return;
+        }
+        let observed = if err.is_provisioning() {
+            Observed::Provisioning(err.message())
+        } else {
+            match Failure::Sync(err).event() {
+                Some(event) => Observed::Failed {
+                    reason: event.reason.to_owned(),
+                    message: event.note,
+                },
+                None => return,
+            }
+        };
+        let serving = !ingress(&service).is_empty();
+        let wanted = wanted(&observed, serving);
+        if let Err(e) = writes::set_status(&self.api(&key.namespace), service, None, &wanted).await
+        {
+            tracing::debug!(service = %key, error = %e, "failed to write the service's conditions");
         }
     }
 

@@ -7,10 +7,13 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::class::LoadBalancerClasses;
+use super::decision::conditions::{Wanted, conditions, merged, without_ours};
 use super::decision::ingress::ingress;
 use super::decision::wants::{
     finalizers, finalizers_with_ours, finalizers_without_ours, is_deleting,
@@ -92,6 +95,50 @@ pub(super) fn ingress_ops(service: &Service, new: &[LoadBalancerIngress]) -> Vec
     } else {
         replace_list("/status/loadBalancer/ingress", Some(old), new, None)
     }
+}
+
+/// Operations that set the Service's conditions to `new` (`None`: no change), tested
+/// against the current list.
+pub(super) fn conditions_ops(service: &Service, new: Option<Vec<Condition>>) -> Vec<Value> {
+    new.map_or_else(Vec::new, |new| {
+        replace_list(
+            "/status/conditions",
+            Some(conditions(service)),
+            &new,
+            service.metadata.resource_version.as_deref(),
+        )
+    })
+}
+
+/// Sets the ingress list (`None`: leaves it) and the `wanted` conditions on the status
+/// subresource, in one request, if either differs. `Ok(None)` when the Service is gone.
+pub(super) async fn set_status(
+    api: &Api<Service>,
+    service: Arc<Service>,
+    new: Option<&[LoadBalancerIngress]>,
+    wanted: &[Wanted],
+) -> Result<Option<Arc<Service>>, kube::Error> {
+    let now = Time(Timestamp::now());
+    write(api, service, Target::Status, |s| {
+        let mut ops = new.map_or_else(Vec::new, |new| ingress_ops(s, new));
+        ops.extend(conditions_ops(s, merged(s, wanted, &now)));
+        ops
+    })
+    .await
+}
+
+/// Clears the ingress list and our conditions, in one request. `Ok(None)` when the Service
+/// is gone.
+pub(super) async fn clear_status(
+    api: &Api<Service>,
+    service: Arc<Service>,
+) -> Result<Option<Arc<Service>>, kube::Error> {
+    write(api, service, Target::Status, |s| {
+        let mut ops = ingress_ops(s, &[]);
+        ops.extend(conditions_ops(s, without_ours(s)));
+        ops
+    })
+    .await
 }
 
 /// Adds our finalizer. `Ok(None)` when the Service is gone.

@@ -24,6 +24,7 @@
 //! when a load balancer must follow them) and [`ingress`] (the status a provider's answer
 //! becomes).
 
+pub(crate) mod conditions;
 pub(crate) mod ingress;
 pub(crate) mod nodes;
 pub(crate) mod wants;

@@ -45,6 +45,8 @@ fn go_flags() -> Vec<GoFlag> {
 const OURS: &[&str] = &[
     "insecure-serving",
     "shadow",
+    "node-provider-id-prefix",
+    "node-selector",
     "node-cidr-mask-size",
     "node-cidr-mask-size-ipv4",
     "node-cidr-mask-size-ipv6",

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser};
 
-pub use crate::flags::FlagError;
 use crate::controllers::node_ownership::NodeOwnership;
+pub use crate::flags::FlagError;
 use crate::flags::duration::parse_go_duration;
 use crate::flags::feature_gates::FeatureGates;
 use crate::flags::goflag::{self, VersionFlag};

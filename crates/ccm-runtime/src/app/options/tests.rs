@@ -295,7 +295,10 @@ fn node_ownership_flags_default_to_every_node_and_parse_as_pflag_lists() {
     let o = parse(&[]);
     assert!(o.node_provider_id_prefix.is_empty());
     assert_eq!(o.node_selector, "");
-    assert!(o.node_ownership().unwrap().owns_everything(), "Go's behaviour");
+    assert!(
+        o.node_ownership().unwrap().owns_everything(),
+        "Go's behaviour"
+    );
 
     let o = parse(&[
         "--cloud-provider=fake",

@@ -238,7 +238,10 @@ impl NodeOwnership {
         if let Some(selector) = &rules.selector {
             parts.push(format!("whose labels match {:?}", selector.as_str()));
         }
-        Some(format!("only Nodes {} are this cloud's", parts.join(" and ")))
+        Some(format!(
+            "only Nodes {} are this cloud's",
+            parts.join(" and ")
+        ))
     }
 
     /// Whether `node` is ours, and if not, why: a pure function of the Node's
@@ -503,7 +506,10 @@ mod tests {
         };
         assert_eq!(why.flag, FLAG_SELECTOR);
         let d = o.describe().unwrap();
-        assert!(d.contains("digitalocean://") && d.contains("cloud=do"), "{d}");
+        assert!(
+            d.contains("digitalocean://") && d.contains("cloud=do"),
+            "{d}"
+        );
     }
 
     #[test]
@@ -515,7 +521,10 @@ mod tests {
             (prefixes(&["hcloud:"]), "\"hcloud://\""),
             (prefixes(&["://x"]), "provider's name"),
             (prefixes(&["a ://"]), "whitespace"),
-            (prefixes(&[&format!("a://{}", "x".repeat(300))]), "at most 256"),
+            (
+                prefixes(&[&format!("a://{}", "x".repeat(300))]),
+                "at most 256",
+            ),
         ] {
             let err = NodeOwnership::new(&given, "").unwrap_err();
             assert_eq!(err.flag, FLAG_PROVIDER_ID_PREFIX);
@@ -537,10 +546,7 @@ mod tests {
 
     #[test]
     fn the_flag_parsers_check_each_item() {
-        assert_eq!(
-            parse_prefix_flag("a://,b://").as_deref(),
-            Ok("a://,b://")
-        );
+        assert_eq!(parse_prefix_flag("a://,b://").as_deref(), Ok("a://,b://"));
         assert!(parse_prefix_flag("").is_err());
         assert!(parse_prefix_flag("a://,").is_err());
         assert!(parse_prefix_flag("a").is_err());

@@ -449,7 +449,10 @@ mod tests {
             ("a in (b c)", "found 'c', expected: ',' or ')'"),
             ("a in (=)", "found '=', expected: ',', ')' or identifier"),
             ("a=b,", "found '', expected: identifier after ','"),
-            (",a", "found ',', expected: !, identifier, or 'end of string'"),
+            (
+                ",a",
+                "found ',', expected: !, identifier, or 'end of string'",
+            ),
             ("a=b c", "found 'c', expected: ',' or 'end of string'"),
             ("!a=b", "found '=', expected: ',' or 'end of string'"),
             ("a b", "found 'b', expected: in, notin, =, ==, !="),
@@ -498,7 +501,13 @@ mod tests {
             let err = LabelSelector::parse(bad).expect_err(bad);
             assert!(err.contains("invalid label key"), "{bad}: {err}");
         }
-        for bad in ["a=-b", "a=b-", "a in (x,y_)", "a!=é", &format!("a={}", "v".repeat(64))] {
+        for bad in [
+            "a=-b",
+            "a=b-",
+            "a in (x,y_)",
+            "a!=é",
+            &format!("a={}", "v".repeat(64)),
+        ] {
             let err = LabelSelector::parse(bad).expect_err(bad);
             assert!(err.contains("invalid label value"), "{bad}: {err}");
         }
@@ -512,7 +521,12 @@ mod tests {
                 .unwrap_err()
                 .contains("at most 4096")
         );
-        let many = |n: usize| (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>().join(",");
+        let many = |n: usize| {
+            (0..n)
+                .map(|i| format!("k{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         assert!(LabelSelector::parse(&many(MAX_REQUIREMENTS)).is_ok());
         assert!(
             LabelSelector::parse(&many(MAX_REQUIREMENTS + 1))
@@ -534,16 +548,25 @@ mod tests {
         assert!(!s("cloud=do").matches_labels(&metal));
         assert!(!s("cloud=do").matches_labels(&bare));
         assert!(s("cloud!=metal").matches_labels(&do_node));
-        assert!(s("cloud!=metal").matches_labels(&bare), "absent is not equal");
+        assert!(
+            s("cloud!=metal").matches_labels(&bare),
+            "absent is not equal"
+        );
         assert!(s("cloud in (do,aws)").matches_labels(&do_node));
         assert!(!s("cloud in (do,aws)").matches_labels(&bare));
-        assert!(s("cloud notin (metal)").matches_labels(&bare), "absent is not in");
+        assert!(
+            s("cloud notin (metal)").matches_labels(&bare),
+            "absent is not in"
+        );
         assert!(!s("cloud notin (metal)").matches_labels(&metal));
         assert!(s("zone").matches_labels(&do_node));
         assert!(!s("zone").matches_labels(&metal));
         assert!(s("!zone").matches_labels(&metal));
         assert!(s("cloud=do,zone").matches_labels(&do_node));
-        assert!(!s("cloud=do,!zone").matches_labels(&do_node), "all must hold");
+        assert!(
+            !s("cloud=do,!zone").matches_labels(&do_node),
+            "all must hold"
+        );
         assert!(s("cloud=").matches_labels(&labels(&[("cloud", "")])));
         assert!(!s("cloud=").matches_labels(&bare));
         assert!(!s("cloud").matches(None));

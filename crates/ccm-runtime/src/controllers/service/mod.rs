@@ -185,6 +185,9 @@ pub struct ServiceControllerConfig {
     pub metrics: Option<ControllerMetrics>,
     /// In shadow mode, the plan each sync of a Service settles; `None`: acting.
     pub shadow: Option<ControllerShadow>,
+    /// Which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`): the
+    /// others are never load balancer backends. By default every Node, as Go.
+    pub node_ownership: crate::controllers::node_ownership::NodeOwnership,
 }
 
 impl Default for ServiceControllerConfig {
@@ -197,6 +200,7 @@ impl Default for ServiceControllerConfig {
             node_sync_period: Some(Duration::from_secs(100)),
             metrics: None,
             shadow: None,
+            node_ownership: Default::default(),
         }
     }
 }
@@ -215,6 +219,8 @@ impl ServiceControllerConfig {
         pub fn with_node_sync_period(node_sync_period: Option<Duration>);
         /// Shadow mode: each sync of a Service settles `shadow`'s plan for it.
         pub fn with_shadow(shadow: Option<ControllerShadow>);
+        /// Sets which Nodes are this cloud's; the others are never backends.
+        pub fn with_node_ownership(node_ownership: crate::controllers::node_ownership::NodeOwnership);
     }
 
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).

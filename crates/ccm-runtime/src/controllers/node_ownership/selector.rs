@@ -31,7 +31,8 @@ pub struct LabelSelector {
 }
 
 impl LabelSelector {
-    /// Parses `text` as Kubernetes does (see the [module docs](self)). An empty selector
+    /// Parses `text` as `kubectl -l` and apimachinery's `labels.Parse` do: comma-separated
+    /// requirements, all of which must hold; the numeric `>` and `<` are refused. An empty selector
     /// (or one of whitespace) selects everything. The error says what was found where, with
     /// apimachinery's wording (`found ')', expected: identifier`).
     ///

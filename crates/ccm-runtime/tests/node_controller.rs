@@ -699,7 +699,7 @@ async fn nodes_that_are_not_this_cloud_s_are_never_initialised_or_written() {
     assert!(addresses(&metal).is_empty(), "no addresses refreshed");
     // The cloud was asked about our Node only (not even by the address refresh).
     let asked: Vec<String> = h.cloud.calls().into_iter().map(|c| c.target).collect();
-    assert_eq!(asked, [ours_name.clone()]);
+    assert_eq!(asked, [ours_name.as_str()]);
 
     // The label added: the Node is ours, and initialised.
     h.nodes()

@@ -49,6 +49,8 @@ const OURS: &[&str] = &[
     "manage-services-without-class",
     "service-conditions",
     "load-balancer-health-period",
+    "node-provider-id-prefix",
+    "node-selector",
     "node-cidr-mask-size",
     "node-cidr-mask-size-ipv4",
     "node-cidr-mask-size-ipv6",

@@ -15,6 +15,7 @@ use ccm_runtime::controllers::node::{
     CloudNodeController, CloudNodeControllerConfig, REASON_INITIALIZATION_FAILED,
     REASON_INVALID_NODE_PROVIDER_ID, REASON_SYNCED, REASON_UNUSUAL_NODE_ADDRESS,
 };
+use ccm_runtime::controllers::node_ownership::NodeOwnership;
 use ccm_test::eventually;
 use ccm_test::fixtures::{addresses, is_initialized, label, own_taint_keys, provider_id};
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -632,4 +633,91 @@ async fn a_node_without_labels_is_initialized_in_three_requests() {
     assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
     assert_eq!(h.api.counters().count("PATCH", "nodes"), 1);
     assert_eq!(h.api.counters().count("GET", "nodes"), 0);
+}
+
+/// Ownership by `prefixes` (`--node-provider-id-prefix`) and `selector` (`--node-selector`).
+fn ownership(prefixes: &[&str], selector: &str) -> NodeOwnership {
+    let prefixes: Vec<String> = prefixes.iter().map(|p| (*p).to_owned()).collect();
+    NodeOwnership::new(&prefixes, selector).expect("valid flags")
+}
+
+const CLOUD_LABEL: &str = "example.com/cloud";
+
+#[tokio::test]
+async fn nodes_that_are_not_this_cloud_s_are_never_initialised_or_written() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let labelled = |prefix: &str| {
+        let (mut node, name) = new_node(&h, prefix);
+        node.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(CLOUD_LABEL.into(), "fake".into());
+        (node, name)
+    };
+    // Registered by its kubelet with another provider's ID (and the label).
+    let (mut other_id, other_id_name) = labelled("other-id");
+    other_id.spec.as_mut().unwrap().provider_id = Some("metal://rack-1/7".into());
+    h.create_node(&other_id).await;
+    // Without the ownership label.
+    let unlabelled = create_node(&h, "no-label").await;
+    // Initialised elsewhere: a beta zone label without its GA twin, another provider's ID.
+    let (mut metal, metal_name) = labelled("metal-ready");
+    metal.spec.as_mut().unwrap().taints = None;
+    metal.spec.as_mut().unwrap().provider_id = Some("metal://rack-1/8".into());
+    metal
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(LABEL_FAILURE_DOMAIN_BETA_ZONE.into(), "rack-1".into());
+    h.create_node(&metal).await;
+    // Ours.
+    let (ours, ours_name) = labelled("ours");
+    h.create_node(&ours).await;
+
+    start(
+        &h,
+        fast().with_node_ownership(ownership(&["fake://"], "example.com/cloud=fake")),
+    );
+    let node = h.wait_node(&ours_name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{ours_name}")));
+
+    // A moment more, then the others are as their kubelets registered them.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in [&other_id_name, &unlabelled] {
+        let node = h.nodes().get(name).await.unwrap();
+        assert!(!is_initialized(&node), "{name} keeps its taint");
+        assert!(h.events_about(name).await.is_empty(), "{name}: no event");
+    }
+    let metal = h.nodes().get(&metal_name).await.unwrap();
+    assert_eq!(
+        label(&metal, LABEL_TOPOLOGY_ZONE),
+        None,
+        "no GA twin written"
+    );
+    assert!(addresses(&metal).is_empty(), "no addresses refreshed");
+    // The cloud was asked about our Node only (not even by the address refresh).
+    let asked: Vec<String> = h.cloud.calls().into_iter().map(|c| c.target).collect();
+    assert_eq!(asked, [ours_name.as_str()]);
+
+    // The label added: the Node is ours, and initialised.
+    h.nodes()
+        .patch(
+            &unlabelled,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {CLOUD_LABEL: "fake"}}})),
+        )
+        .await
+        .unwrap();
+    let node = h.wait_node(&unlabelled, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{unlabelled}")));
+}
+
+#[tokio::test]
+async fn without_ownership_flags_every_node_is_initialised_as_in_go() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let unlabelled = create_node(&h, "go-no-label").await;
+    start(&h, fast().with_node_ownership(ownership(&[], "")));
+    h.wait_node(&unlabelled, WAIT, is_initialized).await;
 }

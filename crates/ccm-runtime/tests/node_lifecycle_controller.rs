@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use ccm_provider::well_known::{LABEL_EXCLUDE_FROM_LIFECYCLE_MANAGEMENT, TAINT_SH
 use ccm_runtime::controllers::node_lifecycle::{
     NodeLifecycleController, NodeLifecycleControllerConfig, REASON_DELETING_NODE,
 };
+use ccm_runtime::controllers::node_ownership::NodeOwnership;
 use ccm_test::eventually;
 use ccm_test::fixtures::taint_keys;
 use kube::api::{Patch, PatchParams};
@@ -173,4 +175,74 @@ async fn legacy_instances_gone_by_name_delete_the_node() {
     // No instance of that name: instance_id says InstanceNotFound, which means gone.
     h.wait_node_gone(&name, WAIT).await;
     assert!(h.cloud.call_count(Method::InstanceId) >= 1);
+}
+
+/// A NotReady, initialised Node of this run with `provider_id` (if any) and, when
+/// `labelled`, the label `example.com/cloud=fake`.
+async fn not_ready_node(
+    h: &Harness,
+    prefix: &str,
+    provider_id: Option<&str>,
+    labelled: bool,
+) -> String {
+    let mut node = h.new_node(prefix);
+    let name = node.metadata.name.clone().unwrap();
+    let spec = node.spec.as_mut().unwrap();
+    spec.taints = None;
+    spec.provider_id = provider_id.map(|id| id.replace("{name}", &name));
+    if labelled {
+        node.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("example.com/cloud".into(), "fake".into());
+    }
+    h.create_node(&node).await;
+    set_ready(h, &name, "False").await;
+    name
+}
+
+#[tokio::test]
+async fn nodes_that_are_not_this_cloud_s_are_never_deleted_or_tainted() {
+    // A cloud with no instance at all: every Node below would be deleted by Go's
+    // controller, and by ours without the flags.
+    let h = Harness::new(FakeCloud::new()).await;
+    let other_id = not_ready_node(&h, "other-id", Some("metal://rack-1/7"), true).await;
+    // Initialised without a provider ID (a kubelet without --cloud-provider=external).
+    let no_id = not_ready_node(&h, "no-id", None, true).await;
+    let no_label = not_ready_node(&h, "no-label", Some("fake://{name}"), false).await;
+    // Shut down in our cloud, but not ours by label: no shutdown taint either.
+    let off = not_ready_node(&h, "no-label-off", Some("fake://{name}"), false).await;
+    h.cloud.add_instance(FakeInstance::new(&off));
+    h.cloud.power_off(&off);
+    let ours = not_ready_node(&h, "ours", Some("fake://{name}"), true).await;
+
+    let prefixes = ["fake://".to_owned()];
+    let informer = h.node_informer();
+    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
+    let controller = NodeLifecycleController::new(
+        h.client.clone(),
+        &provider,
+        informer.clone(),
+        NodeLifecycleControllerConfig::default()
+            .with_monitor_period(Duration::from_millis(200))
+            .with_node_ownership(NodeOwnership::new(&prefixes, "example.com/cloud=fake").unwrap()),
+    )
+    .expect("instances supported");
+    h.start_informer(&informer);
+    tokio::spawn(controller.run(h.cancel.clone()));
+
+    // Ours goes, as in Go.
+    h.wait_node_gone(&ours, WAIT).await;
+    // More passes, then the others are all there, untainted, and never asked about.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in [&other_id, &no_id, &no_label, &off] {
+        let node = h.nodes().get_opt(name).await.unwrap();
+        let node = node.unwrap_or_else(|| panic!("{name} was deleted"));
+        assert!(!has_shutdown_taint(&node), "{name}");
+        assert!(h.events_about(name).await.is_empty(), "{name}: no event");
+    }
+    let asked: HashSet<String> = h.cloud.calls().into_iter().map(|c| c.target).collect();
+    assert_eq!(asked, HashSet::from([ours.clone()]));
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 1);
 }

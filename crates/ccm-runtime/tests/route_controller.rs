@@ -732,3 +732,53 @@ async fn a_cloud_slower_than_the_period_gets_no_duplicate_creates() {
         "{most} creates at once, over the cap of 5"
     );
 }
+
+#[tokio::test]
+async fn nodes_that_are_not_this_cloud_s_get_no_route_and_keep_theirs() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let ours = create_routed_node(&h, "ours", "10.244.1.0/24").await;
+    // Labelled as bare metal, with a pod CIDR.
+    let mut metal = h.new_node_with_pod_cidrs("metal", &["10.244.2.0/24"]);
+    metal
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("example.com/bare-metal".into(), "true".into());
+    let metal = name(&h.create_node(&metal).await);
+    let config = config("10.244.0.0/16", Duration::from_millis(300)).with_node_ownership(
+        ccm_runtime::controllers::node_ownership::NodeOwnership::new(
+            &[],
+            "!example.com/bare-metal",
+        )
+        .unwrap(),
+    );
+    let cluster = config.cluster_name().to_owned();
+    // A route someone made to the bare-metal Node (say, through a VPN gateway): ours to
+    // leave alone, even inside the cluster CIDR and marked a blackhole.
+    let theirs = Route::new(metal.clone(), "10.244.9.0/24")
+        .with_name("to-metal")
+        .with_blackhole(true);
+    h.cloud.insert_route(&cluster, theirs.clone());
+    start(&h, config);
+
+    let want: BTreeSet<(String, String)> = [
+        (ours.clone(), "10.244.1.0/24".to_owned()),
+        (metal.clone(), "10.244.9.0/24".to_owned()),
+    ]
+    .into();
+    wait_routes(&h, &cluster, &want).await;
+    wait_node_condition(&h, &ours, "False", CONDITION_REASON_ROUTE_CREATED).await;
+    wait_passes(&h, 3).await;
+    assert_eq!(route_set(&h, &cluster), want);
+    assert!(h.cloud.routes(&cluster).contains(&theirs));
+    assert_eq!(h.cloud.call_count(Method::DeleteRoute), 0);
+    assert_eq!(h.cloud.call_count(Method::CreateRoute), 1);
+    let node = h.nodes().get(&metal).await.unwrap();
+    assert_eq!(
+        node_condition(&node, NETWORK_UNAVAILABLE),
+        None,
+        "no condition"
+    );
+    assert!(h.events_about(&metal).await.is_empty());
+}

@@ -1733,3 +1733,49 @@ async fn a_hint_that_names_nothing_of_ours_never_holds_the_finalizer() {
         .expect("the other cluster's is left alone");
     assert_eq!(theirs.cluster_name, "another-cluster");
 }
+
+#[tokio::test]
+async fn nodes_that_are_not_this_cloud_s_are_never_backends() {
+    let (h, ns) = harness("not-ours").await;
+    let n1 = create_node(&h, "ours").await;
+    // Another provider's ID, set by its kubelet.
+    let mut metal = h.new_node("metal-id");
+    let metal_id = metal.metadata.name.clone().unwrap();
+    metal.spec.as_mut().unwrap().provider_id = Some("metal://rack-1/7".into());
+    h.create_node(&metal).await;
+    // Labelled as bare metal.
+    let metal_label = create_node(&h, "metal-label").await;
+    patch_node(
+        &h,
+        &metal_label,
+        json!({"metadata": {"labels": {"example.com/bare-metal": "true"}}}),
+    )
+    .await;
+    let ownership = ccm_runtime::controllers::node_ownership::NodeOwnership::new(
+        &["fake://".to_owned()],
+        "!example.com/bare-metal",
+    )
+    .unwrap();
+    let _ctl = start(&h, &ns, fake(&h), config().with_node_ownership(ownership)).await;
+    let svc = ensured_web(&h, &ns).await;
+    until_lb_nodes(&h, &svc, &[&n1]).await;
+
+    // The label goes: the Node is ours, and a backend.
+    patch_node(
+        &h,
+        &metal_label,
+        json!({"metadata": {"labels": {"example.com/bare-metal": null}}}),
+    )
+    .await;
+    until_lb_nodes(&h, &svc, &[&n1, &metal_label]).await;
+    // And comes on another: it leaves.
+    patch_node(
+        &h,
+        &n1,
+        json!({"metadata": {"labels": {"example.com/bare-metal": ""}}}),
+    )
+    .await;
+    until_lb_nodes(&h, &svc, &[&metal_label]).await;
+    let lb = lb_of(&h, &svc).unwrap();
+    assert!(!lb.nodes.contains(&metal_id), "{:?}", lb.nodes);
+}

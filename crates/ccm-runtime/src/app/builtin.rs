@@ -89,15 +89,16 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
         .with_status_update_workers(o.concurrent_node_status_updates.unsigned_abs() as usize)
         .with_status_update_frequency(o.node_status_update_frequency)
         .with_metrics(ctx.manager_metrics.controllers().clone())
-        .with_shadow(ctx.shadow(CLOUD_NODE_CONTROLLER));
+        .with_shadow(ctx.shadow(CLOUD_NODE_CONTROLLER))
+        .with_node_ownership(ctx.node_ownership.clone());
     let c = CloudNodeController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
         .ok_or_else(|| missing(Capability::Instances))?;
     ctx.manager_metrics
         .register_queue(c.queue().name(), c.queue().shared_metrics());
-    let nodes = ctx.nodes.clone();
+    let (nodes, ownership) = (ctx.nodes.clone(), ctx.node_ownership.clone());
     ctx.manager_metrics
         .register_cache_gauge(NODES_UNINITIALIZED, move || {
-            gauge_value(uninitialized_nodes(&nodes))
+            gauge_value(uninitialized_nodes(&nodes, &ownership))
         });
     Ok(Box::pin(c.run(ctx.cancel.clone())))
 }
@@ -105,7 +106,8 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
 fn start_node_lifecycle(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let config = NodeLifecycleControllerConfig::default()
         .with_monitor_period(ctx.options.node_monitor_period)
-        .with_shadow(ctx.shadow(CLOUD_NODE_LIFECYCLE_CONTROLLER));
+        .with_shadow(ctx.shadow(CLOUD_NODE_LIFECYCLE_CONTROLLER))
+        .with_node_ownership(ctx.node_ownership.clone());
     let c =
         NodeLifecycleController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
             .ok_or_else(|| missing(Capability::Instances))?;
@@ -122,7 +124,8 @@ fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> 
         .with_workers(o.concurrent_service_syncs.unsigned_abs() as usize)
         .with_cluster_name(o.cluster_name.clone())
         .with_metrics(ctx.manager_metrics.controllers().clone())
-        .with_shadow(ctx.shadow(SERVICE_LB_CONTROLLER));
+        .with_shadow(ctx.shadow(SERVICE_LB_CONTROLLER))
+        .with_node_ownership(ctx.node_ownership.clone());
     let c = ServiceController::new(
         ctx.client.clone(),
         &ctx.provider,
@@ -144,12 +147,17 @@ fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> 
 fn start_route(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let config = route_config(&ctx.options)?
         .with_metrics(ctx.manager_metrics.controllers().clone())
-        .with_shadow(ctx.shadow(NODE_ROUTE_CONTROLLER));
+        .with_shadow(ctx.shadow(NODE_ROUTE_CONTROLLER))
+        .with_node_ownership(ctx.node_ownership.clone());
     let c = RouteController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
         .ok_or_else(|| missing(Capability::Routes))?;
     Ok(Box::pin(c.run(ctx.cancel.clone())))
 }
 
+/// The node-ipam controller gives pod CIDRs to every Node, this cloud's or not
+/// (`--node-provider-id-prefix` and `--node-selector` do not apply): the range allocator
+/// calls no cloud, a Node of another cloud or bare metal needs a pod CIDR as much, and an
+/// allocator that did not see every Node's CIDRs could give one twice.
 fn start_node_ipam(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let config = node_ipam_config(&ctx.options)?.with_shadow(ctx.shadow(NODE_IPAM_CONTROLLER));
     let metrics = ctx.manager_metrics.controllers().node_ipam.clone();

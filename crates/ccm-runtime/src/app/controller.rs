@@ -15,6 +15,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 use super::options::{FlagError, Options};
+use crate::controllers::node_ownership::NodeOwnership;
 use crate::informer::Informer;
 use crate::metrics::Metrics;
 use crate::serving::Health;
@@ -51,6 +52,9 @@ pub struct ControllerContext {
     pub(crate) manager_metrics: Metrics,
     /// The plan, in shadow mode.
     pub(crate) shadow: Option<Shadow>,
+    /// Which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`), shared
+    /// by the built-in controllers so that each skipped Node is logged once.
+    pub(crate) node_ownership: NodeOwnership,
 }
 
 impl ControllerContext {

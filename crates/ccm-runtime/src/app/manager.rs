@@ -277,6 +277,12 @@ impl CloudControllerManager {
         for note in options.feature_gate_notes() {
             tracing::warn!("{note}");
         }
+        if let Some(ownership) = options.node_ownership()?.describe() {
+            tracing::info!(
+                "{ownership}: the others are never initialised, tainted, deleted, routed or \
+                 made load balancer backends"
+            );
+        }
         let controllers = self.controllers();
         let selection = ControllerSelection::parse(&options.controllers, &controllers)?;
 
@@ -620,6 +626,10 @@ async fn lead(work: LeaderWork, cancel: CancellationToken) -> Result<(), AppErro
         watcher::Config::default(),
         trim_service,
     );
+    // Checked at start (`Options::validate`); one value for every controller, so each
+    // skipped Node is logged once, and forgotten when it is deleted.
+    let node_ownership = options.node_ownership()?;
+    node_ownership.forget_deleted(&nodes);
     let ctx = ControllerContext {
         client,
         provider,
@@ -631,6 +641,7 @@ async fn lead(work: LeaderWork, cancel: CancellationToken) -> Result<(), AppErro
         health: shared.health.clone(),
         manager_metrics: shared.metrics.clone(),
         shadow: None,
+        node_ownership,
     };
     // Ready once the caches are filled, and while no watch has failed for long.
     {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser};
 
+use crate::controllers::node_ownership::NodeOwnership;
 use crate::controllers::service::{ClassError, LoadBalancerClasses};
 pub use crate::flags::FlagError;
 use crate::flags::duration::parse_go_duration;
@@ -220,6 +221,20 @@ pub struct Options {
     /// Whether the route controller configures cloud routes for pod CIDRs.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub configure_cloud_routes: bool,
+    /// Which Nodes are this cloud's, by provider ID (ours; for clusters with Nodes of
+    /// another cloud or bare metal): comma-separated or repeated prefixes such as
+    /// `digitalocean://`. A Node whose spec.providerID starts with none of them, or that has
+    /// none and no uninitialized taint, is never initialised, tainted, deleted, routed or
+    /// made a load balancer backend. Unset: every Node is this cloud's, as in Go.
+    #[arg(long, value_name = "PREFIXES", value_parser = crate::controllers::node_ownership::parse_prefix_flag, help_heading = "Nodes of this cloud")]
+    pub node_provider_id_prefix: Vec<String>,
+    /// Which Nodes are this cloud's, by label (ours): a label selector as `kubectl -l` takes
+    /// it (`key=value`, `key!=value`, `key in (a,b)`, `key notin (a)`, `key`, `!key`,
+    /// comma-separated; at most 4096 bytes and 64 requirements). A Node whose labels do not
+    /// match is left alone as with --node-provider-id-prefix; with both, both must hold.
+    /// Empty: every Node is this cloud's, as in Go.
+    #[arg(long, value_name = "SELECTOR", value_parser = crate::controllers::node_ownership::parse_selector_flag, default_value = "", help_heading = "Nodes of this cloud")]
+    pub node_selector: String,
     /// Run each controller as its own ServiceAccount in kube-system (Go's client builder).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub use_service_account_credentials: bool,
@@ -726,6 +741,11 @@ impl Options {
             .iter()
             .flat_map(|v| goflag::go_string_slice(v).unwrap_or_default())
             .collect();
+        options.node_provider_id_prefix = options
+            .node_provider_id_prefix
+            .iter()
+            .flat_map(|v| goflag::go_string_slice(v).unwrap_or_default())
+            .collect();
         Ok(options)
     }
 
@@ -913,7 +933,14 @@ impl Options {
                 }
             }
         }
+        self.node_ownership()?;
         self.leader_election.validate()
+    }
+
+    /// Which Nodes are this cloud's, from `--node-provider-id-prefix` and `--node-selector`;
+    /// an error names the flag.
+    pub(crate) fn node_ownership(&self) -> Result<NodeOwnership, FlagError> {
+        NodeOwnership::new(&self.node_provider_id_prefix, &self.node_selector)
     }
 }
 

@@ -8,6 +8,7 @@ pub(crate) mod guarded_patch;
 pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;
+pub mod node_ownership;
 pub(crate) mod node_util;
 pub(crate) mod patch;
 pub mod route;

@@ -63,6 +63,16 @@ pub(super) fn check_prerequisites() -> Result<(), Error> {
     }
 }
 
+/// The name of the cluster's `index`th node: `ccm-control-plane`, `ccm-worker`,
+/// `ccm-worker2`, …
+pub(super) fn node_name(index: usize) -> String {
+    match index {
+        0 => "ccm-control-plane".to_owned(),
+        1 => "ccm-worker".to_owned(),
+        n => format!("ccm-worker{n}"),
+    }
+}
+
 pub(super) fn node_layouts(
     dir: &Path,
     run_id: &str,
@@ -70,11 +80,7 @@ pub(super) fn node_layouts(
 ) -> Result<Vec<NodeLayout>, Error> {
     (0..count)
         .map(|index| {
-            let name = match index {
-                0 => "ccm-control-plane".to_owned(),
-                1 => "ccm-worker".to_owned(),
-                n => format!("ccm-worker{n}"),
-            };
+            let name = node_name(index);
             let address = netns::node_address(index)
                 .ok_or_else(|| Error::InvalidArgument(format!("too many nodes ({count})")))?;
             let node_dir = dir.join(&name);
@@ -86,6 +92,7 @@ pub(super) fn node_layouts(
                 address,
                 control_plane: index == 0,
                 dir: node_dir,
+                kubelet_args: Vec::new(),
             })
         })
         .collect()

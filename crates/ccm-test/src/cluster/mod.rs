@@ -50,7 +50,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use self::launch::{
     CONTAINERD_WRAPPER, CONTAINERD_WRAPPER_FILE, start_controllers, start_holder, start_node,
 };
-use self::machine::{check_prerequisites, make_cgroups, node_layouts, write_cleanup_script};
+use self::machine::{
+    check_prerequisites, make_cgroups, node_layouts, node_name, write_cleanup_script,
+};
 use self::netns::{Forwarder, NetworkNamespace};
 use self::node::NodeLayout;
 use self::pod_network::PodNetworkWriter;
@@ -102,6 +104,21 @@ pub struct ClusterBuilder {
     control_plane: ControlPlaneBuilder,
     controller_manager_args: Vec<String>,
     node_status_report_frequency: Option<Duration>,
+    /// (node name, flag) for one node's kubelet.
+    kubelet_args: Vec<(String, String)>,
+}
+
+/// Checks that every node [`ClusterBuilder::kubelet_arg`] names is one of the cluster's
+/// `nodes`.
+fn check_kubelet_args(args: &[(String, String)], nodes: usize) -> Result<(), Error> {
+    let names: Vec<String> = (0..nodes).map(node_name).collect();
+    match args.iter().find(|(node, _)| !names.contains(node)) {
+        Some((node, arg)) => Err(Error::InvalidArgument(format!(
+            "kubelet flag {arg:?} for node {node:?}: the cluster's nodes are {}",
+            names.join(", ")
+        ))),
+        None => Ok(()),
+    }
 }
 
 impl Default for ClusterBuilder {
@@ -114,6 +131,7 @@ impl Default for ClusterBuilder {
             control_plane: ControlPlaneBuilder::default(),
             controller_manager_args: Vec::new(),
             node_status_report_frequency: None,
+            kubelet_args: Vec::new(),
         }
     }
 }
@@ -181,6 +199,24 @@ impl ClusterBuilder {
         self
     }
 
+    /// Adds a flag to the kubelet of the node named `node` (`ccm-control-plane`,
+    /// `ccm-worker`, `ccm-worker2`, …), after the cluster's own, so it wins over them:
+    /// e.g. `--provider-id=metal://rack-1/2` or `--node-labels=example.com/bare-metal=true`
+    /// for a node that is not the cloud's in a hybrid cluster. A name the cluster has no
+    /// node of fails [`start`](Self::start) before anything is started.
+    ///
+    /// ```
+    /// let builder = ccm_test::Cluster::builder()
+    ///     .nodes(3)
+    ///     .kubelet_arg("ccm-worker2", "--provider-id=metal://rack-1/2");
+    /// # drop(builder);
+    /// ```
+    #[must_use]
+    pub fn kubelet_arg(mut self, node: impl Into<String>, arg: impl Into<String>) -> Self {
+        self.kubelet_args.push((node.into(), arg.into()));
+        self
+    }
+
     /// Starts the cluster: returns when the control plane is ready and every node's kubelet
     /// has registered its Node.
     ///
@@ -197,6 +233,7 @@ impl ClusterBuilder {
                 self.nodes
             )));
         }
+        check_kubelet_args(&self.kubelet_args, self.nodes)?;
         let (binaries, cluster_binaries, builtin) = tokio::task::spawn_blocking(|| {
             check_prerequisites()?;
             let binaries = Binaries::find_or_build()?;
@@ -216,7 +253,15 @@ impl ClusterBuilder {
         let mut supervisor = Supervisor::spawn(&dir)?;
         let _ = temp.keep();
         let run_id = unique_name("ccm-test");
-        let layouts = node_layouts(&dir, &run_id, self.nodes)?;
+        let mut layouts = node_layouts(&dir, &run_id, self.nodes)?;
+        for layout in &mut layouts {
+            layout.kubelet_args = self
+                .kubelet_args
+                .iter()
+                .filter(|(node, _)| *node == layout.name)
+                .map(|(_, arg)| arg.clone())
+                .collect();
+        }
         write_cleanup_script(&dir, &run_id)?;
         netns::write_holder_script(&dir)?;
         write_file(&dir.join(CONTAINERD_WRAPPER_FILE), CONTAINERD_WRAPPER)?;
@@ -762,5 +807,18 @@ mod tests {
         for bad in ["", "../x", "a b", "ns-cluster", "x\ny"] {
             assert!(check_process_name(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn kubelet_flags_must_name_a_node_of_the_cluster() {
+        let arg = |node: &str| (node.to_owned(), "--provider-id=metal://1".to_owned());
+        assert!(check_kubelet_args(&[arg("ccm-worker2"), arg("ccm-control-plane")], 3).is_ok());
+        let err = check_kubelet_args(&[arg("ccm-worker2")], 2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"ccm-worker2\"") && err.contains("ccm-control-plane, ccm-worker"),
+            "{err}"
+        );
     }
 }

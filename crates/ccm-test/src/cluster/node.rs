@@ -36,6 +36,8 @@ pub(crate) struct NodeLayout {
     pub(crate) dir: PathBuf,
     /// The cgroup (in every hierarchy) that its Pods' cgroups are made under.
     pub(crate) cgroup_root: String,
+    /// Flags for its kubelet beyond ours ([`ClusterBuilder::kubelet_arg`](super::ClusterBuilder::kubelet_arg)).
+    pub(crate) kubelet_args: Vec<String>,
 }
 
 impl NodeLayout {
@@ -170,9 +172,10 @@ evictionHard:
     )
 }
 
-/// The kubelet's arguments (the rest is in its configuration file).
+/// The kubelet's arguments (the rest is in its configuration file), then the node's own
+/// (a kubelet takes the last of a flag given twice).
 pub(crate) fn kubelet_args(node: &NodeLayout) -> Vec<String> {
-    vec![
+    let mut args = vec![
         format!("--config={}", node.file("kubelet.yaml").display()),
         format!("--kubeconfig={}", node.file("kubelet.kubeconfig").display()),
         format!("--hostname-override={}", node.name),
@@ -180,7 +183,9 @@ pub(crate) fn kubelet_args(node: &NodeLayout) -> Vec<String> {
         format!("--root-dir={}", node.file("kubelet").display()),
         format!("--cert-dir={}", node.file("kubelet-pki").display()),
         "--cloud-provider=external".to_owned(),
-    ]
+    ];
+    args.extend(node.kubelet_args.iter().cloned());
+    args
 }
 
 /// kube-proxy's configuration: iptables mode in the node's namespace; the conntrack
@@ -248,7 +253,24 @@ mod tests {
             control_plane,
             dir: PathBuf::from("/tmp/c/ccm-worker"),
             cgroup_root: "/ccm-test-1/ccm-worker".to_owned(),
+            kubelet_args: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_node_s_own_kubelet_flags_come_last() {
+        let mut node = layout(false);
+        node.kubelet_args = vec![
+            "--provider-id=metal://rack-1/2".to_owned(),
+            "--node-labels=example.com/bare-metal=true".to_owned(),
+        ];
+        let args = kubelet_args(&node);
+        assert_eq!(args[args.len() - 3], "--cloud-provider=external");
+        assert_eq!(args[args.len() - 2], "--provider-id=metal://rack-1/2");
+        assert_eq!(
+            args[args.len() - 1],
+            "--node-labels=example.com/bare-metal=true"
+        );
     }
 
     #[test]

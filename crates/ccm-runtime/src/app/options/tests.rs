@@ -328,3 +328,70 @@ fn malformed_values_are_clap_errors_naming_the_flag() {
         "suggests the right flag: {err}"
     );
 }
+
+#[test]
+fn node_ownership_flags_default_to_every_node_and_parse_as_pflag_lists() {
+    let o = parse(&[]);
+    assert!(o.node_provider_id_prefix.is_empty());
+    assert_eq!(o.node_selector, "");
+    assert!(
+        o.node_ownership().unwrap().owns_everything(),
+        "Go's behaviour"
+    );
+
+    let o = parse(&[
+        "--cloud-provider=fake",
+        "--node-provider-id-prefix=digitalocean://,do-metal://",
+        "--node-provider-id-prefix",
+        "fake://",
+        "--node-selector=example.com/cloud in (do), !example.com/bare-metal",
+    ]);
+    assert_eq!(
+        o.node_provider_id_prefix,
+        ["digitalocean://", "do-metal://", "fake://"],
+        "each occurrence a CSV record, appended"
+    );
+    assert_eq!(
+        o.node_selector,
+        "example.com/cloud in (do), !example.com/bare-metal"
+    );
+    assert!(o.validate().is_ok());
+    assert!(!o.node_ownership().unwrap().owns_everything());
+    // A selector given twice: the last wins, as pflag's strings.
+    let o = parse(&["--node-selector=a", "--node-selector=b"]);
+    assert_eq!(o.node_selector, "b");
+}
+
+#[test]
+fn bad_node_ownership_flags_stop_startup_naming_the_flag() {
+    for (arg, needle) in [
+        ("--node-selector=cloud in do", "found 'do', expected: '('"),
+        ("--node-selector=a,", "expected: identifier after ','"),
+        ("--node-selector=-a", "invalid label key"),
+        ("--node-selector=a>1", "not supported"),
+        ("--node-provider-id-prefix=", "empty prefix"),
+        ("--node-provider-id-prefix=a://,", "empty prefix"),
+        ("--node-provider-id-prefix=hcloud", "\"hcloud://\""),
+        ("--node-provider-id-prefix=\"a://", "quoted field"),
+    ] {
+        let flag = arg.split('=').next().unwrap();
+        let err = Options::from_args(["ccm", arg]).unwrap_err().to_string();
+        assert!(err.contains(flag), "{arg}: {err}");
+        assert!(err.contains(needle), "{arg}: {err}");
+    }
+    let long = format!("--node-selector=a={}", "b".repeat(5000));
+    let err = Options::from_args(["ccm", &long]).unwrap_err().to_string();
+    assert!(err.contains("at most 4096"), "{err}");
+    // More prefixes than allowed, over several occurrences: a validation error.
+    let mut args = vec!["ccm".to_owned(), "--cloud-provider=fake".to_owned()];
+    args.extend((0..40).map(|i| format!("--node-provider-id-prefix=p{i}://")));
+    let err = Options::from_args(args)
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("--node-provider-id-prefix: 40 prefixes given"),
+        "{err}"
+    );
+}

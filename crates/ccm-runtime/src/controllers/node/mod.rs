@@ -35,6 +35,7 @@ use self::decision::{
     secondary_label_updates, taints, updated_addresses,
 };
 use super::guarded_patch::{PatchError, Patched, guarded_patch};
+use super::node_ownership::NodeOwnership;
 use super::patch::{PatchFailure, add_labels, patch_for_metadata, replace_list, to_patch};
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
@@ -77,6 +78,10 @@ pub struct CloudNodeControllerConfig {
     pub metrics: Option<ControllerMetrics>,
     /// In shadow mode, the plan each sync settles; `None`: acting.
     pub shadow: Option<ControllerShadow>,
+    /// Which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`): the
+    /// others are never initialised, and neither their labels nor their addresses are
+    /// written. The default owns every Node, as Go does.
+    pub node_ownership: NodeOwnership,
 }
 
 impl Default for CloudNodeControllerConfig {
@@ -88,6 +93,7 @@ impl Default for CloudNodeControllerConfig {
             rate_limit: RateLimit::client_go_default(),
             metrics: None,
             shadow: None,
+            node_ownership: NodeOwnership::all(),
         }
     }
 }
@@ -115,6 +121,8 @@ impl CloudNodeControllerConfig {
         /// Sets the number of address-refreshing workers (0: as many as initialising
         /// workers).
         pub fn with_status_update_workers(status_update_workers: usize);
+        /// Sets which Nodes are this cloud's; the others are left alone.
+        pub fn with_node_ownership(node_ownership: NodeOwnership);
     }
 }
 
@@ -156,9 +164,10 @@ impl CloudNodeController {
         let subscriber = queue.clone();
         let initialized: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
         let seen = initialized.clone();
+        let ownership = config.node_ownership.clone();
         nodes.subscribe(move |change| match change {
             Change::Applied { new, .. } => {
-                if needs_sync(new) {
+                if needs_sync(new) && ownership.check(new) {
                     subscriber.add(new.name_any());
                 } else if !is_uninitialized(new) {
                     forget(&seen, new);
@@ -201,7 +210,7 @@ impl CloudNodeController {
         }
         // Nodes listed before this controller subscribed.
         for node in inner.nodes.store().state() {
-            if needs_sync(&node) {
+            if needs_sync(&node) && inner.config.node_ownership.check(&node) {
                 inner.queue.add(node.name_any());
             }
         }
@@ -248,6 +257,9 @@ impl Inner {
         let Some(node) = self.cached(name) else {
             return Outcome::Done; // deleted
         };
+        if !self.config.node_ownership.check(&node) {
+            return Outcome::Done; // another cloud's, or no longer ours
+        }
         if !is_uninitialized(&node) {
             return self.reconcile_labels(&node).await;
         }
@@ -469,7 +481,7 @@ impl Inner {
             .store()
             .state()
             .into_iter()
-            .filter(|n| !is_uninitialized(n))
+            .filter(|n| !is_uninitialized(n) && self.config.node_ownership.check(n))
             .collect();
         let count = nodes.len();
         let workers = match self.config.status_update_workers {
@@ -523,14 +535,18 @@ impl Inner {
     }
 }
 
-/// How many Nodes of the cache still carry the `node.cloudprovider.kubernetes.io/uninitialized`
-/// taint and are not being deleted (`ccm_nodes_uninitialized`).
-pub(crate) fn uninitialized_nodes(nodes: &Informer<Node>) -> usize {
+/// How many of this cloud's Nodes in the cache still carry the
+/// `node.cloudprovider.kubernetes.io/uninitialized` taint and are not being deleted
+/// (`ccm_nodes_uninitialized`). Another cloud's Nodes are not counted: they wait for their
+/// own CCM, not for this one.
+pub(crate) fn uninitialized_nodes(nodes: &Informer<Node>, ownership: &NodeOwnership) -> usize {
     nodes
         .store()
         .state()
         .iter()
-        .filter(|n| is_uninitialized(n) && n.metadata.deletion_timestamp.is_none())
+        .filter(|n| {
+            is_uninitialized(n) && n.metadata.deletion_timestamp.is_none() && ownership.is_owned(n)
+        })
         .count()
 }
 

@@ -7,7 +7,8 @@
 //! (with its UID as a precondition, so a Node re-registered under the same name is never
 //! deleted by mistake); if it exists and is shut down, the Node gets the shutdown taint.
 //! An error from the cloud never deletes anything: the Node is left for the next pass.
-//! Nodes labelled `node.kubernetes.io/exclude-from-lifecycle-management` are skipped.
+//! Nodes labelled `node.kubernetes.io/exclude-from-lifecycle-management` are skipped, and
+//! so are Nodes that are not this cloud's ([`NodeOwnership`]).
 //!
 //! Unlike Go, which asks the cloud about one Node after another, the questions for NotReady
 //! Nodes run concurrently, at most `workers` at a time, so one slow cloud call does not hold
@@ -28,6 +29,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use self::decision::{Check, check, with_shutdown_taint, without_shutdown_taint};
+use super::node_ownership::NodeOwnership;
 use super::node_util::{node_name, taints};
 use super::patch::{replace_list, to_patch};
 use crate::events::EventRecorder;
@@ -52,6 +54,10 @@ pub struct NodeLifecycleControllerConfig {
     pub workers: usize,
     /// In shadow mode, the plan each pass settles; `None`: acting.
     pub shadow: Option<ControllerShadow>,
+    /// Which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`): the
+    /// others are never deleted, tainted or untainted, and the cloud is not asked about
+    /// them. The default owns every Node, as Go does.
+    pub node_ownership: NodeOwnership,
 }
 
 impl Default for NodeLifecycleControllerConfig {
@@ -60,6 +66,7 @@ impl Default for NodeLifecycleControllerConfig {
             monitor_period: Duration::from_secs(5),
             workers: 4,
             shadow: None,
+            node_ownership: NodeOwnership::all(),
         }
     }
 }
@@ -72,6 +79,8 @@ impl NodeLifecycleControllerConfig {
         pub fn with_workers(workers: usize);
         /// Shadow mode: each pass over the Nodes settles `shadow`'s plan.
         pub fn with_shadow(shadow: Option<ControllerShadow>);
+        /// Sets which Nodes are this cloud's; the others are left alone.
+        pub fn with_node_ownership(node_ownership: NodeOwnership);
     }
 }
 
@@ -138,7 +147,11 @@ impl NodeLifecycleController {
         }
         futures::stream::iter(nodes)
             .for_each_concurrent(self.config.workers.max(1), |node| async move {
-                match check(&node) {
+                let action = check(&node);
+                if action != Check::Skip && !self.config.node_ownership.check(&node) {
+                    return; // another cloud's: never deleted or tainted by us
+                }
+                match action {
                     Check::Skip => {}
                     Check::RemoveShutdownTaint => {
                         self.set_taints(&node, without_shutdown_taint(&node)).await;

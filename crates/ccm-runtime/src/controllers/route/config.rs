@@ -6,6 +6,7 @@ use crate::shadow::ControllerShadow;
 use std::time::Duration;
 
 use super::cidr::Cidr;
+use crate::controllers::node_ownership::NodeOwnership;
 
 /// Go's `--route-reconciliation-period` default.
 pub const DEFAULT_RECONCILIATION_PERIOD: Duration = Duration::from_secs(10);
@@ -68,6 +69,7 @@ pub struct RouteControllerConfig {
     debounce: Duration,
     metrics: Option<ControllerMetrics>,
     shadow: Option<ControllerShadow>,
+    node_ownership: NodeOwnership,
 }
 
 impl RouteControllerConfig {
@@ -106,7 +108,24 @@ impl RouteControllerConfig {
             debounce: DEFAULT_DEBOUNCE,
             metrics: None,
             shadow: None,
+            node_ownership: NodeOwnership::all(),
         })
+    }
+
+    /// Sets which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`;
+    /// by default every Node, as Go). The others get no route and no `NetworkUnavailable`
+    /// condition, and a listed route whose target is one of them is left alone: not
+    /// deleted, not replaced (it is not this controller's to judge: another cloud's
+    /// controller, or a person, made it).
+    #[must_use]
+    pub fn with_node_ownership(mut self, node_ownership: NodeOwnership) -> Self {
+        self.node_ownership = node_ownership;
+        self
+    }
+
+    /// Which Nodes are this cloud's.
+    pub fn node_ownership(&self) -> &NodeOwnership {
+        &self.node_ownership
     }
 
     /// Counts each sync with the cloud (each reconcile that listed the routes) in

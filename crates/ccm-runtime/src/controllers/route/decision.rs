@@ -153,10 +153,14 @@ pub(crate) fn is_responsible_for(cluster_cidrs: &[Cidr], destination: &str) -> b
         .is_ok_and(|d| cluster_cidrs.iter().any(|c| c.contains_either_end_of(&d)))
 }
 
-/// The plan for one reconcile: `routes` as the cloud listed them, the cached `nodes`, the
-/// cluster CIDRs, and the destinations (match keys) with a create or delete still in flight
-/// from an earlier pass, taken *before* the routes were listed. Busy destinations are left
-/// alone entirely: no create, no delete, no condition from them.
+/// The plan for one reconcile: `routes` as the cloud listed them, the cached `nodes` that
+/// are this cloud's, the names of the cached Nodes that are not (`foreign`), the cluster
+/// CIDRs, and the destinations (match keys) with a create or delete still in flight from an
+/// earlier pass, taken *before* the routes were listed. Busy destinations are left alone
+/// entirely: no create, no delete, no condition from them. So is a listed route whose
+/// target is a foreign Node: it is never deleted or replaced, and blocks a create for its
+/// destination like a route outside the cluster CIDRs (a foreign Node itself gets no route
+/// and no condition: it is not among `nodes`).
 ///
 /// Per Node pod CIDR (from `spec.podCIDRs`, else `spec.podCIDR`): a listed route for the
 /// Node with that destination that is not a blackhole is kept if the provider does not
@@ -168,6 +172,7 @@ pub(crate) fn is_responsible_for(cluster_cidrs: &[Cidr], destination: &str) -> b
 pub(crate) fn plan(
     routes: &[Route],
     nodes: &[Arc<Node>],
+    foreign: &HashSet<String>,
     cluster_cidrs: &[Cidr],
     busy: &HashSet<String>,
 ) -> Plan {
@@ -251,6 +256,7 @@ pub(crate) fn plan(
     for (i, route) in routes.iter().enumerate() {
         if kept[i]
             || busy.contains(&keys[i])
+            || foreign.contains(&route.target_node)
             || !is_responsible_for(cluster_cidrs, &route.destination_cidr)
         {
             continue;
@@ -291,7 +297,9 @@ pub(crate) fn plan(
                     r.destination_cidr,
                     r.target_node,
                     if r.blackhole { ", blackhole" } else { "" },
-                    if is_responsible_for(cluster_cidrs, &r.destination_cidr) {
+                    if foreign.contains(&r.target_node) {
+                        ": its target node is not this cloud's"
+                    } else if is_responsible_for(cluster_cidrs, &r.destination_cidr) {
                         ""
                     } else {
                         ": it is outside the cluster CIDRs"
@@ -440,6 +448,53 @@ mod tests {
 
     fn route(name: &str, target: &str, cidr: &str) -> Route {
         Route::new(target, cidr).with_name(name)
+    }
+
+    /// The plan when every Node is this cloud's.
+    fn plan(
+        routes: &[Route],
+        nodes: &[Arc<Node>],
+        cluster_cidrs: &[Cidr],
+        busy: &HashSet<String>,
+    ) -> Plan {
+        super::plan(routes, nodes, &HashSet::new(), cluster_cidrs, busy)
+    }
+
+    #[test]
+    fn routes_of_nodes_that_are_not_this_cloud_s_are_left_alone() {
+        let a = node("a", &["10.244.1.0/24"]);
+        let foreign: HashSet<String> = ["metal".to_owned()].into();
+        let routes = vec![
+            // The foreign Node's route, and its blackhole: neither is deleted.
+            route("r-metal", "metal", "10.244.9.0/24"),
+            route("r-metal-bh", "metal", "10.244.8.0/24").with_blackhole(true),
+            // A route to a Node that no longer exists at all is deleted, as before.
+            route("r-gone", "gone", "10.244.7.0/24"),
+            // The foreign Node claims the destination an owned Node wants.
+            route("r-clash", "metal", "10.244.1.0/24"),
+        ];
+        let p = super::plan(&routes, &[a], &foreign, &cluster(), &no_busy());
+        let deleted: Vec<&str> = p.deletes.iter().map(|d| d.route.name.as_str()).collect();
+        assert_eq!(deleted, ["r-gone"]);
+        assert_eq!(p.create_count(), 0);
+        assert_eq!(p.blocked.len(), 1);
+        assert_eq!(p.blocked[0].node, "a");
+        assert!(
+            p.blocked[0]
+                .why
+                .contains("its target node is not this cloud's"),
+            "{}",
+            p.blocked[0].why
+        );
+        assert_eq!(p.conditions, vec![("a".to_owned(), false)]);
+        // Without the foreign set (Go's behaviour), all four go.
+        let go = plan(
+            &routes,
+            &[node("a", &["10.244.1.0/24"])],
+            &cluster(),
+            &no_busy(),
+        );
+        assert_eq!(go.deletes.len(), 4);
     }
 
     fn no_busy() -> HashSet<String> {
@@ -668,6 +723,7 @@ mod tests {
         let plan = super::plan(
             &[],
             &[node("a", &["10.244.1.0/24"]), node("b", &["10.244.1.0/24"])],
+            &HashSet::new(),
             &cluster(),
             &no_busy(),
         );

@@ -11,6 +11,8 @@
 //! `NetworkUnavailable` condition says whether all its routes are in place
 //! (False/`RouteCreated`) or not (True/`NoRouteCreated`, with a `FailedToCreateRoute`
 //! Warning event); the condition is patched only when its status or reason changes.
+//! Nodes that are not this cloud's ([`RouteControllerConfig::with_node_ownership`]) get no
+//! route and no condition, and the listed routes that target them are left alone.
 //!
 //! It reconciles every `--route-reconciliation-period` and, debounced, after Node changes
 //! that matter (a Node added, deleted or re-registered, new pod CIDRs or addresses), one
@@ -54,6 +56,7 @@ pub use self::config::{
 use self::decision::{Create, Delete, NodeCreates, Plan, affects_routes, network_condition, plan};
 use self::table::RouteTable;
 use super::debounce::settle;
+use super::node_util::node_name;
 use crate::events::EventRecorder;
 use crate::informer::{Change, Informer};
 use ccm_provider::{CloudError, CloudProvider, CloudResult, Route, Routes};
@@ -151,9 +154,15 @@ impl RouteController {
     ) -> Option<Self> {
         provider.routes()?;
         let (tx, changes) = watch::channel(0u64);
+        let ownership = config.node_ownership().clone();
         nodes.subscribe(move |change| {
             let relevant = match change {
-                Change::Applied { old, new } => affects_routes(old.as_deref(), new),
+                Change::Applied { old, new } => {
+                    affects_routes(old.as_deref(), new)
+                        || old
+                            .as_ref()
+                            .is_some_and(|o| ownership.is_owned(o) != ownership.is_owned(new))
+                }
                 Change::Deleted(_) => true,
             };
             if relevant {
@@ -251,6 +260,18 @@ impl Inner {
         }
     }
 
+    /// The cached Nodes that are this cloud's, and the names of those that are not.
+    fn owned_nodes(&self) -> (Vec<Arc<Node>>, HashSet<String>) {
+        let all = self.nodes.store().state();
+        let ownership = self.config.node_ownership();
+        if ownership.owns_everything() {
+            return (all, HashSet::new());
+        }
+        let (owned, foreign): (Vec<_>, Vec<_>) = all.into_iter().partition(|n| ownership.check(n));
+        let foreign = foreign.iter().map(|n| node_name(n).to_owned()).collect();
+        (owned, foreign)
+    }
+
     /// One reconcile: list (or read the table), plan, start the cloud calls, write the
     /// conditions decided now. Returns whether it listed.
     async fn reconcile(self: &Arc<Self>, cause: Cause, jobs: &mut JoinSet<()>) -> bool {
@@ -274,8 +295,14 @@ impl Inner {
                 None => return listed,
             },
         };
-        let mut nodes = self.nodes.store().state();
-        let mut plan = plan(&routes, &nodes, self.config.cluster_cidrs(), &busy);
+        let (mut nodes, mut foreign) = self.owned_nodes();
+        let mut plan = plan(
+            &routes,
+            &nodes,
+            &foreign,
+            self.config.cluster_cidrs(),
+            &busy,
+        );
         if !listed && !plan.deletes.is_empty() {
             // A delete needs the cloud's own view (and name) of the route: list, plan again.
             busy = self.in_flight.keys();
@@ -284,8 +311,14 @@ impl Inner {
                 Some(routes) => routes,
                 None => return true,
             };
-            nodes = self.nodes.store().state();
-            plan = self::decision::plan(&routes, &nodes, self.config.cluster_cidrs(), &busy);
+            (nodes, foreign) = self.owned_nodes();
+            plan = self::decision::plan(
+                &routes,
+                &nodes,
+                &foreign,
+                self.config.cluster_cidrs(),
+                &busy,
+            );
         }
         let summary = (plan.deletes.len(), plan.create_count(), plan.blocked.len());
         if summary == (0, 0, 0) {

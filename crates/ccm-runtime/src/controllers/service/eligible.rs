@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::decision::nodes::{NodeSet, eligible_nodes, node_set};
 use super::lock;
+use crate::controllers::node_ownership::NodeOwnership;
 use crate::informer::Informer;
 
 /// The eligible Nodes (sorted by name) and their set, computed at a Node generation.
@@ -28,6 +29,8 @@ pub(super) struct EligibleNodes {
 /// The eligible Nodes as of the last Node event, computed when first asked for.
 pub(super) struct EligibleCache {
     nodes: Informer<Node>,
+    /// Which Nodes are this cloud's: the others are never eligible.
+    ownership: NodeOwnership,
     /// Bumped on every Node event (after the cache has it).
     generation: Arc<AtomicU64>,
     /// The last computed Nodes and set.
@@ -35,10 +38,12 @@ pub(super) struct EligibleCache {
 }
 
 impl EligibleCache {
-    /// A cache over the Node informer's cache; nothing is computed yet.
-    pub(super) fn new(nodes: Informer<Node>) -> Self {
+    /// A cache over the Node informer's cache, of the Nodes `ownership` says are this
+    /// cloud's; nothing is computed yet.
+    pub(super) fn new(nodes: Informer<Node>, ownership: NodeOwnership) -> Self {
         Self {
             nodes,
+            ownership,
             generation: Arc::new(AtomicU64::new(0)),
             cached: Mutex::default(),
         }
@@ -59,7 +64,8 @@ impl EligibleCache {
         if let Some(current) = cached.as_ref().filter(|c| c.generation == generation) {
             return current.clone();
         }
-        let nodes: Arc<[Arc<Node>]> = eligible_nodes(self.nodes.store().state()).into();
+        let nodes: Arc<[Arc<Node>]> =
+            eligible_nodes(self.nodes.store().state(), &self.ownership).into();
         let set = node_set(&nodes);
         let hosts = match cached.as_ref() {
             Some(last) if *last.hosts == set => last.hosts.clone(),

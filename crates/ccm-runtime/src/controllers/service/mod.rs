@@ -207,6 +207,9 @@ pub struct ServiceControllerConfig {
     /// provider for `LoadBalancerDegraded` (`--load-balancer-health-period`); a minute by
     /// default.
     pub health_period: Duration,
+    /// Which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`): the
+    /// others are never load balancer backends. By default every Node, as Go.
+    pub node_ownership: crate::controllers::node_ownership::NodeOwnership,
 }
 
 impl Default for ServiceControllerConfig {
@@ -222,6 +225,7 @@ impl Default for ServiceControllerConfig {
             load_balancer_classes: LoadBalancerClasses::go(),
             conditions: false,
             health_period: health::DEFAULT_HEALTH_PERIOD,
+            node_ownership: Default::default(),
         }
     }
 }
@@ -246,6 +250,8 @@ impl ServiceControllerConfig {
         pub fn with_conditions(conditions: bool);
         /// Sets the health period of `LoadBalancerDegraded`.
         pub fn with_health_period(health_period: Duration);
+        /// Sets which Nodes are this cloud's; the others are never backends.
+        pub fn with_node_ownership(node_ownership: crate::controllers::node_ownership::NodeOwnership);
     }
 
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).

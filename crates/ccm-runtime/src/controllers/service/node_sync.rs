@@ -60,11 +60,12 @@ impl NodeSync {
         config: &ServiceControllerConfig,
         latency: Histogram,
     ) -> Self {
-        let eligible = EligibleCache::new(nodes.clone());
+        let eligible = EligibleCache::new(nodes.clone(), config.node_ownership.clone());
         let node_changed = Arc::new(Notify::new());
         {
             let node_changed = node_changed.clone();
             let node_generation = eligible.generation();
+            let ownership = config.node_ownership.clone();
             nodes.subscribe(move |change| {
                 // Any change: the Nodes handed to the provider carry more than the set.
                 node_generation.fetch_add(1, Ordering::Release);
@@ -72,7 +73,7 @@ impl NodeSync {
                     Change::Applied {
                         old: Some(old),
                         new,
-                    } => node_update_matters(old, new),
+                    } => node_update_matters(&ownership, old, new),
                     Change::Applied { old: None, .. } | Change::Deleted(_) => true,
                 };
                 if matters {

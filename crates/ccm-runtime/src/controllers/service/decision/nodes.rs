@@ -1,6 +1,7 @@
 //! Which Nodes a load balancer sends traffic to, and when a load balancer must follow them,
 //! as pure functions of Nodes: eligibility (not being deleted, not excluded by label, not
-//! marked for deletion by the cluster autoscaler), which Node updates can change the set,
+//! marked for deletion by the cluster autoscaler, and this cloud's: see
+//! [`NodeOwnership`]), which Node updates can change the set,
 //! the [`NodeSet`] (name → provider ID) a load balancer is compared by, and what the
 //! node-sync pass does with a Service given the set its load balancer was last given
 //! ([`node_sync_step`]).
@@ -10,6 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
+use crate::controllers::node_ownership::NodeOwnership;
 use crate::controllers::node_util::{node_name, taints};
 use ccm_provider::well_known::{
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
@@ -57,15 +59,26 @@ fn provider_id(node: &Node) -> &str {
         .unwrap_or_default()
 }
 
-/// Whether a Node update can change some load balancer's Nodes: its eligibility or its
-/// provider ID changed. (Readiness, addresses, other labels do not matter.)
-pub(crate) fn node_update_matters(old: &Node, new: &Node) -> bool {
-    is_eligible(old) != is_eligible(new) || provider_id(old) != provider_id(new)
+/// Whether a Node update can change some load balancer's Nodes: its eligibility, its
+/// provider ID, or whether it is this cloud's changed. (Readiness, addresses, other labels
+/// do not matter.)
+pub(crate) fn node_update_matters(ownership: &NodeOwnership, old: &Node, new: &Node) -> bool {
+    is_eligible(old) != is_eligible(new)
+        || provider_id(old) != provider_id(new)
+        || ownership.is_owned(old) != ownership.is_owned(new)
 }
 
-/// The eligible Nodes, sorted by name.
-pub(crate) fn eligible_nodes(nodes: impl IntoIterator<Item = Arc<Node>>) -> Vec<Arc<Node>> {
-    let mut eligible: Vec<Arc<Node>> = nodes.into_iter().filter(|n| is_eligible(n)).collect();
+/// The eligible Nodes, sorted by name: those [`is_eligible`] and this cloud's (a Node of
+/// another cloud, or bare metal, is never a backend; logged once, see
+/// [`NodeOwnership::check`]).
+pub(crate) fn eligible_nodes(
+    nodes: impl IntoIterator<Item = Arc<Node>>,
+    ownership: &NodeOwnership,
+) -> Vec<Arc<Node>> {
+    let mut eligible: Vec<Arc<Node>> = nodes
+        .into_iter()
+        .filter(|n| is_eligible(n) && ownership.check(n))
+        .collect();
     eligible.sort_by(|a, b| node_name(a).cmp(node_name(b)));
     eligible
 }
@@ -209,6 +222,8 @@ mod tests {
             ..Default::default()
         });
         assert!(is_eligible(&not_ready));
+        let all = NodeOwnership::all();
+        let node_update_matters = |old: &Node, new: &Node| node_update_matters(&all, old, new);
         assert!(!node_update_matters(&node("a"), &not_ready));
         let mut no_id = node("a");
         no_id.spec.as_mut().unwrap().provider_id = None;
@@ -238,7 +253,7 @@ mod tests {
             Arc::new(labelled(node("b"), "true")),
             Arc::new(node("a")),
         ];
-        let eligible = eligible_nodes(nodes);
+        let eligible = eligible_nodes(nodes, &NodeOwnership::all());
         let names: Vec<&str> = eligible.iter().map(|n| node_name(n)).collect();
         assert_eq!(names, ["a", "c"]);
         let set = node_set(&eligible);
@@ -249,6 +264,43 @@ mod tests {
                 ("c".into(), "fake://c".into())
             ])
         );
+    }
+
+    #[test]
+    fn nodes_that_are_not_this_cloud_s_are_never_backends() {
+        let ownership =
+            NodeOwnership::new(&["fake://".to_owned()], "!example.com/bare-metal").unwrap();
+        let metal_id = NodeBuilder::new("metal-id")
+            .provider_id("metal://1")
+            .build();
+        let mut metal_label = node("metal-label");
+        metal_label.metadata.labels = Some(BTreeMap::from([(
+            "example.com/bare-metal".into(),
+            "".into(),
+        )]));
+        let nodes = vec![
+            Arc::new(node("b")),
+            Arc::new(metal_id.clone()),
+            Arc::new(metal_label.clone()),
+            Arc::new(node("a")),
+        ];
+        let eligible = eligible_nodes(nodes.clone(), &ownership);
+        let names: Vec<&str> = eligible.iter().map(|n| node_name(n)).collect();
+        assert_eq!(names, ["a", "b"]);
+        // Go's behaviour without the flags: all four.
+        assert_eq!(eligible_nodes(nodes, &NodeOwnership::all()).len(), 4);
+        // Becoming, or ceasing to be, this cloud's changes the set.
+        assert!(node_update_matters(
+            &ownership,
+            &node("metal-label"),
+            &metal_label
+        ));
+        assert!(!node_update_matters(
+            &NodeOwnership::all(),
+            &node("metal-label"),
+            &metal_label
+        ));
+        assert!(!node_update_matters(&ownership, &metal_label, &metal_label));
     }
 
     #[test]

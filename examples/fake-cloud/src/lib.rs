@@ -463,7 +463,7 @@ impl FakeCloud {
 
     /// Makes the Node `name` fail (`healthy` false) or pass its load balancers' health
     /// checks: a load balancer none of whose Nodes passes is degraded
-    /// ([`LoadBalancer::load_balancer_health`](ccm_provider::LoadBalancer::load_balancer_health)).
+    /// ([`LoadBalancer::load_balancer_health`]).
     pub fn set_node_healthy(&self, name: &str, healthy: bool) {
         let mut state = self.state.lock();
         if healthy {

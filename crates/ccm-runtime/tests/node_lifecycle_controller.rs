@@ -23,13 +23,18 @@ use support::*;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn start(h: &Harness) {
+    start_with(h, NodeLifecycleControllerConfig::default());
+}
+
+/// Starts the controller with `config`, checking every 200 ms.
+fn start_with(h: &Harness, config: NodeLifecycleControllerConfig) {
     let informer = h.node_informer();
     let provider: Arc<dyn CloudProvider> = h.cloud.clone();
     let controller = NodeLifecycleController::new(
         h.client.clone(),
         &provider,
         informer.clone(),
-        NodeLifecycleControllerConfig::default().with_monitor_period(Duration::from_millis(200)),
+        config.with_monitor_period(Duration::from_millis(200)),
     )
     .expect("instances supported");
     h.start_informer(&informer);
@@ -218,19 +223,11 @@ async fn nodes_that_are_not_this_cloud_s_are_never_deleted_or_tainted() {
     let ours = not_ready_node(&h, "ours", Some("fake://{name}"), true).await;
 
     let prefixes = ["fake://".to_owned()];
-    let informer = h.node_informer();
-    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
-    let controller = NodeLifecycleController::new(
-        h.client.clone(),
-        &provider,
-        informer.clone(),
+    start_with(
+        &h,
         NodeLifecycleControllerConfig::default()
-            .with_monitor_period(Duration::from_millis(200))
             .with_node_ownership(NodeOwnership::new(&prefixes, "example.com/cloud=fake").unwrap()),
-    )
-    .expect("instances supported");
-    h.start_informer(&informer);
-    tokio::spawn(controller.run(h.cancel.clone()));
+    );
 
     // Ours goes, as in Go.
     h.wait_node_gone(&ours, WAIT).await;

@@ -29,3 +29,14 @@ pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
                 && !label.ends_with('-')
         })
 }
+
+/// Whether `s` is a label value or the name part of a qualified name (a label key's,
+/// a finalizer's) as Kubernetes validates one: 1 to 63 characters of `[A-Za-z0-9._-]`,
+/// starting and ending alphanumeric. (An empty label value is allowed; callers check it.)
+pub(crate) fn is_label_name(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+}

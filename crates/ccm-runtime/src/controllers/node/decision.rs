@@ -14,7 +14,7 @@ use ccm_provider::well_known::{
 };
 use ccm_provider::{InstanceMetadata, ProviderId};
 
-use crate::controllers::is_dns1123_subdomain;
+use crate::controllers::{is_dns1123_subdomain, is_label_name};
 
 /// The label pairs kept in step on initialised Nodes: when the first (beta) label is set,
 /// the second (GA) one is set to the same value.
@@ -443,13 +443,13 @@ fn validate_label(node: &str, key: &str, value: &str) -> Result<(), InitError> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if name.is_empty() || !is_label_value(name) {
+    if name.is_empty() || !is_label_name(name) {
         return Err(err(format!("invalid label key {:?}", echo(key))));
     }
     if prefix.is_some_and(|prefix| !is_dns1123_subdomain(prefix)) {
         return Err(err(format!("invalid label key {:?}", echo(key))));
     }
-    if !value.is_empty() && !is_label_value(value) {
+    if !value.is_empty() && !is_label_name(value) {
         return Err(err(format!(
             "invalid value {:?} for label {:?}",
             echo(value),
@@ -457,14 +457,6 @@ fn validate_label(node: &str, key: &str, value: &str) -> Result<(), InitError> {
         )));
     }
     Ok(())
-}
-
-fn is_label_value(v: &str) -> bool {
-    v.len() <= 63
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ccm_provider::echo::echo;
 use kube::core::{Expression, Selector, SelectorExt};
 
-use crate::controllers::is_dns1123_subdomain;
+use crate::controllers::{is_dns1123_subdomain, is_label_name};
 
 /// The longest selector accepted: 4 KiB. A selector that chooses Nodes names a label or
 /// two; 4 KiB holds dozens of requirements, while a runaway value (a file pasted into the
@@ -327,16 +327,6 @@ impl<'a> Parser<'a> {
             }
         }
     }
-}
-
-/// A label name or value's shape: at most 63 characters of `[A-Za-z0-9._-]`, starting and
-/// ending alphanumeric.
-fn is_label_name(s: &str) -> bool {
-    s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
 }
 
 /// A label key as the API server validates it: an optional DNS-subdomain prefix and `/`,

@@ -52,7 +52,7 @@ pub enum ClassError {
          (a class is a prefixed qualified name, e.g. example.com/internal-vip)"
     )]
     Invalid {
-        /// The class, cut to 256 bytes.
+        /// The class, cut to 256 bytes ([`echo::cut`](ccm_provider::echo::cut)).
         class: String,
         /// What is wrong with it.
         why: &'static str,
@@ -86,15 +86,8 @@ impl LoadBalancerClasses {
         for class in classes {
             let class = class.into();
             if let Err(why) = validate_class(&class) {
-                let mut shown = class;
-                if shown.len() > 256 {
-                    let mut end = 256;
-                    while !shown.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    shown.truncate(end);
-                }
-                return Err(ClassError::Invalid { class: shown, why });
+                let class = ccm_provider::echo::cut(class, 256);
+                return Err(ClassError::Invalid { class, why });
             }
             set.insert(class);
             if set.len() > MAX_LOAD_BALANCER_CLASSES {

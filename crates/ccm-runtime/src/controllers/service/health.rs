@@ -64,6 +64,9 @@ impl Worker {
             keys.sort();
             keys
         };
+        let Ok(lb) = self.load_balancer() else {
+            return Continue::No;
+        };
         for key in keys {
             let Some(service) = self
                 .services
@@ -75,9 +78,6 @@ impl Worker {
             if !self.serves(&service) {
                 continue;
             }
-            let Ok(lb) = self.load_balancer() else {
-                return Continue::No;
-            };
             let observed = match lb.load_balancer_health(self.cluster(), &service).await {
                 Ok(LoadBalancerHealth::Degraded { reason, message }) => {
                     Observed::Health(Some((reason, message)))

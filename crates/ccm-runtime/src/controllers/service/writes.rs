@@ -47,10 +47,21 @@ pub(super) fn remove_finalizer_ops(classes: &LoadBalancerClasses, service: &Serv
 
 /// Operations that replace the Service's finalizers with `new` (none for `None`: no change).
 fn finalizer_ops(service: &Service, new: Option<Vec<String>>) -> Vec<Value> {
+    list_ops(service, "/metadata/finalizers", finalizers(service), new)
+}
+
+/// Operations that replace the Service's list at `path`, now `old`, with `new` (none for
+/// `None`: no change); an absent list is guarded by the resource version.
+fn list_ops<T: serde::Serialize>(
+    service: &Service,
+    path: &str,
+    old: &[T],
+    new: Option<Vec<T>>,
+) -> Vec<Value> {
     new.map_or_else(Vec::new, |new| {
         replace_list(
-            "/metadata/finalizers",
-            Some(finalizers(service)),
+            path,
+            Some(old),
             &new,
             service.metadata.resource_version.as_deref(),
         )
@@ -100,14 +111,7 @@ pub(super) fn ingress_ops(service: &Service, new: &[LoadBalancerIngress]) -> Vec
 /// Operations that set the Service's conditions to `new` (`None`: no change), tested
 /// against the current list.
 pub(super) fn conditions_ops(service: &Service, new: Option<Vec<Condition>>) -> Vec<Value> {
-    new.map_or_else(Vec::new, |new| {
-        replace_list(
-            "/status/conditions",
-            Some(conditions(service)),
-            &new,
-            service.metadata.resource_version.as_deref(),
-        )
-    })
+    list_ops(service, "/status/conditions", conditions(service), new)
 }
 
 /// Sets the ingress list (`None`: leaves it) and the `wanted` conditions on the status

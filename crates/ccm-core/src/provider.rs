@@ -19,12 +19,12 @@
 #[doc(inline)]
 pub use ccm_provider::{
     BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, Clusters, ConfigError,
-    InitContext, InstanceMetadata, Instances, LegacyInstances, LegacyInstancesAdapter,
-    LoadBalancer, LoadBalancerHealth, LoadBalancerPlan, MetricsRegistry, ProviderFactory,
-    ProviderId, ProviderIdError, ProviderRegistry, RegistryError, ResultExt, Route, Routes,
-    ServiceAnnotator, Zone, Zones, default_load_balancer_name, display_chain,
-    get_instance_provider_id, node_address, node_name, node_provider_id, provided_node_ips,
-    resolve_instances,
+    InitContext, InstanceMetadata, Instances, LOAD_BALANCER_GROUP_ANNOTATION, LegacyInstances,
+    LegacyInstancesAdapter, LoadBalancer, LoadBalancerHealth, LoadBalancerPlan,
+    LoadBalancerSharing, MetricsRegistry, ProviderFactory, ProviderId, ProviderIdError,
+    ProviderRegistry, RegistryError, ResultExt, Route, Routes, ServiceAnnotator, Zone, Zones,
+    default_load_balancer_name, display_chain, get_instance_provider_id, load_balancer_group,
+    node_address, node_name, node_provider_id, provided_node_ips, resolve_instances,
 };
 
 pub use ccm_provider::{echo, file};

@@ -36,17 +36,20 @@ impl ServiceAnnotator {
         Self { client }
     }
 
-    /// Sets `key` to `value` on `service`. Does nothing when `service` already has it.
+    /// Sets `key` to `value` on `service`. Does nothing when `service` already has it, or
+    /// when it stands for a group of Services sharing a load balancer
+    /// ([`load_balancer_group`](super::load_balancer_group)): that one is not in the API.
     pub async fn set(&self, service: &Service, key: &str, value: &str) -> CloudResult<()> {
-        if current(service, key) == Some(value) {
+        if current(service, key) == Some(value) || is_group(service) {
             return Ok(());
         }
         self.patch(service, key, Value::from(value)).await
     }
 
-    /// Removes `key` from `service`. Does nothing when `service` does not have it.
+    /// Removes `key` from `service`. Does nothing when `service` does not have it, or when
+    /// it stands for a group of Services sharing a load balancer.
     pub async fn remove(&self, service: &Service, key: &str) -> CloudResult<()> {
-        if current(service, key).is_none() {
+        if current(service, key).is_none() || is_group(service) {
             return Ok(());
         }
         self.patch(service, key, Value::Null).await
@@ -96,6 +99,12 @@ fn merge_patch(uid: Option<&str>, key: &str, value: Value) -> Value {
         metadata["uid"] = Value::from(uid);
     }
     json!({ "metadata": metadata })
+}
+
+/// Whether `service` stands for a group of Services sharing a load balancer: built by the
+/// service controller, not in the API.
+fn is_group(service: &Service) -> bool {
+    super::load_balancer_group(service).is_some()
 }
 
 #[cfg(test)]

@@ -96,7 +96,8 @@ pub use self::instances::{
     Instances, LegacyInstances, LegacyInstancesAdapter, get_instance_provider_id, resolve_instances,
 };
 pub use self::load_balancer::{
-    LoadBalancer, LoadBalancerHealth, LoadBalancerPlan, default_load_balancer_name,
+    LOAD_BALANCER_GROUP_ANNOTATION, LoadBalancer, LoadBalancerHealth, LoadBalancerPlan,
+    LoadBalancerSharing, default_load_balancer_name, load_balancer_group,
 };
 pub use self::metrics::MetricsRegistry;
 #[doc(no_inline)]

@@ -141,6 +141,90 @@ pub trait LoadBalancer: Send + Sync {
     ) -> CloudResult<LoadBalancerHealth> {
         Err(super::CloudError::NotImplemented)
     }
+
+    /// Whether this provider serves several Services from one load balancer, and on what
+    /// they must agree. `None` (the default): it does not, and the service controller
+    /// refuses a Service that asks to share (a `LoadBalancerSharingRefused` Warning), never
+    /// giving it a load balancer of its own.
+    ///
+    /// Opting in costs no other code. Services of one namespace that carry the same sharing
+    /// key (`ccm-rs.github.io/load-balancer-sharing-key`) form a group, and the controller
+    /// calls the methods above with one Service that stands for the whole group: every
+    /// member's ports (each with its own `nodePort`), the first member's spec and
+    /// annotations otherwise, the annotation [`LOAD_BALANCER_GROUP_ANNOTATION`] naming the
+    /// key, and a UID derived from the cluster, the namespace and the key (so the usual
+    /// ownership record, a tag from the UID, is the group's, and a key copied into another
+    /// namespace names another load balancer). That Service does not exist in the API:
+    /// write nothing on it ([`ServiceAnnotator`](super::ServiceAnnotator) skips it;
+    /// [`load_balancer_group`] tells it apart).
+    ///
+    /// ```
+    /// # use ccm_core::provider::LoadBalancerSharing;
+    /// // Members must agree on every annotation that configures the cloud's load balancer.
+    /// let sharing = LoadBalancerSharing::new()
+    ///     .with_agreeing_annotations("service.beta.kubernetes.io/do-loadbalancer-");
+    /// assert_eq!(sharing.agreeing_annotations(), ["service.beta.kubernetes.io/do-loadbalancer-"]);
+    /// ```
+    fn load_balancer_sharing(&self) -> Option<LoadBalancerSharing> {
+        None
+    }
+}
+
+/// The annotation on the Service that stands for a group of Services sharing one load
+/// balancer (see [`LoadBalancer::load_balancer_sharing`]): the group's sharing key. Only the
+/// service controller sets it on the Services it builds for groups.
+pub const LOAD_BALANCER_GROUP_ANNOTATION: &str = "ccm-rs.github.io/load-balancer-group";
+
+/// The sharing key of the group `service` stands for, when it is a group's Service built by
+/// the service controller rather than a Service of the API (which must not be written to).
+///
+/// ```
+/// # use k8s_openapi::api::core::v1::Service;
+/// # use ccm_core::provider::{LOAD_BALANCER_GROUP_ANNOTATION, load_balancer_group};
+/// let mut svc = Service::default();
+/// assert_eq!(load_balancer_group(&svc), None);
+/// svc.metadata.annotations = Some([(LOAD_BALANCER_GROUP_ANNOTATION.to_owned(), "web".to_owned())].into());
+/// assert_eq!(load_balancer_group(&svc), Some("web"));
+/// ```
+pub fn load_balancer_group(service: &Service) -> Option<&str> {
+    service
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(LOAD_BALANCER_GROUP_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// How a provider shares load balancers, as [`LoadBalancer::load_balancer_sharing`] answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadBalancerSharing {
+    agreeing_annotations: Vec<String>,
+}
+
+impl LoadBalancerSharing {
+    /// Sharing where members must agree on nothing beyond what the framework checks (the
+    /// spec fields one load balancer cannot serve two ways: `externalTrafficPolicy`,
+    /// `loadBalancerSourceRanges`, the IP families, session affinity, …).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Members must also agree on every annotation whose key starts with `prefix` (set the
+    /// same way or absent on all): the ones that configure the cloud's load balancer. A
+    /// Service that disagrees with the group's first member is refused, with the annotation
+    /// named.
+    #[must_use]
+    pub fn with_agreeing_annotations(mut self, prefix: impl Into<String>) -> Self {
+        self.agreeing_annotations.push(prefix.into());
+        self
+    }
+
+    /// The annotation key prefixes members must agree on.
+    pub fn agreeing_annotations(&self) -> &[String] {
+        &self.agreeing_annotations
+    }
 }
 
 /// How a load balancer serves, as [`LoadBalancer::load_balancer_health`] answers.

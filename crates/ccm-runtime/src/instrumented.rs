@@ -336,6 +336,11 @@ forward! {
                 None => ccm_provider::default_load_balancer_name(service),
             }
         }
+
+        // A synchronous answer of what the provider supports, not a cloud call.
+        fn load_balancer_sharing(&self) -> Option<ccm_provider::LoadBalancerSharing> {
+            self.inner.load_balancer()?.load_balancer_sharing()
+        }
     }
 }
 

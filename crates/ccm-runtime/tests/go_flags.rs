@@ -48,6 +48,7 @@ const OURS: &[&str] = &[
     "load-balancer-class",
     "manage-services-without-class",
     "service-conditions",
+    "metallb-allow-shared-ip",
     "load-balancer-health-period",
     "node-provider-id-prefix",
     "node-selector",

@@ -19,8 +19,9 @@ use ccm_provider::{CloudProvider, CloudResult, LoadBalancer, default_load_balanc
 use ccm_runtime::controllers::service::{
     LOAD_BALANCER_DEGRADED, LOAD_BALANCER_PROVISIONING, LOAD_BALANCER_SERVING, LoadBalancerClasses,
     REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING, REASON_NOT_OWNED,
-    REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED,
-    ServiceController, ServiceControllerConfig, ServiceKey,
+    REASON_SHARING_REFUSED, REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED,
+    REASON_UPDATED, SHARING_KEY_ANNOTATION, SHARING_KEY_APPLIED_ANNOTATION, ServiceController,
+    ServiceControllerConfig, ServiceKey,
 };
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
 use ccm_runtime::workqueue::{Queue, RateLimit};
@@ -1778,4 +1779,224 @@ async fn nodes_that_are_not_this_cloud_s_are_never_backends() {
     until_lb_nodes(&h, &svc, &[&metal_label]).await;
     let lb = lb_of(&h, &svc).unwrap();
     assert!(!lb.nodes.contains(&metal_id), "{:?}", lb.nodes);
+}
+
+/// A LoadBalancer Service `name` with `ports`, asking to share the load balancer of `key`.
+fn sharing(name: &str, key: &str, ports: &[(&str, i32)]) -> Service {
+    let mut svc = lb_service(name, ports);
+    svc.metadata.annotations = Some([(SHARING_KEY_ANNOTATION.to_owned(), key.to_owned())].into());
+    svc
+}
+
+/// The fake cloud's load balancers made for a Service of `ns`.
+fn lbs_in(h: &Harness, ns: &str) -> Vec<FakeLoadBalancer> {
+    let prefix = format!("{ns}/");
+    let lbs = h.cloud.load_balancers().into_iter();
+    lbs.filter(|lb| lb.service.starts_with(&prefix)).collect()
+}
+
+/// The ports of the one load balancer of `ns`, as `PROTOCOL:port->nodePort`, sorted; `None`
+/// when there is none, a panic when there are several.
+fn shared_ports(h: &Harness, ns: &str) -> Option<Vec<String>> {
+    let lbs = lbs_in(h, ns);
+    assert!(lbs.len() <= 1, "one load balancer for the group: {lbs:?}");
+    lbs.first().map(|lb| {
+        let mut ports = lb.ports.clone();
+        ports.sort();
+        ports
+    })
+}
+
+/// `svc`'s ports as the fake cloud writes them.
+fn cloud_ports(svc: &Service) -> Vec<String> {
+    let ports = svc.spec.as_ref().unwrap().ports.iter().flatten();
+    ports
+        .map(|p| format!("TCP:{}->{}", p.port, p.node_port.unwrap()))
+        .collect()
+}
+
+async fn until_shared_ports(h: &Harness, ns: &str, members: &[&Service]) {
+    let mut want: Vec<String> = members.iter().flat_map(|s| cloud_ports(s)).collect();
+    want.sort();
+    eventually(
+        &format!("shared load balancer ports {want:?}"),
+        WAIT,
+        || async {
+            let got = shared_ports(h, ns);
+            if got.as_ref() == Some(&want) {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn services_with_one_key_share_one_load_balancer() {
+    let (h, ns) = harness("shared").await;
+    create_node(&h, "shared").await;
+    let _ctl = start(&h, &ns, fake(&h), config().with_conditions(true)).await;
+
+    // Two Services, one key: one load balancer, one address, both ports.
+    create_service(&h, &ns, &sharing("a", "web", &[("http", 80)])).await;
+    create_service(&h, &ns, &sharing("b", "web", &[("alt", 8080)])).await;
+    let a = h.wait_service(&ns, "a", WAIT, has_ingress).await;
+    let b = h.wait_service(&ns, "b", WAIT, has_ingress).await;
+    assert_eq!(ingress_of(&a), ingress_of(&b), "one address");
+    until_shared_ports(&h, &ns, &[&a, &b]).await;
+    assert!(
+        has_lb_finalizer(&a) && has_lb_finalizer(&b),
+        "every member holds the finalizer"
+    );
+    let lb = lbs_in(&h, &ns).remove(0);
+    assert!(lb.service.starts_with(&format!("{ns}/shared-")), "{lb:?}");
+
+    // A third with a port taken: refused, with a Warning and a condition; no address.
+    create_service(&h, &ns, &sharing("c", "web", &[("http", 80)])).await;
+    let note = wait_note(&h, &ns, "c", REASON_SHARING_REFUSED, |n| {
+        n.contains("port 80/TCP is already \"a\"'s")
+    })
+    .await;
+    assert!(note.len() <= 1024, "{note}");
+    let c = h
+        .wait_service(&ns, "c", WAIT, |s| {
+            says(
+                s,
+                LOAD_BALANCER_PROVISIONING,
+                "False",
+                REASON_SHARING_REFUSED,
+            )
+        })
+        .await;
+    assert!(!has_ingress(&c));
+    until_shared_ports(&h, &ns, &[&a, &b]).await;
+
+    // The key in another namespace: a load balancer of its own; the first is unchanged.
+    let other = h.cp.create_namespace("svc-shared-other").await.unwrap();
+    let _other_ctl = start(&h, &other, fake(&h), config()).await;
+    create_service(&h, &other, &sharing("a", "web", &[("http", 80)])).await;
+    let copied = h.wait_service(&other, "a", WAIT, has_ingress).await;
+    assert_ne!(ingress_of(&copied), ingress_of(&a), "another load balancer");
+    until_shared_ports(&h, &other, &[&copied]).await;
+    until_shared_ports(&h, &ns, &[&a, &b]).await;
+
+    // A member goes: its ports leave the load balancer, and the refused one fits now.
+    h.services(&ns)
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.wait_service_gone(&ns, "a", WAIT).await;
+    let c = h.wait_service(&ns, "c", WAIT, has_ingress).await;
+    assert_eq!(ingress_of(&c), ingress_of(&b), "the same address");
+    until_shared_ports(&h, &ns, &[&b, &c]).await;
+
+    // The rest go: the load balancer with them, and no finalizer holds them.
+    for name in ["b", "c"] {
+        h.services(&ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        h.wait_service_gone(&ns, name, WAIT).await;
+    }
+    assert_eq!(shared_ports(&h, &ns), None, "deleted with the last member");
+    until_shared_ports(&h, &other, &[&copied]).await;
+}
+
+#[tokio::test]
+async fn a_service_leaving_its_group_takes_its_ports_and_gets_its_own() {
+    let (h, ns) = harness("shared-leave").await;
+    create_node(&h, "shared-leave").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &sharing("a", "k", &[("http", 80)])).await;
+    create_service(&h, &ns, &sharing("b", "k", &[("alt", 81)])).await;
+    let a = h.wait_service(&ns, "a", WAIT, has_ingress).await;
+    let b = h.wait_service(&ns, "b", WAIT, has_ingress).await;
+    until_shared_ports(&h, &ns, &[&a, &b]).await;
+    let applied = |s: &Service| {
+        let annotations = s.metadata.annotations.as_ref();
+        annotations.and_then(|a| a.get(SHARING_KEY_APPLIED_ANNOTATION).cloned())
+    };
+    assert_eq!(applied(&b).as_deref(), Some("k"));
+
+    // b drops the key: a load balancer of its own, and the group's has a's port alone.
+    patch_service(
+        &h,
+        &ns,
+        "b",
+        json!({"metadata": {"annotations": {SHARING_KEY_ANNOTATION: null}}}),
+    )
+    .await;
+    let b = h
+        .wait_service(&ns, "b", WAIT, |s| {
+            has_ingress(s) && ingress_of(s) != ingress_of(&a) && applied(s).is_none()
+        })
+        .await;
+    assert!(lb_of(&h, &b).is_some(), "its own load balancer");
+    eventually("the group's load balancer without b", WAIT, || async {
+        let group = lbs_in(&h, &ns)
+            .into_iter()
+            .find(|lb| lb.service.contains("/shared-"));
+        match group {
+            Some(lb) if lb.ports == cloud_ports(&a) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // b joins again: its own load balancer goes, its ports are the group's again.
+    patch_service(
+        &h,
+        &ns,
+        "b",
+        json!({"metadata": {"annotations": {SHARING_KEY_ANNOTATION: "k"}}}),
+    )
+    .await;
+    h.wait_service(&ns, "b", WAIT, |s| ingress_of(s) == ingress_of(&a))
+        .await;
+    until_shared_ports(&h, &ns, &[&a, &b]).await;
+
+    // The last members go by type: the load balancer is deleted.
+    for name in ["a", "b"] {
+        patch_service(&h, &ns, name, json!({"spec": {"type": "ClusterIP"}})).await;
+    }
+    for name in ["a", "b"] {
+        h.wait_service(&ns, name, WAIT, |s| !has_lb_finalizer(s) && !has_ingress(s))
+            .await;
+    }
+    assert_eq!(shared_ports(&h, &ns), None);
+}
+
+#[tokio::test]
+async fn sharing_a_cloud_cannot_share_or_a_bad_key_is_refused_without_a_load_balancer() {
+    let (h, ns) = harness("shared-refused").await;
+    create_node(&h, "shared-refused").await;
+    h.cloud.set_sharing(false);
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &sharing("a", "k", &[("http", 80)])).await;
+    wait_note(&h, &ns, "a", REASON_SHARING_REFUSED, |n| {
+        n.contains("does not support load balancers shared")
+    })
+    .await;
+    // A key of 10 KB, where sharing is supported: refused, the note bounded.
+    h.cloud.set_sharing(true);
+    create_service(
+        &h,
+        &ns,
+        &sharing("huge", &"k".repeat(10 * 1024), &[("http", 80)]),
+    )
+    .await;
+    let note = wait_note(&h, &ns, "huge", REASON_SHARING_REFUSED, |n| {
+        n.contains("10240 bytes long")
+    })
+    .await;
+    assert!(note.len() <= 1024, "{}", note.len());
+    // Neither got a load balancer of its own, nor an address.
+    assert!(lbs_in(&h, &ns).is_empty(), "{:?}", lbs_in(&h, &ns));
+    for name in ["huge"] {
+        let svc = h.services(&ns).get(name).await.unwrap();
+        assert!(!has_ingress(&svc));
+    }
+    assert_eq!(calls_for(&h, Method::EnsureLoadBalancer, &ns, "huge"), 0);
 }

@@ -60,8 +60,8 @@ use tokio::time::Instant;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    CloudError, CloudResult, LoadBalancer, LoadBalancerPlan, ServiceAnnotator,
-    default_load_balancer_name, node_name, node_provider_id,
+    CloudError, CloudResult, LoadBalancer, LoadBalancerPlan, LoadBalancerSharing, ServiceAnnotator,
+    default_load_balancer_name, load_balancer_group, node_name, node_provider_id,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
@@ -346,6 +346,11 @@ impl DoLikeCloud {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerObject>> {
+        // A group's Service carries its first member's annotations, not an ID of its own
+        // (nothing is written on it): found by name.
+        if load_balancer_group(service).is_some() {
+            return Ok(None);
+        }
         let Some((key, id)) =
             read(service, ANNOTATION_LOAD_BALANCER_ID).filter(|(_, i)| !i.is_empty())
         else {
@@ -590,6 +595,17 @@ impl DoLikeCloud {
 
 #[async_trait]
 impl LoadBalancer for DoLikeCloud {
+    /// Shared: one LB's forwarding rules can serve several Services, each port to its own
+    /// `nodePort`. Members must agree on every annotation that configures the LB.
+    fn load_balancer_sharing(&self) -> Option<LoadBalancerSharing> {
+        Some(
+            LoadBalancerSharing::new()
+                .with_agreeing_annotations("service.beta.kubernetes.io/do-loadbalancer-")
+                .with_agreeing_annotations("service.kubernetes.io/do-loadbalancer-")
+                .with_agreeing_annotations("kubernetes.digitalocean.com/firewall-managed"),
+        )
+    }
+
     async fn get_load_balancer(
         &self,
         cluster_name: &str,

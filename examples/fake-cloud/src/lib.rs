@@ -173,6 +173,8 @@ struct State {
     metadata_hook: Option<MetadataHook>,
     /// Nodes whose backends fail their load balancers' health checks.
     unhealthy_nodes: HashSet<String>,
+    /// Load balancers are not shared by several Services.
+    no_sharing: bool,
 }
 
 /// Rewrites the metadata the fake cloud answers for a Node; see
@@ -471,6 +473,13 @@ impl FakeCloud {
         } else {
             state.unhealthy_nodes.insert(name.to_owned());
         }
+    }
+
+    /// Whether the cloud serves several Services from one load balancer
+    /// ([`LoadBalancer::load_balancer_sharing`]); it does unless told otherwise. Members of
+    /// a group must agree on the `fake.example.com/` annotations.
+    pub fn set_sharing(&self, sharing: bool) {
+        self.state.lock().no_sharing = !sharing;
     }
 
     /// Passes every answer of `Instances::instance_metadata` through `hook`, which may change

@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    CloudError, CloudResult, LoadBalancer, LoadBalancerHealth, default_load_balancer_name,
+    CloudError, CloudResult, LoadBalancer, LoadBalancerHealth, LoadBalancerSharing,
+    default_load_balancer_name,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
@@ -193,6 +194,11 @@ fn hosts(state: &mut State, nodes: &[Arc<Node>]) -> (Arc<Vec<String>>, u64) {
 
 #[async_trait]
 impl LoadBalancer for FakeCloud {
+    fn load_balancer_sharing(&self) -> Option<LoadBalancerSharing> {
+        let shares = !self.state.lock().no_sharing;
+        shares.then(|| LoadBalancerSharing::new().with_agreeing_annotations("fake.example.com/"))
+    }
+
     async fn get_load_balancer(
         &self,
         cluster_name: &str,

@@ -11,7 +11,8 @@ use ccm_core::async_trait;
 use ccm_core::k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use ccm_core::provider::{
     BoxError, CloudConfig, CloudError, CloudProvider, CloudResult, InstanceMetadata, Instances,
-    LoadBalancer, ProviderId, ProviderRegistry, ResultExt, node_address, provided_node_ips,
+    LoadBalancer, LoadBalancerSharing, ProviderId, ProviderRegistry, ResultExt, node_address,
+    provided_node_ips,
 };
 // ANCHOR_END: imports
 
@@ -163,6 +164,12 @@ impl LoadBalancer for AcmeCloud {
     ) -> CloudResult<()> {
         self.cloud.delete_load_balancer(cluster_name, service);
         Ok(())
+    }
+
+    // Services with one sharing key share a load balancer: the methods above are then
+    // called with one Service standing for the group (its own UID, every member's ports).
+    fn load_balancer_sharing(&self) -> Option<LoadBalancerSharing> {
+        Some(LoadBalancerSharing::new())
     }
 }
 // ANCHOR_END: load_balancer

@@ -121,6 +121,7 @@ fn start_service(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> 
         .with_load_balancer_classes(classes.clone())
         .with_conditions(o.service_conditions)
         .with_health_period(o.load_balancer_health_period)
+        .with_metallb_sharing_key(o.metallb_allow_shared_ip)
         .with_workers(o.concurrent_service_syncs.unsigned_abs() as usize)
         .with_cluster_name(o.cluster_name.clone())
         .with_metrics(ctx.manager_metrics.controllers().clone())

@@ -258,6 +258,12 @@ pub struct Options {
     /// the provider for `LoadBalancerDegraded`; 0 never asks.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "1m0s", help_heading = "Controllers")]
     pub load_balancer_health_period: Duration,
+    /// Whether MetalLB's `metallb.universe.tf/allow-shared-ip` annotation puts Services in a
+    /// shared load balancer's group, like `ccm-rs.github.io/load-balancer-sharing-key` (which
+    /// wins when both are set). Off by default: a Go CCM gives such Services a load balancer
+    /// each, and swapping it for this one must not merge them.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
+    pub metallb_allow_shared_ip: bool,
 
     /// Leader election settings.
     #[command(flatten)]

@@ -242,6 +242,10 @@ impl LoadBalancer for ShadowProvider {
     ) -> CloudResult<LoadBalancerHealth> {
         self.lb()?.load_balancer_health(cluster_name, service).await
     }
+
+    fn load_balancer_sharing(&self) -> Option<ccm_provider::LoadBalancerSharing> {
+        self.lb().ok()?.load_balancer_sharing()
+    }
 }
 
 fn route_change(route: &Route, action: Action, request: &str) -> Planned {

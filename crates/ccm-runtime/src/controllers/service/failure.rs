@@ -16,7 +16,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 
 use super::decision::wants::go_list;
-use super::{REASON_DELETE_FAILED, REASON_NOT_OWNED, REASON_SYNC_FAILED, REASON_UPDATE_FAILED};
+use super::{
+    REASON_DELETE_FAILED, REASON_NOT_OWNED, REASON_SHARING_REFUSED, REASON_SYNC_FAILED,
+    REASON_UPDATE_FAILED,
+};
 use crate::workqueue::Outcome;
 use ccm_provider::CloudError;
 
@@ -43,6 +46,8 @@ pub(super) struct Cause {
     not_owned: bool,
     /// The load balancer is still coming up ([`CloudError::Provisioning`]).
     provisioning: bool,
+    /// The Service may not share the load balancer it asks to share.
+    refused: bool,
 }
 
 impl From<&CloudError> for Cause {
@@ -52,6 +57,7 @@ impl From<&CloudError> for Cause {
             retry_after: err.retry_after_delay(),
             not_owned: err.is_not_owned(),
             provisioning: err.is_provisioning(),
+            refused: super::shared::is_refusal(err),
         }
     }
 }
@@ -63,6 +69,7 @@ impl From<&kube::Error> for Cause {
             retry_after: None,
             not_owned: false,
             provisioning: false,
+            refused: false,
         }
     }
 }
@@ -157,6 +164,11 @@ impl SyncError {
         self.cause().is_some_and(|c| c.not_owned)
     }
 
+    /// Whether the Service may not share the load balancer it asks to share.
+    pub(super) fn is_refusal(&self) -> bool {
+        self.cause().is_some_and(|c| c.refused)
+    }
+
     /// Whether the ensure ended with the load balancer still coming up
     /// ([`CloudError::Provisioning`]): not a failure to warn about, a look again after the
     /// provider's delay.
@@ -208,6 +220,11 @@ impl SyncError {
                 REASON_DELETE_FAILED,
                 "DeleteLoadBalancer",
                 format!("Error deleting load balancer: {message}"),
+            ),
+            _ if self.is_refusal() => Event::new(
+                REASON_SHARING_REFUSED,
+                "SyncLoadBalancer",
+                format!("Error syncing load balancer: {message}"),
             ),
             // A failed ensure or clean-up: Go's `syncLoadBalancerIfNeeded`.
             _ if self.not_owned() => Event::new(

@@ -15,6 +15,12 @@
 //! `ToBeDeletedByClusterAutoscaler` taint; readiness is not a filter. Events carry Go's
 //! reasons under the component `service-controller`.
 //!
+//! Services of one namespace with the same [`SHARING_KEY_ANNOTATION`] share one load
+//! balancer when the provider opts in (`LoadBalancer::load_balancer_sharing`): the `shared`
+//! module stands between the steps and the provider, so each member keeps its own
+//! finalizer, status and events while the provider is asked once per group (see
+//! docs/controllers.md, "Shared load balancers").
+//!
 //! Which Services it manages is [`LoadBalancerClasses`]'s answer (the `class` module): Go's
 //! by default, or the Services of the classes given by `--load-balancer-class`, each class
 //! with its own cleanup finalizer, and Services of any other class never touched.
@@ -65,7 +71,8 @@
 //! controller remembers of each Service; `eligible` the eligible Nodes, computed once per
 //! Node change; `node_sync` the node-sync loop; `sync` one pass of the work queue for one
 //! Service, with the one function that reports a failure, and `steps` its cloud steps
-//! (ensure, update the Nodes, clean up, delete); `failure` what failed and which Warning
+//! (ensure, update the Nodes, clean up, delete); `shared` the groups sharing a load
+//! balancer; `failure` what failed and which Warning
 //! it gets; `writes` the guarded patches; `decision` the pure decisions they all follow.
 //!
 //! [`CloudError::NotOwned`]: ccm_provider::CloudError::NotOwned
@@ -77,6 +84,7 @@ mod failure;
 mod health;
 mod node_sync;
 mod records;
+mod shared;
 mod steps;
 mod sync;
 mod writes;
@@ -93,6 +101,10 @@ use tokio_util::sync::CancellationToken;
 pub use self::class::{ClassError, LoadBalancerClasses, MAX_LOAD_BALANCER_CLASSES};
 pub use self::decision::conditions::{
     LOAD_BALANCER_DEGRADED, LOAD_BALANCER_PROVISIONING, LOAD_BALANCER_SERVING,
+};
+pub use self::decision::shared::{
+    MAX_SHARED_MEMBERS, MAX_SHARING_KEY_LEN, METALLB_SHARING_ANNOTATION, SHARING_KEY_ANNOTATION,
+    SHARING_KEY_APPLIED_ANNOTATION,
 };
 use self::decision::wants::{
     has_finalizer, needs_cleanup, needs_update, waits_for_load_balancer, wanted_on_add,
@@ -135,6 +147,15 @@ pub const REASON_UPDATE_FAILED: &str = "UpdateLoadBalancerFailed";
 ///
 /// [`CloudError::NotOwned`]: ccm_provider::CloudError::NotOwned
 pub const REASON_NOT_OWNED: &str = "LoadBalancerNotOwned";
+/// Event reason (Warning): the Service asks to share a load balancer
+/// ([`SHARING_KEY_ANNOTATION`]) and may not: its key is not one, its ports or settings
+/// conflict with the group's, the group is full, or the provider does not share load
+/// balancers. It gets no load balancer (no ingress); the group's others keep theirs. Retried
+/// with backoff, and at once when a member leaves the group. Not one of Go's reasons.
+pub const REASON_SHARING_REFUSED: &str = "LoadBalancerSharingRefused";
+/// The annotation with a label selector (`kubectl -l` syntax) that limits a Service's
+/// backend Nodes.
+pub(crate) const NODE_SELECTOR_ANNOTATION: &str = "ccm-rs.github.io/load-balancer-node-selector";
 
 /// A queued Service: its namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -210,6 +231,10 @@ pub struct ServiceControllerConfig {
     /// Which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`): the
     /// others are never load balancer backends. By default every Node, as Go.
     pub node_ownership: crate::controllers::node_ownership::NodeOwnership,
+    /// Whether MetalLB's `metallb.universe.tf/allow-shared-ip` is read as a sharing key too
+    /// (`--metallb-allow-shared-ip`); off by default, so a Go CCM's place is kept: Go gives
+    /// such Services a load balancer each.
+    pub metallb_sharing_key: bool,
 }
 
 impl Default for ServiceControllerConfig {
@@ -226,6 +251,7 @@ impl Default for ServiceControllerConfig {
             conditions: false,
             health_period: health::DEFAULT_HEALTH_PERIOD,
             node_ownership: Default::default(),
+            metallb_sharing_key: false,
         }
     }
 }
@@ -252,6 +278,8 @@ impl ServiceControllerConfig {
         pub fn with_health_period(health_period: Duration);
         /// Sets which Nodes are this cloud's; the others are never backends.
         pub fn with_node_ownership(node_ownership: crate::controllers::node_ownership::NodeOwnership);
+        /// Sets whether MetalLB's sharing annotation is read as a sharing key.
+        pub fn with_metallb_sharing_key(metallb_sharing_key: bool);
     }
 
     /// Counts in `metrics` (Go's controller metrics, registered by the manager).
@@ -321,7 +349,19 @@ impl ServiceController {
             &config,
             node_sync_latency,
         ));
+        let shared = shared::SharingLoadBalancer::new(
+            provider.clone(),
+            services.clone(),
+            config.load_balancer_classes.clone(),
+            decision::shared::SharingKeys {
+                metallb: config.metallb_sharing_key,
+            },
+            node_sync.clone(),
+            queue.clone(),
+            client.clone(),
+        );
         let worker = Worker {
+            shared,
             client: client.clone(),
             provider: provider.clone(),
             services: services.clone(),

@@ -86,6 +86,8 @@ pub(super) struct Worker {
     pub(super) shadow: Option<ControllerShadow>,
     /// Whether it writes the Service conditions (`--service-conditions`).
     pub(super) conditions: bool,
+    /// The provider's load balancers, with groups of Services sharing one.
+    pub(super) shared: super::shared::SharingLoadBalancer,
 }
 
 impl Worker {
@@ -93,7 +95,8 @@ impl Worker {
     pub(super) fn load_balancer(&self) -> Result<&dyn LoadBalancer, CloudError> {
         self.provider
             .load_balancer()
-            .ok_or(CloudError::NotImplemented)
+            .ok_or(CloudError::NotImplemented)?;
+        Ok(&self.shared)
     }
 
     /// The Services of `namespace`.
@@ -134,8 +137,16 @@ impl Worker {
                 // another (the load balancer of a version gone or replaced).
                 let subject = err.subject().or(cached.as_ref());
                 self.report(key, subject.map(|s| &**s), &Failure::Sync(&err));
-                if let (true, Some(service)) = (self.conditions, cached) {
-                    self.failure_conditions(key, service, &err).await;
+                if let Some(service) = cached {
+                    if self.conditions {
+                        self.failure_conditions(key, service, &err).await;
+                    } else if err.is_refusal() && !ingress(&service).is_empty() {
+                        // Refused: its ports are not the load balancer's (any more).
+                        let api = self.api(&key.namespace);
+                        if let Err(e) = writes::set_ingress(&api, service, &[]).await {
+                            tracing::debug!(service = %key, error = %e, "failed to clear the service's ingress");
+                        }
+                    }
                 }
                 err.outcome()
             }
@@ -223,9 +234,12 @@ impl Worker {
                 None => return,
             }
         };
-        let serving = !ingress(&service).is_empty();
+        // Refused: its ports are not the load balancer's (any more), so no address either.
+        let refused = err.is_refusal();
+        let serving = !refused && !ingress(&service).is_empty();
         let wanted = wanted(&observed, serving);
-        if let Err(e) = writes::set_status(&self.api(&key.namespace), service, None, &wanted).await
+        let clear = refused.then_some(&[][..]);
+        if let Err(e) = writes::set_status(&self.api(&key.namespace), service, clear, &wanted).await
         {
             tracing::debug!(service = %key, error = %e, "failed to write the service's conditions");
         }

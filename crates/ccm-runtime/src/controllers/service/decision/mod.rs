@@ -27,6 +27,7 @@
 pub(crate) mod conditions;
 pub(crate) mod ingress;
 pub(crate) mod nodes;
+pub(crate) mod shared;
 pub(crate) mod wants;
 
 #[cfg(test)]

@@ -487,7 +487,7 @@ mod tests {
             )),
             "{err}"
         );
-        assert!(err.contains("expected"), "{err}");
+        assert!(err.ends_with("found 'a', expected: '('"), "{err}");
         assert!(
             parse_node_selector("pool>1").is_err(),
             "no numeric operators"

@@ -18,10 +18,10 @@ use ccm_provider::well_known::{
 use ccm_provider::{CloudProvider, CloudResult, LoadBalancer, default_load_balancer_name};
 use ccm_runtime::controllers::service::{
     LOAD_BALANCER_DEGRADED, LOAD_BALANCER_PROVISIONING, LOAD_BALANCER_SERVING, LoadBalancerClasses,
-    REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING, REASON_NOT_OWNED,
-    REASON_SHARING_REFUSED, REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED,
-    REASON_UPDATED, SHARING_KEY_ANNOTATION, SHARING_KEY_APPLIED_ANNOTATION, ServiceController,
-    ServiceControllerConfig, ServiceKey,
+    NODE_SELECTOR_ANNOTATION, REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING,
+    REASON_INVALID_NODE_SELECTOR, REASON_NOT_OWNED, REASON_SHARING_REFUSED, REASON_SYNC_FAILED,
+    REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED, SHARING_KEY_ANNOTATION,
+    SHARING_KEY_APPLIED_ANNOTATION, ServiceController, ServiceControllerConfig, ServiceKey,
 };
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
 use ccm_runtime::workqueue::{Queue, RateLimit};
@@ -1979,8 +1979,7 @@ async fn sharing_a_cloud_cannot_share_or_a_bad_key_is_refused_without_a_load_bal
         n.contains("does not support load balancers shared")
     })
     .await;
-    // A key of 10 KB, where sharing is supported: refused, the note bounded.
-    h.cloud.set_sharing(true);
+    // A key of 10 KB: refused as a key (before the provider is asked), the note bounded.
     create_service(
         &h,
         &ns,
@@ -1994,9 +1993,198 @@ async fn sharing_a_cloud_cannot_share_or_a_bad_key_is_refused_without_a_load_bal
     assert!(note.len() <= 1024, "{}", note.len());
     // Neither got a load balancer of its own, nor an address.
     assert!(lbs_in(&h, &ns).is_empty(), "{:?}", lbs_in(&h, &ns));
-    for name in ["huge"] {
+    for name in ["a", "huge"] {
         let svc = h.services(&ns).get(name).await.unwrap();
         assert!(!has_ingress(&svc));
+        assert_eq!(calls_for(&h, Method::EnsureLoadBalancer, &ns, name), 0);
     }
-    assert_eq!(calls_for(&h, Method::EnsureLoadBalancer, &ns, "huge"), 0);
+}
+
+/// A Node of this run with a provider ID and the label `pool=<pool>`.
+async fn create_pool_node(h: &Harness, prefix: &str, pool: &str) -> String {
+    let mut node = h.new_node(prefix);
+    let name = node.metadata.name.clone().unwrap();
+    node.spec.as_mut().unwrap().provider_id = Some(format!("fake://{name}"));
+    node.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("pool".to_owned(), pool.to_owned());
+    h.create_node(&node).await;
+    name
+}
+
+async fn set_pool(h: &Harness, name: &str, pool: &str) {
+    patch_node(h, name, json!({"metadata": {"labels": {"pool": pool}}})).await;
+}
+
+/// A load balancer Service `name` for port 80 whose backends are the Nodes `selector`
+/// selects.
+fn selecting(name: &str, selector: &str) -> Service {
+    let mut svc = lb_service(name, &[("http", 80)]);
+    svc.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(NODE_SELECTOR_ANNOTATION.to_owned(), selector.to_owned());
+    svc
+}
+
+async fn set_selector(h: &Harness, ns: &str, name: &str, selector: &str) {
+    let annotations = json!({NODE_SELECTOR_ANNOTATION: selector});
+    patch_service(
+        h,
+        ns,
+        name,
+        json!({"metadata": {"annotations": annotations}}),
+    )
+    .await;
+}
+
+/// The fake cloud's calls, of any method, about `ns/name`.
+fn all_calls_for(h: &Harness, ns: &str, name: &str) -> usize {
+    let target = format!("{ns}/{name}");
+    h.cloud
+        .calls()
+        .iter()
+        .filter(|c| c.target == target)
+        .count()
+}
+
+#[tokio::test]
+async fn a_node_selector_limits_the_load_balancer_to_the_nodes_it_selects() {
+    let (h, ns) = harness("selector").await;
+    let a1 = create_pool_node(&h, "sel-a", "a").await;
+    let a2 = create_pool_node(&h, "sel-a", "a").await;
+    let b1 = create_pool_node(&h, "sel-b", "b").await;
+    let ctl = start(&h, &ns, fake(&h), config()).await;
+    let pool_a = create_service(&h, &ns, &selecting("pool-a", "pool=a")).await;
+    let all = ensured_web(&h, &ns).await;
+    h.wait_service(&ns, "pool-a", WAIT, has_ingress).await;
+    until_lb_nodes(&h, &pool_a, &[&a1, &a2]).await;
+    until_lb_nodes(&h, &all, &[&a1, &a2, &b1]).await;
+    let updates = |name: &str| calls_for(&h, Method::UpdateLoadBalancer, &ns, name);
+    assert_eq!((updates("pool-a"), updates("web")), (0, 0));
+
+    // A Node relabelled into pool a joins that load balancer only.
+    set_pool(&h, &b1, "a").await;
+    until_lb_nodes(&h, &pool_a, &[&a1, &a2, &b1]).await;
+    assert_eq!(updates("pool-a"), 1);
+    // And one relabelled out of it leaves it.
+    set_pool(&h, &a1, "b").await;
+    until_lb_nodes(&h, &pool_a, &[&a2, &b1]).await;
+    assert_eq!(updates("pool-a"), 2);
+    // A label no selector reads wakes no node-sync pass at all.
+    let passes = node_sync_passes(&ctl);
+    patch_node(&h, &a2, json!({"metadata": {"labels": {"team": "x"}}})).await;
+    tokio::time::sleep(ms(1000)).await;
+    assert_eq!(node_sync_passes(&ctl), passes);
+    // The Service without a selector kept every Node throughout, without a call.
+    until_lb_nodes(&h, &all, &[&a1, &a2, &b1]).await;
+    assert_eq!(updates("web"), 0);
+    assert_eq!(calls_for(&h, Method::EnsureLoadBalancer, &ns, "web"), 1);
+
+    // A selector of no Node: an empty list, and Go's Warning.
+    set_selector(&h, &ns, "pool-a", "pool=c").await;
+    until_lb_nodes(&h, &pool_a, &[]).await;
+    h.wait_event_in(&ns, "pool-a", REASON_UNAVAILABLE, WAIT)
+        .await;
+    assert!(
+        !reasons_of(&h, &ns, "web")
+            .await
+            .contains(&REASON_UNAVAILABLE.to_owned()),
+        "only the Service concerned"
+    );
+    // The exclude label still applies under a selector.
+    set_selector(&h, &ns, "pool-a", "pool in (a,b)").await;
+    until_lb_nodes(&h, &pool_a, &[&a1, &a2, &b1]).await;
+    set_exclude_label(&h, &a2, "true").await;
+    until_lb_nodes(&h, &pool_a, &[&a1, &b1]).await;
+    until_lb_nodes(&h, &all, &[&a1, &b1]).await;
+    assert_eq!(ctl.metrics.nodesync_error.get(), 0);
+}
+
+#[tokio::test]
+async fn a_bad_node_selector_warns_and_leaves_the_load_balancer_alone() {
+    let (h, ns) = harness("bad-selector").await;
+    let a1 = create_pool_node(&h, "bad-sel-a", "a").await;
+    let b1 = create_pool_node(&h, "bad-sel-b", "b").await;
+    // Conditions without the health loop: every cloud call here is the workers'.
+    let config = config()
+        .with_conditions(true)
+        .with_health_period(Duration::ZERO);
+    let _ctl = start(&h, &ns, fake(&h), config).await;
+
+    // It does not parse: a Warning naming the annotation and the fault, the failure in the
+    // conditions, and no cloud call (nor finalizer) at all.
+    create_service(&h, &ns, &selecting("web", "pool in a")).await;
+    let note = h
+        .wait_event_in(&ns, "web", REASON_INVALID_NODE_SELECTOR, WAIT)
+        .await;
+    assert!(
+        note.contains(NODE_SELECTOR_ANNOTATION) && note.contains("\"pool in a\""),
+        "{note}"
+    );
+    let failed = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            says(
+                s,
+                LOAD_BALANCER_PROVISIONING,
+                "False",
+                REASON_INVALID_NODE_SELECTOR,
+            )
+        })
+        .await;
+    assert!(!has_lb_finalizer(&failed));
+    assert_eq!(all_calls_for(&h, &ns, "web"), 0);
+    assert!(
+        !reasons_of(&h, &ns, "web")
+            .await
+            .contains(&REASON_ENSURING.to_owned())
+    );
+
+    // Fixed: ensured, with the Nodes it selects.
+    set_selector(&h, &ns, "web", "pool=b").await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    until_lb_nodes(&h, &svc, &[&b1]).await;
+    h.wait_service(&ns, "web", WAIT, |s| {
+        condition(s, LOAD_BALANCER_PROVISIONING)
+            .is_some_and(|c| c.reason != REASON_INVALID_NODE_SELECTOR)
+    })
+    .await;
+
+    // Broken again on an ensured load balancer: a Warning, and the load balancer is left as
+    // it is, even when a Node moves into what it selected.
+    let calls = all_calls_for(&h, &ns, "web");
+    let warned = h
+        .event_count(&ns, "web", REASON_INVALID_NODE_SELECTOR)
+        .await;
+    set_selector(&h, &ns, "web", "pool=(b").await;
+    eventually("another InvalidLoadBalancerNodeSelector", WAIT, || async {
+        match h
+            .event_count(&ns, "web", REASON_INVALID_NODE_SELECTOR)
+            .await
+        {
+            n if n > warned => Ok(()),
+            n => Err(format!("{n} events")),
+        }
+    })
+    .await;
+    set_pool(&h, &a1, "b").await;
+    tokio::time::sleep(ms(1500)).await;
+    assert_eq!(
+        all_calls_for(&h, &ns, "web"),
+        calls,
+        "{:?}",
+        h.cloud.calls()
+    );
+    until_lb_nodes(&h, &svc, &[&b1]).await;
+    let svc = h.wait_service(&ns, "web", WAIT, has_ingress).await;
+    assert!(has_lb_finalizer(&svc), "nothing was cleaned up");
+
+    // Fixed again: the Nodes of now.
+    set_selector(&h, &ns, "web", "pool=b").await;
+    until_lb_nodes(&h, &svc, &[&a1, &b1]).await;
+    assert_eq!(
+        calls_for(&h, Method::EnsureLoadBalancerDeleted, &ns, "web"),
+        0
+    );
 }

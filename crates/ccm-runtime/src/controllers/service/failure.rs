@@ -4,21 +4,24 @@
 //! check that failed). Which Warning a failure gets is a pure function of it
 //! ([`Failure::event`]): Go's `SyncLoadBalancerFailed` for a failed ensure or clean-up,
 //! `UpdateLoadBalancerFailed` for a failed update of the Nodes, `DeleteLoadBalancerFailed`
-//! for the load balancer of a Service that is gone, and [`REASON_NOT_OWNED`] when the
-//! provider would not touch a load balancer that is not the Service's; when the queue tries
+//! for the load balancer of a Service that is gone, [`REASON_NOT_OWNED`] when the
+//! provider would not touch a load balancer that is not the Service's, and
+//! [`REASON_INVALID_NODE_SELECTOR`] when the Service's node selector is bad; when the queue tries
 //! again is another ([`SyncError::outcome`]). Messages are cut to [`MAX_MESSAGE_BYTES`]
 //! first, however long the user-written value they quote. The one function that writes a
 //! failure's event, log line and count is the workers' `report`, in `sync`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 
+use super::decision::nodes::SelectorError;
 use super::decision::wants::go_list;
 use super::{
-    REASON_DELETE_FAILED, REASON_NOT_OWNED, REASON_SHARING_REFUSED, REASON_SYNC_FAILED,
-    REASON_UPDATE_FAILED,
+    REASON_DELETE_FAILED, REASON_INVALID_NODE_SELECTOR, REASON_NOT_OWNED, REASON_SHARING_REFUSED,
+    REASON_SYNC_FAILED, REASON_UPDATE_FAILED,
 };
 use crate::workqueue::Outcome;
 use ccm_provider::CloudError;
@@ -84,6 +87,9 @@ pub(super) enum SyncError {
     Ensure(Cause),
     /// The provider's status is one the API server would refuse: why.
     InvalidStatus(String),
+    /// The Service's node selector is bad, so its Nodes cannot be chosen: no cloud call,
+    /// the load balancer is left as it is.
+    InvalidNodeSelector(SelectorError),
     /// Writing `status.loadBalancer` failed (the new ingress list, or clearing it).
     WriteStatus(Cause),
     /// Asking the cloud whether the load balancer exists, before a clean-up, failed.
@@ -123,6 +129,7 @@ impl SyncError {
             Self::InvalidStatus(_) => {
                 "the cloud provider returned a load balancer status that cannot be written"
             }
+            Self::InvalidNodeSelector(_) => "invalid load balancer node selector",
             Self::WriteStatus(_) => "failed to update load balancer status",
             Self::CheckBeforeCleanUp(_) => "failed to check if load balancer exists before cleanup",
             Self::CleanUp(_) | Self::DeleteGone { .. } => "failed to delete load balancer",
@@ -145,16 +152,17 @@ impl SyncError {
             | Self::UpdateHosts { cause, .. }
             | Self::UpdateUnsupported(cause)
             | Self::DeleteGone { cause, .. } => Some(cause),
-            Self::InvalidStatus(_) => None,
+            Self::InvalidStatus(_) | Self::InvalidNodeSelector(_) => None,
         }
     }
 
     /// The message for the event and the log: what was being done and why, cut to
     /// [`MAX_MESSAGE_BYTES`].
     pub(super) fn message(&self) -> String {
-        let why = match self {
-            Self::InvalidStatus(why) => why,
-            _ => self.cause().map_or("", |c| c.detail.as_str()),
+        let why: Cow<'_, str> = match self {
+            Self::InvalidStatus(why) => why.into(),
+            Self::InvalidNodeSelector(err) => err.to_string().into(),
+            _ => self.cause().map_or("", |c| c.detail.as_str()).into(),
         };
         cut_message(format!("{}: {why}", self.context()))
     }
@@ -214,6 +222,13 @@ impl SyncError {
                 format!(
                     "Error updating load balancer with new hosts {}: {message}",
                     go_list(nodes)
+                ),
+            ),
+            Self::InvalidNodeSelector(_) => Event::new(
+                REASON_INVALID_NODE_SELECTOR,
+                "SyncLoadBalancer",
+                format!(
+                    "Error syncing load balancer: {message}; the load balancer was left as it is"
                 ),
             ),
             Self::DeleteGone { .. } => Event::new(
@@ -490,6 +505,29 @@ mod tests {
                 "DeleteLoadBalancer",
                 "Error deleting load balancer: failed to delete load balancer: boom"
             )
+        );
+    }
+
+    #[test]
+    fn a_bad_node_selector_is_its_own_warning_with_the_normal_backoff() {
+        let bad = super::super::decision::nodes::parse_node_selector("pool in a").unwrap_err();
+        let err = SyncError::InvalidNodeSelector(bad.clone());
+        assert_eq!(err.outcome(), Outcome::Retry, "backoff");
+        assert!(!err.is_provisioning() && err.subject().is_none());
+        assert_eq!(
+            err.message(),
+            format!("invalid load balancer node selector: {bad}")
+        );
+        assert_eq!(
+            Failure::Sync(&err).event(),
+            Some(Event::new(
+                REASON_INVALID_NODE_SELECTOR,
+                "SyncLoadBalancer",
+                format!(
+                    "Error syncing load balancer: invalid load balancer node selector: {bad}; \
+                     the load balancer was left as it is"
+                )
+            ))
         );
     }
 

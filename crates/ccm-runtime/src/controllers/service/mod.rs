@@ -21,6 +21,16 @@
 //! finalizer, status and events while the provider is asked once per group (see
 //! docs/controllers.md, "Shared load balancers").
 //!
+//! A Service may narrow its Nodes with a label selector, the annotation
+//! [`NODE_SELECTOR_ANNOTATION`] (`kubectl -l` syntax, read by the parser of
+//! `--node-selector`): its load balancer gets the eligible Nodes the selector selects (the
+//! `eligible` module caches them per selector, once per Node change), and the node-sync
+//! pass compares each load balancer with its own Service's Nodes, so a Node relabelled
+//! across a selector updates exactly the load balancers concerned. A selector that does not
+//! parse is a [`REASON_INVALID_NODE_SELECTOR`] Warning and a retry with backoff; the load
+//! balancer is left as it is (no ensure, no update, never deleted for it). Without the
+//! annotation, every eligible Node, as in Go. Not one of Go's features.
+//!
 //! Which Services it manages is [`LoadBalancerClasses`]'s answer (the `class` module): Go's
 //! by default, or the Services of the classes given by `--load-balancer-class`, each class
 //! with its own cleanup finalizer, and Services of any other class never touched.
@@ -68,8 +78,8 @@
 //! The files, one job each: this one holds the settings, [`ServiceController::new`] (the
 //! informer subscriptions) and [`run`](ServiceController::run); `class` the Services it
 //! manages; `records` what the
-//! controller remembers of each Service; `eligible` the eligible Nodes, computed once per
-//! Node change; `node_sync` the node-sync loop; `sync` one pass of the work queue for one
+//! controller remembers of each Service; `eligible` the eligible Nodes (of every Service,
+//! and of each node selector), computed once per Node change; `node_sync` the node-sync loop; `sync` one pass of the work queue for one
 //! Service, with the one function that reports a failure, and `steps` its cloud steps
 //! (ensure, update the Nodes, clean up, delete); `shared` the groups sharing a load
 //! balancer; `failure` what failed and which Warning
@@ -153,9 +163,19 @@ pub const REASON_NOT_OWNED: &str = "LoadBalancerNotOwned";
 /// balancers. It gets no load balancer (no ingress); the group's others keep theirs. Retried
 /// with backoff, and at once when a member leaves the group. Not one of Go's reasons.
 pub const REASON_SHARING_REFUSED: &str = "LoadBalancerSharingRefused";
-/// The annotation with a label selector (`kubectl -l` syntax) that limits a Service's
-/// backend Nodes.
-pub(crate) const NODE_SELECTOR_ANNOTATION: &str = "ccm-rs.github.io/load-balancer-node-selector";
+/// Event reason (Warning): the Service's [`NODE_SELECTOR_ANNOTATION`] is not a label
+/// selector (it does not parse, or is too long); the load balancer was left as it is, and
+/// the sync is retried with backoff. Not one of Go's reasons: Go has no such annotation.
+pub const REASON_INVALID_NODE_SELECTOR: &str = "InvalidLoadBalancerNodeSelector";
+
+/// Service annotation: a label selector, in `kubectl -l` syntax (as `--node-selector`,
+/// bounded the same way: 4 KiB, 64 requirements), that limits the Service's load balancer
+/// to the eligible Nodes whose labels it selects, e.g. `pool=a` or `pool in (a,b),!gpu`.
+/// Without it, or with an empty value, every eligible Node, as in Go. A selector that
+/// selects no Node is an empty list (an `UnAvailableLoadBalancer` Warning); one that does
+/// not parse is a [`REASON_INVALID_NODE_SELECTOR`] Warning and leaves the load balancer as
+/// it is. Not one of Go's annotations.
+pub const NODE_SELECTOR_ANNOTATION: &str = "ccm-rs.github.io/load-balancer-node-selector";
 
 /// A queued Service: its namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,5 +1,6 @@
 //! The node-sync loop: after Node events (debounced) and periodically, a pass compares, for
-//! each load balancer, the Nodes it was last given with the eligible Nodes now, and queues
+//! each load balancer, the Nodes it was last given with its Service's eligible Nodes now
+//! (narrowed by the Service's node selector, if it has one), and queues
 //! the Services that differ on the service queue, whose workers update them. A pass does
 //! not start while the updates the previous one queued are still waiting or running (at
 //! most [`NODE_SYNC_DRAIN_MAX`]); a Service found being synced is compared again when its
@@ -11,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::decision::nodes::{NodeSet, NodeSyncStep, node_sync_step, node_update_matters};
+use super::decision::nodes::{NodeSyncStep, SelectorError, node_sync_step, node_update_matters};
 use super::decision::wants::wants_load_balancer;
 use super::eligible::{EligibleCache, EligibleNodes};
 use super::records::Records;
@@ -60,11 +61,16 @@ impl NodeSync {
         config: &ServiceControllerConfig,
         latency: Histogram,
     ) -> Self {
-        let eligible = EligibleCache::new(nodes.clone(), config.node_ownership.clone());
         let node_changed = Arc::new(Notify::new());
+        let eligible = EligibleCache::new(
+            nodes.clone(),
+            config.node_ownership.clone(),
+            node_changed.clone(),
+        );
         {
             let node_changed = node_changed.clone();
             let node_generation = eligible.generation();
+            let selectors = eligible.watch();
             let ownership = config.node_ownership.clone();
             nodes.subscribe(move |change| {
                 // Any change: the Nodes handed to the provider carry more than the set.
@@ -73,7 +79,7 @@ impl NodeSync {
                     Change::Applied {
                         old: Some(old),
                         new,
-                    } => node_update_matters(&ownership, old, new),
+                    } => node_update_matters(&ownership, old, new) || selectors.moved(old, new),
                     Change::Applied { old: None, .. } | Change::Deleted(_) => true,
                 };
                 if matters {
@@ -94,9 +100,10 @@ impl NodeSync {
         }
     }
 
-    /// The eligible Nodes now and their set (see [`EligibleCache::current`]).
-    pub(super) fn eligible_nodes(&self) -> EligibleNodes {
-        self.eligible.current()
+    /// The eligible Nodes of `service` now and their set (see
+    /// [`EligibleCache::eligible_for`]); an error when its node selector is bad.
+    pub(super) fn eligible_for(&self, service: &Service) -> Result<EligibleNodes, SelectorError> {
+        self.eligible.eligible_for(service)
     }
 
     /// A sync of `key` ended: it no longer holds up the next pass, and if a pass found it
@@ -107,8 +114,8 @@ impl NodeSync {
         self.pass_pending
             .send_if_modified(|pending| pending.remove(key));
         if lock(&self.after_sync).remove(key) && succeeded {
-            let current = self.eligible_nodes().hosts;
-            if self.records.hosts_stale(key, &current) {
+            let current = |service: &Service| self.eligible_for(service).ok().map(|e| e.hosts);
+            if self.records.hosts_stale(key, current) {
                 self.queue.add(key.clone());
             }
         }
@@ -162,14 +169,17 @@ impl NodeSync {
         }
     }
 
-    /// Queues every Service whose load balancer was given other Nodes than the eligible
-    /// ones now. The updates run on the service workers.
+    /// Queues every Service whose load balancer was given other Nodes than its eligible
+    /// ones now. The updates run on the service workers. The node selectors no Service it
+    /// visits uses are dropped from the cache.
     fn pass(&self) {
         let started = tokio::time::Instant::now();
         let mut stale = Vec::new();
-        // Read (or recomputed) at the first Service that wants a load balancer: without one,
-        // the Nodes need not even be read.
-        let mut current: Option<Arc<NodeSet>> = None;
+        let sweep = self.eligible.begin_sweep();
+        // The Nodes are read (or recomputed) at the first Service that wants a load
+        // balancer: without one, they need not even be read. The Services of one selector
+        // share its set, computed once.
+        let mut compared = 0;
         {
             let records = self.records.lock();
             let mut after_sync = lock(&self.after_sync);
@@ -177,7 +187,9 @@ impl NodeSync {
                 if !wants_load_balancer(self.records.classes(), &record.service) {
                     continue;
                 }
-                let current = current.get_or_insert_with(|| self.eligible_nodes().hosts);
+                compared += 1;
+                let current = self.eligible_for(&record.service).ok();
+                let current = current.as_ref().map(|c| &*c.hosts);
                 match node_sync_step(record.hosts_state(), current) {
                     NodeSyncStep::Update => stale.push(key.clone()),
                     NodeSyncStep::AfterSync => {
@@ -187,8 +199,9 @@ impl NodeSync {
                 }
             }
         }
+        self.eligible.end_sweep(sweep);
         tracing::debug!(
-            nodes = current.as_ref().map_or(0, |c| c.len()),
+            compared,
             services = stale.len(),
             "node sync: queueing load balancers whose nodes changed"
         );

@@ -169,12 +169,19 @@ impl Records {
         self.lock().remove(key);
     }
 
-    /// Whether `key` wants a load balancer that was last given other Nodes than `current`
-    /// (and is neither being synced nor failing).
-    pub(super) fn hosts_stale(&self, key: &ServiceKey, current: &NodeSet) -> bool {
+    /// Whether `key` wants a load balancer that was last given other Nodes than its
+    /// Service's eligible ones now, `current` (`None`: they cannot be chosen), and is
+    /// neither being synced nor failing.
+    pub(super) fn hosts_stale(
+        &self,
+        key: &ServiceKey,
+        current: impl FnOnce(&Service) -> Option<Arc<NodeSet>>,
+    ) -> bool {
         self.lock().get(key).is_some_and(|r| {
-            wants_load_balancer(&self.classes, &r.service)
-                && node_sync_step(r.hosts_state(), current) == NodeSyncStep::Update
+            wants_load_balancer(&self.classes, &r.service) && {
+                let current = current(&r.service);
+                node_sync_step(r.hosts_state(), current.as_deref()) == NodeSyncStep::Update
+            }
         })
     }
 }
@@ -291,11 +298,15 @@ mod tests {
         let hosts = Arc::new(NodeSet::from([("a".into(), String::new())]));
         records.lock().get_mut(&key).unwrap().syncing = false;
         records.applied(&key, &web, hosts.clone());
-        assert!(!records.hosts_stale(&key, &hosts));
-        assert!(records.hosts_stale(&key, &NodeSet::new()));
+        assert!(!records.hosts_stale(&key, |_| Some(hosts.clone())));
+        assert!(records.hosts_stale(&key, |_| Some(Arc::default())));
+        assert!(
+            !records.hosts_stale(&key, |_| None),
+            "no Nodes to compare with"
+        );
         records.cleaned(&key);
         assert!(matches!(records.known(&key).unwrap().lb, LbState::Cleaned));
-        assert!(!records.hosts_stale(&key, &NodeSet::new()));
+        assert!(!records.hosts_stale(&key, |_| Some(Arc::default())));
         records.forget(&key);
         assert!(records.known(&key).is_none());
     }

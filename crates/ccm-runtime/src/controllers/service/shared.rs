@@ -268,7 +268,12 @@ impl SharingLoadBalancer {
             group.applied = Applied::Gone;
             return Ok(None);
         }
-        let eligible = self.node_sync.eligible_nodes();
+        // Members agree on the backend selector: the first member's, which the group's
+        // Service carries, is every member's.
+        let eligible = self
+            .node_sync
+            .eligible_for(&service)
+            .map_err(|e| CloudError::msg(format!("the group's backend Nodes: {e}")))?;
         if let Applied::Serving {
             service: applied,
             hosts,

@@ -1,5 +1,6 @@
 //! The steps a sync takes, each Go's counterpart with its Normal events: [`ensure`] (the
-//! finalizer first, then `ensure_load_balancer` with the eligible Nodes, then the status),
+//! finalizer first, then `ensure_load_balancer` with the Service's eligible Nodes, then
+//! the status),
 //! [`update_hosts`] (`update_load_balancer` with new Nodes only), [`clean_up`] (delete the
 //! load balancer, then remove the finalizer, then clear the status) and
 //! [`delete_load_balancer_of`] (the load balancer of a Service version that is gone or
@@ -167,7 +168,9 @@ impl Worker {
         let lb = self
             .load_balancer()
             .map_err(|e| SyncError::Ensure((&e).into()))?;
-        let EligibleNodes { nodes, hosts, .. } = self.node_sync.eligible_nodes();
+        let EligibleNodes { nodes, hosts, .. } = self
+            .eligible_for(&service)
+            .map_err(SyncError::InvalidNodeSelector)?;
         if nodes.is_empty() {
             self.recorder.warning(
                 &*service,

@@ -19,6 +19,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use super::ServiceKey;
 use super::decision::conditions::{Observed, wanted};
 use super::decision::ingress::ingress;
+use super::decision::nodes::SelectorError;
 use super::decision::wants::{is_deleting, wants_load_balancer};
 use super::decision::{GoneStep, Step, plan, plan_gone};
 use super::eligible::EligibleNodes;
@@ -109,6 +110,13 @@ impl Worker {
         &self.cluster_name
     }
 
+    /// The eligible Nodes of `service` now: the controller's, narrowed by the Service's
+    /// node selector ([`NODE_SELECTOR_ANNOTATION`](super::NODE_SELECTOR_ANNOTATION)) if it
+    /// has one; an error when that selector is bad. Services of one selector share one set.
+    pub(super) fn eligible_for(&self, service: &Service) -> Result<EligibleNodes, SelectorError> {
+        self.node_sync.eligible_for(service)
+    }
+
     /// One pass of the work queue for one Service.
     pub(super) async fn sync(&self, key: &ServiceKey) -> Outcome {
         let _settle = shadow::syncing(self.shadow.as_ref(), key.to_string());
@@ -190,7 +198,12 @@ impl Worker {
             (known, own)
         };
         let _guard = self.records.syncing_guard(key);
-        let EligibleNodes { nodes, hosts, .. } = self.node_sync.eligible_nodes();
+        // A bad node selector stops every step but the clean-up (which needs no Node); it
+        // is reported after a replaced Service's load balancer is deleted, below.
+        let eligible = self.eligible_for(&service);
+        let hosts = eligible
+            .as_ref()
+            .map_or_else(|_| Arc::default(), |e| e.hosts.clone());
         let plan = plan(self.records.classes(), &service, known.as_ref(), &hosts);
 
         // A different UID under the same name: the Service was deleted and created again
@@ -204,11 +217,16 @@ impl Worker {
             start_sync(&mut self.records.lock(), key, &service);
         }
 
+        let EligibleNodes { nodes, hosts, .. } = match (plan.step, eligible) {
+            (Step::CleanUp, _) => return self.clean_up(key, service).await,
+            // The load balancer is left as it is: no ensure, no update, no deletion.
+            (_, Err(err)) => return Err(SyncError::InvalidNodeSelector(err)),
+            (_, Ok(eligible)) => eligible,
+        };
         match plan.step {
-            Step::CleanUp => self.clean_up(key, service).await,
             Step::UpdateHosts => self.update_hosts(key, &service, &nodes, hosts).await,
             Step::Ensure => self.ensure(key, service).await,
-            Step::Nothing => Ok(()),
+            Step::Nothing | Step::CleanUp => Ok(()),
         }
     }
 

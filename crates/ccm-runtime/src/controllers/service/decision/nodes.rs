@@ -4,15 +4,21 @@
 //! [`NodeOwnership`]), which Node updates can change the set,
 //! the [`NodeSet`] (name → provider ID) a load balancer is compared by, and what the
 //! node-sync pass does with a Service given the set its load balancer was last given
-//! ([`node_sync_step`]).
+//! ([`node_sync_step`]). A Service's own selector
+//! ([`NODE_SELECTOR_ANNOTATION`](super::super::NODE_SELECTOR_ANNOTATION)) narrows the
+//! eligible Nodes further: [`parse_node_selector`], [`select_nodes`], and which Node
+//! updates move a Node in or out of a selector ([`selectors_moved`]).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 
-use crate::controllers::node_ownership::NodeOwnership;
+use super::super::NODE_SELECTOR_ANNOTATION;
+use crate::controllers::node_ownership::{LabelSelector, NodeOwnership};
 use crate::controllers::node_util::{node_name, taints};
+use ccm_provider::echo::echo;
 use ccm_provider::well_known::{
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
 };
@@ -91,6 +97,64 @@ pub(crate) fn node_set(nodes: &[Arc<Node>]) -> NodeSet {
         .collect()
 }
 
+/// The Service's node selector ([`NODE_SELECTOR_ANNOTATION`]'s value), if it has one.
+pub(crate) fn node_selector_text(service: &Service) -> Option<&str> {
+    service
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(NODE_SELECTOR_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Why a Service's node selector cannot choose its Nodes: the annotation, its value
+/// (echoed, so bounded) and what is wrong with it, on one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SelectorError(String);
+
+impl fmt::Display for SelectorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Reads a Service's node selector (`kubectl -l` syntax, by the parser of `--node-selector`,
+/// bounded the same way): `Ok(None)` when it has no requirement (an empty value), which
+/// selects every eligible Node, as no annotation does.
+pub(crate) fn parse_node_selector(text: &str) -> Result<Option<LabelSelector>, SelectorError> {
+    match LabelSelector::parse(text) {
+        Ok(selector) if selector.selects_all() => Ok(None),
+        Ok(selector) => Ok(Some(selector)),
+        Err(why) => Err(SelectorError(format!(
+            "annotation {NODE_SELECTOR_ANNOTATION} = {:?} is not a label selector: {why}",
+            echo(text)
+        ))),
+    }
+}
+
+/// The Nodes of `eligible` whose labels `selector` selects, in the same order.
+pub(crate) fn select_nodes(eligible: &[Arc<Node>], selector: &LabelSelector) -> Vec<Arc<Node>> {
+    eligible
+        .iter()
+        .filter(|n| selector.matches(n.metadata.labels.as_ref()))
+        .cloned()
+        .collect()
+}
+
+/// Whether a Node update moves the Node in or out of one of `selectors` (its labels
+/// changed, and one of them selects the old labels but not the new, or the reverse).
+pub(crate) fn selectors_moved<'a>(
+    selectors: impl IntoIterator<Item = &'a LabelSelector>,
+    old: &Node,
+    new: &Node,
+) -> bool {
+    let (old, new) = (old.metadata.labels.as_ref(), new.metadata.labels.as_ref());
+    old != new
+        && selectors
+            .into_iter()
+            .any(|s| s.matches(old) != s.matches(new))
+}
+
 /// What the controller last did to a Service's load balancer, as the node-sync pass sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HostsState<'a> {
@@ -119,11 +183,14 @@ pub(crate) enum NodeSyncStep {
 }
 
 /// What the node-sync pass does with a Service, given what was last applied and the
-/// eligible Nodes now.
-pub(crate) fn node_sync_step(state: HostsState<'_>, current: &NodeSet) -> NodeSyncStep {
-    match state {
-        HostsState::Applied(_) if hosts_stale(state, current) => NodeSyncStep::Update,
-        HostsState::Syncing => NodeSyncStep::AfterSync,
+/// Service's eligible Nodes now (`None`: they cannot be chosen, its node selector is bad;
+/// its own sync reports that, and leaves the load balancer as it is).
+pub(crate) fn node_sync_step(state: HostsState<'_>, current: Option<&NodeSet>) -> NodeSyncStep {
+    match (state, current) {
+        (HostsState::Applied(_), Some(current)) if hosts_stale(state, current) => {
+            NodeSyncStep::Update
+        }
+        (HostsState::Syncing, _) => NodeSyncStep::AfterSync,
         _ => NodeSyncStep::Nothing,
     }
 }
@@ -320,22 +387,39 @@ mod tests {
         assert!(!hosts_stale(HostsState::Failing, &ab));
         assert!(!hosts_stale(HostsState::None, &ab));
         assert_eq!(
-            node_sync_step(HostsState::Applied(&a), &ab),
+            node_sync_step(HostsState::Applied(&a), Some(&ab)),
             NodeSyncStep::Update
         );
         assert_eq!(
-            node_sync_step(HostsState::Applied(&ab), &ab),
+            node_sync_step(HostsState::Applied(&ab), Some(&ab)),
             NodeSyncStep::Nothing
         );
         assert_eq!(
-            node_sync_step(HostsState::Syncing, &ab),
+            node_sync_step(HostsState::Syncing, Some(&ab)),
             NodeSyncStep::AfterSync
         );
         assert_eq!(
-            node_sync_step(HostsState::Failing, &ab),
+            node_sync_step(HostsState::Failing, Some(&ab)),
             NodeSyncStep::Nothing
         );
-        assert_eq!(node_sync_step(HostsState::None, &ab), NodeSyncStep::Nothing);
+        assert_eq!(
+            node_sync_step(HostsState::None, Some(&ab)),
+            NodeSyncStep::Nothing
+        );
+        // Nodes that cannot be chosen (a bad selector): only a sync in flight is looked at
+        // again; an applied set is left as it is.
+        assert_eq!(
+            node_sync_step(HostsState::Applied(&a), None),
+            NodeSyncStep::Nothing
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Syncing, None),
+            NodeSyncStep::AfterSync
+        );
+        assert_eq!(
+            node_sync_step(HostsState::Failing, None),
+            NodeSyncStep::Nothing
+        );
         assert!(hosts_stale(HostsState::Applied(&NodeSet::new()), &a));
         assert!(hosts_stale(HostsState::Applied(&a), &NodeSet::new()));
         let shared = std::sync::Arc::new(ab.clone());
@@ -343,5 +427,96 @@ mod tests {
             !hosts_stale(HostsState::Applied(&shared), &shared),
             "one shared set"
         );
+    }
+
+    fn pool(name: &str, pool: Option<&str>) -> Arc<Node> {
+        let mut n = node(name);
+        n.metadata.labels = pool.map(|p| BTreeMap::from([("pool".to_owned(), p.to_owned())]));
+        Arc::new(n)
+    }
+
+    fn names(nodes: &[Arc<Node>]) -> Vec<&str> {
+        nodes.iter().map(|n| node_name(n)).collect()
+    }
+
+    #[test]
+    fn a_service_s_selector_is_its_annotation() {
+        let mut svc = Service::default();
+        assert_eq!(node_selector_text(&svc), None);
+        svc.metadata.annotations = Some(BTreeMap::from([(
+            "example.com/other".to_owned(),
+            "pool=a".to_owned(),
+        )]));
+        assert_eq!(node_selector_text(&svc), None);
+        svc.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(NODE_SELECTOR_ANNOTATION.to_owned(), "pool=a".to_owned());
+        assert_eq!(node_selector_text(&svc), Some("pool=a"));
+    }
+
+    #[test]
+    fn a_node_selector_narrows_the_eligible_nodes() {
+        let eligible = vec![
+            pool("a1", Some("a")),
+            pool("b1", Some("b")),
+            pool("none", None),
+            pool("a2", Some("a")),
+        ];
+        let select = |text: &str| {
+            let selector = parse_node_selector(text).unwrap().expect("requirements");
+            select_nodes(&eligible, &selector)
+        };
+        assert_eq!(names(&select("pool=a")), ["a1", "a2"], "the order is kept");
+        assert_eq!(names(&select("pool!=a")), ["b1", "none"]);
+        assert_eq!(names(&select("pool in (a,b)")), ["a1", "b1", "a2"]);
+        assert_eq!(names(&select("!pool")), ["none"]);
+        assert_eq!(names(&select("pool=c")), Vec::<&str>::new());
+        // No requirement: every eligible Node, as without the annotation.
+        assert_eq!(parse_node_selector("").unwrap(), None);
+        assert_eq!(parse_node_selector("  ").unwrap(), None);
+    }
+
+    #[test]
+    fn a_bad_node_selector_names_the_annotation_and_the_fault() {
+        let err = parse_node_selector("pool in a").unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "annotation {NODE_SELECTOR_ANNOTATION} = \"pool in a\" is not a label selector: "
+            )),
+            "{err}"
+        );
+        assert!(err.ends_with("found 'a', expected: '('"), "{err}");
+        assert!(
+            parse_node_selector("pool>1").is_err(),
+            "no numeric operators"
+        );
+        assert!(parse_node_selector("Bad Key=x").is_err());
+        // However long the value, the message is one bounded line.
+        let long = format!("pool in ({})", "a,".repeat(100_000));
+        let err = parse_node_selector(&long).unwrap_err().to_string();
+        assert!(err.len() < 700, "{}", err.len());
+        assert!(err.contains("at most 4096"), "{err}");
+        let many = (0..65)
+            .map(|i| format!("k{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let err = parse_node_selector(&many).unwrap_err().to_string();
+        assert!(err.contains("more than 64 requirements"), "{err}");
+    }
+
+    #[test]
+    fn a_label_change_matters_when_it_moves_a_node_across_a_selector() {
+        let a = LabelSelector::parse("pool=a").unwrap();
+        let gpu = LabelSelector::parse("gpu").unwrap();
+        let (in_a, in_b, bare) = (pool("n", Some("a")), pool("n", Some("b")), pool("n", None));
+        assert!(selectors_moved([&a], &in_a, &in_b), "leaves pool=a");
+        assert!(selectors_moved([&a], &bare, &in_a), "joins pool=a");
+        assert!(!selectors_moved([&a], &in_b, &bare), "outside both times");
+        assert!(!selectors_moved([&gpu], &in_a, &in_b), "another selector");
+        assert!(selectors_moved([&gpu, &a], &in_a, &in_b), "any selector");
+        assert!(!selectors_moved([], &in_a, &in_b), "no selector in use");
+        assert!(!selectors_moved([&a], &in_a, &in_a), "no label change");
     }
 }

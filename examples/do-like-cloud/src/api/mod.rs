@@ -11,7 +11,7 @@ mod types;
 pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions, RateWindow};
 pub use self::lb_index::SeenLoadBalancer;
 pub use self::types::{
-    Droplet, ErrorBody, ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK,
+    DROPLET_HEALTHY, DROPLET_UNHEALTHY, DROPLET_UNKNOWN, Droplet, DropletHealth, ErrorBody, ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK,
     LbFirewall, Links, LoadBalancerObject, LoadBalancerRequest, Meta, NetworkV4, NetworkV6,
     Networks, Pages, Region, Size, StickySessions, XRoute,
 };

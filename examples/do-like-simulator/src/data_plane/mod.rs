@@ -347,11 +347,11 @@ impl DataPlane {
         }
     }
 
-    /// Each running load balancer's targets and their health.
-    pub(crate) fn health(&self) -> BTreeMap<String, Vec<(Ipv4Addr, bool)>> {
+    /// Each running load balancer's targets and their health (`None`: not probed yet).
+    pub(crate) fn health(&self) -> BTreeMap<String, Vec<(Ipv4Addr, Option<bool>)>> {
         self.running
             .iter()
-            .map(|(id, lb)| (id.clone(), lb.pool.health()))
+            .map(|(id, lb)| (id.clone(), lb.pool.checked_health()))
             .collect()
     }
 }
@@ -362,7 +362,7 @@ impl DataPlane {
 pub(crate) async fn run(
     changed: Arc<tokio::sync::Notify>,
     read: impl Fn() -> BTreeMap<String, LbSpec>,
-    publish: impl Fn(BTreeMap<String, Vec<(Ipv4Addr, bool)>>),
+    publish: impl Fn(BTreeMap<String, Vec<(Ipv4Addr, Option<bool>)>>),
 ) {
     let mut plane = DataPlane::default();
     loop {

@@ -52,6 +52,8 @@
 //! `/healthz` on the `healthCheckNodePort` (`externalTrafficPolicy: Local`) or on
 //! kube-proxy's port 10256 (`Cluster`); see [`crate::annotations`] for it and its overrides.
 
+mod health;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,7 +62,7 @@ use tokio::time::Instant;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    CloudError, CloudResult, LoadBalancer, LoadBalancerPlan, ServiceAnnotator,
+    CloudError, CloudResult, LoadBalancer, LoadBalancerHealth, LoadBalancerPlan, ServiceAnnotator,
     default_load_balancer_name, node_name, node_provider_id,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
@@ -740,6 +742,16 @@ impl LoadBalancer for DoLikeCloud {
             }
         }
     }
+
+    /// From the simulator's `x_droplet_health` extension, through the client's index; see
+    /// [`health`] (`NotImplemented` against an API without the extension).
+    async fn load_balancer_health(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<LoadBalancerHealth> {
+        self.health(cluster_name, service).await
+    }
 }
 
 #[cfg(test)]
@@ -980,6 +992,7 @@ mod tests {
             }),
             fetched: t0 + new_for,
             new_since: (status == "new").then_some(t0),
+            health: None,
         };
         // Just created: the first look a second later.
         assert_eq!(

@@ -195,7 +195,7 @@ struct Shared {
     changed: Arc<tokio::sync::Notify>,
     /// The data plane's targets and their health (`None`: not probed yet), by load
     /// balancer ID.
-    health: Mutex<BTreeMap<String, Vec<(std::net::Ipv4Addr, Option<bool>)>>>,
+    health: Mutex<BTreeMap<String, data_plane::TargetHealth>>,
 }
 
 /// A handle on a simulator's state, for in-process tests (the admin interface's operations).

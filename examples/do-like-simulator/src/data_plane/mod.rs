@@ -348,7 +348,7 @@ impl DataPlane {
     }
 
     /// Each running load balancer's targets and their health (`None`: not probed yet).
-    pub(crate) fn health(&self) -> BTreeMap<String, Vec<(Ipv4Addr, Option<bool>)>> {
+    pub(crate) fn health(&self) -> BTreeMap<String, TargetHealth> {
         self.running
             .iter()
             .map(|(id, lb)| (id.clone(), lb.pool.checked_health()))
@@ -356,13 +356,17 @@ impl DataPlane {
     }
 }
 
+/// Each target of one load balancer and whether it passes the health check (`None`: no probe
+/// of it has answered yet).
+pub(crate) type TargetHealth = Vec<(Ipv4Addr, Option<bool>)>;
+
 /// Runs the reconciler until the task is aborted: on every change the API makes (`changed`)
 /// and every [`RESYNC`], reads the wanted state with `read` and applies it; publishes the
 /// targets' health with `publish`.
 pub(crate) async fn run(
     changed: Arc<tokio::sync::Notify>,
     read: impl Fn() -> BTreeMap<String, LbSpec>,
-    publish: impl Fn(BTreeMap<String, Vec<(Ipv4Addr, Option<bool>)>>),
+    publish: impl Fn(BTreeMap<String, TargetHealth>),
 ) {
     let mut plane = DataPlane::default();
     loop {

@@ -743,8 +743,9 @@ impl LoadBalancer for DoLikeCloud {
         }
     }
 
-    /// From the simulator's `x_droplet_health` extension, through the client's index; see
-    /// [`health`] (`NotImplemented` against an API without the extension).
+    /// From the simulator's `x_droplet_health` extension, through the client's index (see
+    /// docs/do-like-cloud.md, "Load balancer health"); `NotImplemented` against an API
+    /// without the extension.
     async fn load_balancer_health(
         &self,
         cluster_name: &str,

@@ -334,6 +334,45 @@ mod tests {
     }
 
     #[test]
+    fn droplet_health_is_kept_as_counts() {
+        use crate::api::DropletHealth;
+        let now = Instant::now();
+        let mut index = LbIndex::default();
+        let with_health = |id: &str, statuses: &[&str]| LoadBalancerObject {
+            x_droplet_health: Some(
+                statuses
+                    .iter()
+                    .zip(1..)
+                    .map(|(status, droplet_id)| DropletHealth {
+                        droplet_id,
+                        status: (*status).to_owned(),
+                    })
+                    .collect(),
+            ),
+            ..lb(id, "active")
+        };
+        index.saw(with_health("a", &["healthy", "unhealthy", "unknown"]), now);
+        let a = index.get("a").unwrap();
+        let counts = DropletHealthCount {
+            droplets: 3,
+            healthy: 1,
+            checked: 2,
+        };
+        assert_eq!(a.health, Some(counts));
+        assert_eq!(a.lb.x_droplet_health, None, "not the list");
+        let token = index.list_started(now);
+        index.listed(
+            token,
+            kept(vec![with_health("b", &["unhealthy"]), lb("c", "active")]),
+            now,
+        );
+        let b = index.get("b").unwrap();
+        assert_eq!(b.health.map(|h| (h.droplets, h.healthy)), Some((1, 0)));
+        assert_eq!(b.lb.x_droplet_health, None);
+        assert_eq!(index.get("c").unwrap().health, None, "an API without it");
+    }
+
+    #[test]
     fn a_failed_list_changes_nothing_seen() {
         let now = Instant::now();
         let mut index = LbIndex::default();

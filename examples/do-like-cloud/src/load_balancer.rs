@@ -52,6 +52,8 @@
 //! `/healthz` on the `healthCheckNodePort` (`externalTrafficPolicy: Local`) or on
 //! kube-proxy's port 10256 (`Cluster`); see [`crate::annotations`] for it and its overrides.
 
+mod health;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +62,9 @@ use tokio::time::Instant;
 
 use async_trait::async_trait;
 use ccm_core::provider::{
-    CloudError, CloudResult, LoadBalancer, LoadBalancerPlan, LoadBalancerSharing, ServiceAnnotator,
-    default_load_balancer_name, load_balancer_group, node_name, node_provider_id,
+    CloudError, CloudResult, LoadBalancer, LoadBalancerHealth, LoadBalancerPlan,
+    LoadBalancerSharing, ServiceAnnotator, default_load_balancer_name, load_balancer_group,
+    node_name, node_provider_id,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
@@ -756,6 +759,17 @@ impl LoadBalancer for DoLikeCloud {
             }
         }
     }
+
+    /// From the simulator's `x_droplet_health` extension, through the client's index (see
+    /// docs/do-like-cloud.md, "Load balancer health"); `NotImplemented` against an API
+    /// without the extension.
+    async fn load_balancer_health(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<LoadBalancerHealth> {
+        self.health(cluster_name, service).await
+    }
 }
 
 #[cfg(test)]
@@ -801,6 +815,7 @@ mod tests {
             vpc_uuid: "c33931f2-a26a-4e61-b85c-4e95a2ec431b".into(),
             firewall: None,
             lb_type: LB_TYPE_REGIONAL.into(),
+            x_droplet_health: None,
         }
     }
 
@@ -995,6 +1010,7 @@ mod tests {
             }),
             fetched: t0 + new_for,
             new_since: (status == "new").then_some(t0),
+            health: None,
         };
         // Just created: the first look a second later.
         assert_eq!(

@@ -531,10 +531,13 @@ fn digitaloceans_request(service: &Service, droplet_ids: &[u64]) -> serde_json::
     body
 }
 
-/// A load balancer as the API shows it, without what a takeover may change (its tags).
+/// A load balancer as the API shows it, without what a takeover may change (its tags) and
+/// what the data plane changes on its own (its droplets' health, the simulator's extension).
 fn without_tags(lb: &serde_json::Value) -> serde_json::Value {
     let mut lb = lb.clone();
-    lb.as_object_mut().unwrap().remove("tags");
+    let fields = lb.as_object_mut().unwrap();
+    fields.remove("tags");
+    fields.remove("x_droplet_health");
     lb
 }
 

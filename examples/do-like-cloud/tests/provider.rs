@@ -1198,3 +1198,178 @@ async fn digitaloceans_name_hostname_type_and_disown_are_honoured() {
     assert_eq!(sim.handle().load_balancers(), now, "left alone");
     sim.shutdown().await;
 }
+
+/// A droplet's server for the health tests: accepts TCP connections on `port` of `ip`
+/// until aborted.
+async fn accepting(ip: std::net::Ipv4Addr, port: u16) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind((ip, port)).await.unwrap();
+    tokio::spawn(async move { while listener.accept().await.is_ok() {} })
+}
+
+#[tokio::test]
+async fn health_follows_the_data_planes_checks_from_the_index() {
+    use ccm_core::provider::LoadBalancerHealth;
+    use ccm_do_like_cloud::{
+        ANNOTATION_HEALTH_CHECK_HEALTHY, ANNOTATION_HEALTH_CHECK_INTERVAL,
+        ANNOTATION_HEALTH_CHECK_PROTOCOL, ANNOTATION_HEALTH_CHECK_UNHEALTHY,
+    };
+    let droplet_ip = std::net::Ipv4Addr::new(127, 0, 0, 41);
+    let check_port = ccm_test::net::free_port_on(&[droplet_ip]);
+    let server = accepting(droplet_ip, check_port).await;
+    let sim = sim_with(|cfg| {
+        cfg.load_balancer_addresses = Some("127.77.41.0/29".parse().unwrap());
+    })
+    .await;
+    let d = sim
+        .handle()
+        .create_droplet_at("n1", "s", "nyc1", Some(droplet_ip));
+    let nodes = vec![Arc::new(node(
+        "n1",
+        Some(format!("digitalocean://{}", d.id)),
+    ))];
+    let cloud = provider_with(&sim, TOKEN, |o| o.cache_ttl = Duration::from_millis(500));
+    let lb = lb_of(&cloud);
+    // A TCP check of the Service port's node port, where the droplet's server listens.
+    let mut svc = service(
+        "web",
+        "cccccccc-0000-0000-0000-000000000041",
+        &[
+            (ANNOTATION_OVERRIDE_HEALTH_CHECK, "true"),
+            (ANNOTATION_HEALTH_CHECK_PROTOCOL, "tcp"),
+            (ANNOTATION_HEALTH_CHECK_INTERVAL, "3"),
+            (ANNOTATION_HEALTH_CHECK_HEALTHY, "2"),
+            (ANNOTATION_HEALTH_CHECK_UNHEALTHY, "2"),
+        ],
+    );
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(check_port.into());
+    lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
+        .await
+        .unwrap();
+
+    // The extension, as the API shows it: the droplet, checked and passing.
+    let id = sim.handle().load_balancers()[0].id.clone();
+    ccm_test::eventually(
+        "the droplet healthy in the API",
+        Duration::from_secs(30),
+        || async {
+            let answer: serde_json::Value = raw_client()
+                .get(format!("{}/v2/load_balancers/{id}", sim.url()))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .json()
+                .await
+                .map_err(|e| e.to_string())?;
+            let health = answer["load_balancer"]["x_droplet_health"].clone();
+            (health == serde_json::json!([{"droplet_id": d.id, "status": "healthy"}]))
+                .then_some(())
+                .ok_or(format!("{health}"))
+        },
+    )
+    .await;
+    ccm_test::eventually("Healthy", Duration::from_secs(30), || async {
+        match lb.load_balancer_health(CLUSTER, &svc).await {
+            Ok(LoadBalancerHealth::Healthy) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // Its server gone: two failed checks later, degraded.
+    server.abort();
+    let degraded =
+        LoadBalancerHealth::degraded("NoHealthyBackends", "0 of 1 droplets pass the health check");
+    ccm_test::eventually("Degraded", Duration::from_secs(30), || async {
+        match lb.load_balancer_health(CLUSTER, &svc).await {
+            Ok(h) if h == degraded => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // Back: healthy again after two passes.
+    let server = accepting(droplet_ip, check_port).await;
+    ccm_test::eventually("Healthy again", Duration::from_secs(30), || async {
+        match lb.load_balancer_health(CLUSTER, &svc).await {
+            Ok(LoadBalancerHealth::Healthy) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    server.abort();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_is_one_list_per_ttl_for_many_services_and_never_of_anothers() {
+    use ccm_core::provider::LoadBalancerHealth;
+    let sim = sim().await;
+    let nodes = one_droplet_node(&sim);
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    let services: Vec<Service> = (0..3)
+        .map(|i| {
+            service(
+                &format!("s{i}"),
+                &format!("dddddddd-0000-0000-0000-00000000000{i}"),
+                &[],
+            )
+        })
+        .collect();
+    for s in &services {
+        lb.ensure_load_balancer(CLUSTER, s, &nodes).await.unwrap();
+    }
+    // Without the data plane no droplet is ever checked: nothing says it is degraded.
+    // A fresh provider has no index: one list answers every Service.
+    let cloud = provider(&sim);
+    let lb = lb_of(&cloud);
+    sim.handle().reset_request_counts();
+    for s in &services {
+        assert_eq!(
+            lb.load_balancer_health(CLUSTER, s).await.unwrap(),
+            LoadBalancerHealth::Healthy
+        );
+    }
+    assert_eq!(sim.handle().request_count("GET /v2/load_balancers"), 1);
+    assert_eq!(sim.handle().request_count("GET /v2/load_balancers/{id}"), 0);
+    // Asked again within the TTL (10 s): from the index, no request at all.
+    sim.handle().reset_request_counts();
+    for s in &services {
+        lb.load_balancer_health(CLUSTER, s).await.unwrap();
+    }
+    assert_eq!(sim.handle().request_counts(), BTreeMap::new());
+
+    // No droplets behind it: degraded (it serves nobody).
+    let empty = service("empty", "dddddddd-0000-0000-0000-000000000009", &[]);
+    lb.ensure_load_balancer(CLUSTER, &empty, &[]).await.unwrap();
+    assert_eq!(
+        lb.load_balancer_health(CLUSTER, &empty).await.unwrap(),
+        LoadBalancerHealth::degraded("NoBackends", "the load balancer has no droplets")
+    );
+
+    // None: the Service has no load balancer.
+    let none = service("none", "dddddddd-0000-0000-0000-00000000000a", &[]);
+    assert!(matches!(
+        lb.load_balancer_health(CLUSTER, &none).await.unwrap(),
+        LoadBalancerHealth::Degraded { reason, .. } if reason == "NotFound"
+    ));
+
+    // Another Service's load balancer, named by a copied ID annotation: refused.
+    let victim = sim.handle().load_balancers()[0].id.clone();
+    let copier = service(
+        "copier",
+        "dddddddd-0000-0000-0000-00000000000b",
+        &[(ANNOTATION_LOAD_BALANCER_ID, &victim)],
+    );
+    let err = lb.load_balancer_health(CLUSTER, &copier).await.unwrap_err();
+    assert!(err.is_not_owned(), "{err}");
+    let no_id = service(
+        "no-id",
+        "dddddddd-0000-0000-0000-00000000000c",
+        &[(ANNOTATION_LOAD_BALANCER_ID, "../droplets")],
+    );
+    let err = lb.load_balancer_health(CLUSTER, &no_id).await.unwrap_err();
+    assert!(err.is_not_owned(), "{err}");
+    sim.shutdown().await;
+}

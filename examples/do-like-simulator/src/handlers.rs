@@ -216,7 +216,10 @@ pub(super) async fn admin_stats(State(h): State<SimulatorHandle>) -> Response {
         .map(|(id, targets)| {
             let targets = targets
                 .iter()
-                .map(|(ip, healthy)| json!({"ip": ip.to_string(), "healthy": healthy}))
+                .map(|(ip, healthy)| {
+                    json!({"ip": ip.to_string(), "healthy": healthy.unwrap_or(false),
+                           "checked": healthy.is_some()})
+                })
                 .collect();
             (id.clone(), targets)
         })
@@ -280,6 +283,8 @@ pub(super) fn lb_object(
             .lb_type
             .or_else(|| was.map(|w| w.lb_type.clone()))
             .unwrap_or_else(|| ccm_do_like_cloud::api::LB_TYPE_REGIONAL.to_owned()),
+        // Added to each answer (`SimulatorHandle::shown`), never stored.
+        x_droplet_health: None,
     }
 }
 
@@ -291,7 +296,7 @@ pub(super) async fn list_lbs(
         &h,
         "load_balancers",
         "/v2/load_balancers",
-        h.load_balancers(),
+        h.shown_load_balancers(),
         &q,
     )
 }
@@ -328,16 +333,19 @@ pub(super) async fn create_lb(
     activate_due(&mut inner.data, h.range());
     h.persist(&inner);
     let lb = inner.data.load_balancers.get(&lb.id).cloned().unwrap_or(lb);
+    drop(inner);
+    let lb = h.shown_one(lb);
     (StatusCode::ACCEPTED, Json(json!({"load_balancer": lb}))).into_response()
 }
 
 pub(super) async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
     let mut inner = h.inner();
     activate_due(&mut inner.data, h.range());
-    match inner.data.load_balancers.get(&id) {
-        Some(lb) => Json(json!({"load_balancer": lb})).into_response(),
-        None => not_found(),
-    }
+    let Some(lb) = inner.data.load_balancers.get(&id).cloned() else {
+        return not_found();
+    };
+    drop(inner);
+    Json(json!({"load_balancer": h.shown_one(lb)})).into_response()
 }
 
 pub(super) async fn update_lb(
@@ -364,7 +372,8 @@ pub(super) async fn update_lb(
     *lb = lb_object(id.clone(), b, Some(lb));
     let lb = lb.clone();
     h.persist(&inner);
-    Json(json!({"load_balancer": lb})).into_response()
+    drop(inner);
+    Json(json!({"load_balancer": h.shown_one(lb)})).into_response()
 }
 
 pub(super) async fn delete_lb(

@@ -10,7 +10,7 @@
 //! | `GET /v2/account` | the account of the token: active (DigitalOcean's CCM's health check) |
 //! | `GET /v2/regions` | the regions of [`catalog::REGIONS`] (DigitalOcean's CCM checks its `REGION` here at start-up) |
 //! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets (the list filtered by `tag_name` or exact `name`): `size` and `region` objects, `networks.v4`/`v6` with netmask and gateway, `vpc_uuid`, `created_at` |
-//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity` |
+//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity`; each answer carries **an extension**, `x_droplet_health` (each droplet behind it `healthy`, `unhealthy` or `unknown`, as the data plane's checks left it) |
 //! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension** (off with [`SimulatorConfig::routes_extension`]): DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive |
 //!
 //! Any other `/v2` path is DigitalOcean's 404. Lists are paged with `page` / `per_page`
@@ -193,8 +193,9 @@ struct Shared {
     inner: Mutex<Inner>,
     /// Told of every change to the state, for the data plane.
     changed: Arc<tokio::sync::Notify>,
-    /// The data plane's targets and their health, by load balancer ID.
-    health: Mutex<BTreeMap<String, Vec<(std::net::Ipv4Addr, bool)>>>,
+    /// The data plane's targets and their health (`None`: not probed yet), by load
+    /// balancer ID.
+    health: Mutex<BTreeMap<String, data_plane::TargetHealth>>,
 }
 
 /// A handle on a simulator's state, for in-process tests (the admin interface's operations).
@@ -536,8 +537,72 @@ impl SimulatorHandle {
             .health
             .lock()
             .get(id)
-            .cloned()
+            .map(|targets| {
+                targets
+                    .iter()
+                    .map(|&(ip, healthy)| (ip, healthy.unwrap_or(false)))
+                    .collect()
+            })
             .unwrap_or_default()
+    }
+
+    /// `lbs` as the API shows them: with the `x_droplet_health` extension, each droplet
+    /// behind one (by ID or tag) and how it stands in the data plane's health check:
+    /// `unknown` until the load balancer is active and a probe of the droplet has answered
+    /// (always, without the data plane).
+    fn shown(&self, mut lbs: Vec<LoadBalancerObject>) -> Vec<LoadBalancerObject> {
+        use ccm_do_like_cloud::api::{
+            DROPLET_HEALTHY, DROPLET_UNHEALTHY, DROPLET_UNKNOWN, DropletHealth,
+        };
+        let droplets = self.droplets();
+        let health = self.shared.health.lock().clone();
+        for lb in &mut lbs {
+            let targets = health.get(&lb.id).filter(|_| lb.status == "active");
+            let mut behind: Vec<&Droplet> = lb
+                .droplet_ids
+                .iter()
+                .filter_map(|id| droplets.iter().find(|d| d.id == *id))
+                .collect();
+            if !lb.tag.is_empty() {
+                behind.extend(droplets.iter().filter(|d| d.tags.contains(&lb.tag)));
+            }
+            behind.dedup_by_key(|d| d.id);
+            let entries = behind
+                .into_iter()
+                .map(|d| {
+                    let ip = d
+                        .networks
+                        .v4
+                        .iter()
+                        .find(|n| n.kind == "private")
+                        .and_then(|n| n.ip_address.parse::<std::net::Ipv4Addr>().ok());
+                    let probed = targets
+                        .and_then(|t| t.iter().find(|(at, _)| Some(*at) == ip))
+                        .and_then(|(_, healthy)| *healthy);
+                    let status = match probed {
+                        Some(true) => DROPLET_HEALTHY,
+                        Some(false) => DROPLET_UNHEALTHY,
+                        None => DROPLET_UNKNOWN,
+                    };
+                    DropletHealth {
+                        droplet_id: d.id,
+                        status: status.to_owned(),
+                    }
+                })
+                .collect();
+            lb.x_droplet_health = Some(entries);
+        }
+        lbs
+    }
+
+    /// One load balancer as the API shows it (see [`shown`](Self::shown)).
+    pub(crate) fn shown_one(&self, lb: LoadBalancerObject) -> LoadBalancerObject {
+        self.shown(vec![lb]).pop().unwrap_or_default()
+    }
+
+    /// Every load balancer as the API shows it (see [`shown`](Self::shown)).
+    pub(crate) fn shown_load_balancers(&self) -> Vec<LoadBalancerObject> {
+        self.shown(self.load_balancers())
     }
 
     /// All extension routes.

@@ -477,7 +477,14 @@ impl Client {
     /// Every load balancer, page by page (uncached; the answer refreshes what
     /// [`cached_load_balancers`](Self::cached_load_balancers) answers).
     pub async fn list_load_balancers(&self) -> Result<Vec<LoadBalancerObject>, ApiError> {
-        self.list_into_index(|lb| lb, |all| all.clone()).await
+        self.list_into_index(
+            |lb| {
+                let health = super::DropletHealthCount::of(&lb);
+                (lb, health)
+            },
+            |all| all.iter().map(|(lb, _)| lb.clone()).collect(),
+        )
+        .await
     }
 
     /// Every load balancer, from the last list and the answers since when that list is
@@ -493,7 +500,7 @@ impl Client {
         if let Some(all) = self.lbs.lock().fresh(ttl, Instant::now()) {
             return Ok(all);
         }
-        self.list_into_index(LbIndex::slim, |_| ()).await?;
+        self.list_into_index(LbIndex::keep, |_| ()).await?;
         Ok(self.lbs.lock().all())
     }
 
@@ -501,8 +508,8 @@ impl Client {
     /// `answer` says what of the list the caller gets before the index takes it.
     async fn list_into_index<R>(
         &self,
-        keep: fn(LoadBalancerObject) -> LoadBalancerObject,
-        answer: impl FnOnce(&Vec<LoadBalancerObject>) -> R,
+        keep: fn(LoadBalancerObject) -> super::lb_index::Kept,
+        answer: impl FnOnce(&Vec<super::lb_index::Kept>) -> R,
     ) -> Result<R, ApiError> {
         let token = self.lbs.lock().list_started(Instant::now());
         // Dropped mid-list (a cancelled sync): the index learns the list failed.

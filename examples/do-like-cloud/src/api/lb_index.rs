@@ -13,14 +13,44 @@
 //! again. So it keeps `droplet_ids` only of a load balancer that is still `new` (the provider
 //! answers a sync of one from the index); of the others it keeps what a lookup by name and
 //! ownership reads, and the provider reads the one it finds again. And the objects are
-//! shared ([`Arc`]): a lookup copies pointers, not load balancers.
+//! shared ([`Arc`]): a lookup copies pointers, not load balancers. For the same reason the
+//! simulator's health extension (`x_droplet_health`, one entry per droplet) is kept as its
+//! counts ([`DropletHealthCount`]), which answer `load_balancer_health`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::LoadBalancerObject;
+use super::{DROPLET_HEALTHY, DROPLET_UNKNOWN, LoadBalancerObject};
+
+/// How the droplets behind a load balancer stand in its health check, counted from the
+/// simulator's extension [`LoadBalancerObject::x_droplet_health`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DropletHealthCount {
+    /// The droplets behind it.
+    pub droplets: usize,
+    /// Of those, the ones that pass its health check.
+    pub healthy: usize,
+    /// Of those, the ones checked (passing or failing; not `unknown`).
+    pub checked: usize,
+}
+
+impl DropletHealthCount {
+    /// The counts of `lb`'s extension; `None` when the API sent none (DigitalOcean's own).
+    pub fn of(lb: &LoadBalancerObject) -> Option<Self> {
+        let list = lb.x_droplet_health.as_ref()?;
+        Some(Self {
+            droplets: list.len(),
+            healthy: list.iter().filter(|d| d.status == DROPLET_HEALTHY).count(),
+            checked: list.iter().filter(|d| d.status != DROPLET_UNKNOWN).count(),
+        })
+    }
+}
+
+/// A load balancer as a list keeps it while the list runs: slimmed, with its health counts.
+pub(crate) type Kept = (LoadBalancerObject, Option<DropletHealthCount>);
 
 /// A load balancer as last seen, and when.
 #[derive(Clone, Debug)]
@@ -34,6 +64,8 @@ pub struct SeenLoadBalancer {
     pub fetched: Instant,
     /// Since when it has been seen `new` (by this client), if it still was then.
     pub new_since: Option<Instant>,
+    /// How its droplets stood in its health check then; `None` when the API does not say.
+    pub health: Option<DropletHealthCount>,
 }
 
 #[derive(Debug)]
@@ -62,10 +94,12 @@ impl LbIndex {
         let new_since =
             (lb.status == "new").then(|| self.get(&lb.id).and_then(|s| s.new_since).unwrap_or(now));
         let id = lb.id.clone();
+        let health = DropletHealthCount::of(&lb);
         let seen = SeenLoadBalancer {
             lb: Arc::new(Self::slim(lb)),
             fetched: now,
             new_since,
+            health,
         };
         self.write(id, Some(seen));
     }
@@ -108,12 +142,21 @@ impl LbIndex {
             .collect()
     }
 
-    /// `lb` as the index keeps it: without its droplets unless it is `new`.
+    /// `lb` as the index keeps it: without its droplets unless it is `new`, and without
+    /// its droplets' health (kept as counts: [`keep`](Self::keep)).
     pub(crate) fn slim(mut lb: LoadBalancerObject) -> LoadBalancerObject {
         if lb.status != "new" {
             lb.droplet_ids = Vec::new();
         }
+        lb.x_droplet_health = None;
         lb
+    }
+
+    /// `lb` as a list keeps it until the index takes it: [`slim`](Self::slim), with its
+    /// health counts.
+    pub(crate) fn keep(lb: LoadBalancerObject) -> Kept {
+        let health = DropletHealthCount::of(&lb);
+        (Self::slim(lb), health)
     }
 
     /// A list starts: its token, for [`listed`](Self::listed) or [`list_failed`](Self::list_failed).
@@ -132,15 +175,10 @@ impl LbIndex {
 
     /// A list that started with `token` answered `all`: it replaces what was seen before it
     /// started; what was written since stays.
-    pub(crate) fn listed(
-        &mut self,
-        (seq, started): (u64, Instant),
-        all: Vec<LoadBalancerObject>,
-        now: Instant,
-    ) {
+    pub(crate) fn listed(&mut self, (seq, started): (u64, Instant), all: Vec<Kept>, now: Instant) {
         self.listing = self.listing.saturating_sub(1);
         let mut entries: HashMap<String, Entry> = HashMap::with_capacity(all.len());
-        for lb in all {
+        for (lb, health) in all {
             let new_since = (lb.status == "new")
                 .then(|| self.get(&lb.id).and_then(|s| s.new_since).unwrap_or(now));
             let id = lb.id.clone();
@@ -148,6 +186,7 @@ impl LbIndex {
                 lb: Arc::new(Self::slim(lb)),
                 fetched: now,
                 new_since,
+                health,
             };
             entries.insert(
                 id,
@@ -190,6 +229,10 @@ mod tests {
         .unwrap()
     }
 
+    fn kept(all: Vec<LoadBalancerObject>) -> Vec<Kept> {
+        all.into_iter().map(LbIndex::keep).collect()
+    }
+
     fn ids(list: Option<Vec<Arc<LoadBalancerObject>>>) -> Vec<String> {
         let mut ids: Vec<String> = list.unwrap().iter().map(|l| l.id.clone()).collect();
         ids.sort();
@@ -203,7 +246,7 @@ mod tests {
         index.saw(lb("a", "active"), now);
         assert!(index.fresh(Duration::from_secs(10), now).is_none());
         let token = index.list_started(now);
-        index.listed(token, vec![lb("b", "active")], now);
+        index.listed(token, kept(vec![lb("b", "active")]), now);
         assert_eq!(
             ids(index.fresh(Duration::from_secs(10), now)),
             ["b"],
@@ -223,7 +266,7 @@ mod tests {
         let first = index.list_started(now);
         index.listed(
             first,
-            vec![lb("old", "active"), lb("deleted", "active")],
+            kept(vec![lb("old", "active"), lb("deleted", "active")]),
             now,
         );
         let token = index.list_started(now);
@@ -233,7 +276,7 @@ mod tests {
         index.gone("deleted");
         index.listed(
             token,
-            vec![lb("old", "active"), lb("deleted", "active")],
+            kept(vec![lb("old", "active"), lb("deleted", "active")]),
             now,
         );
         assert_eq!(
@@ -253,7 +296,7 @@ mod tests {
         let seen = index.get("a").unwrap();
         assert_eq!((seen.new_since, seen.fetched), (Some(t0), later));
         let token = index.list_started(later);
-        index.listed(token, vec![lb("a", "new")], later);
+        index.listed(token, kept(vec![lb("a", "new")]), later);
         assert_eq!(
             index.get("a").unwrap().new_since,
             Some(t0),
@@ -280,11 +323,53 @@ mod tests {
         let token = index.list_started(now);
         index.listed(
             token,
-            vec![with_droplets("b", "new"), with_droplets("c", "errored")],
+            kept(vec![
+                with_droplets("b", "new"),
+                with_droplets("c", "errored"),
+            ]),
             now,
         );
         assert_eq!(index.get("b").unwrap().lb.droplet_ids, [1, 2, 3]);
         assert!(index.get("c").unwrap().lb.droplet_ids.is_empty());
+    }
+
+    #[test]
+    fn droplet_health_is_kept_as_counts() {
+        use crate::api::DropletHealth;
+        let now = Instant::now();
+        let mut index = LbIndex::default();
+        let with_health = |id: &str, statuses: &[&str]| LoadBalancerObject {
+            x_droplet_health: Some(
+                statuses
+                    .iter()
+                    .zip(1..)
+                    .map(|(status, droplet_id)| DropletHealth {
+                        droplet_id,
+                        status: (*status).to_owned(),
+                    })
+                    .collect(),
+            ),
+            ..lb(id, "active")
+        };
+        index.saw(with_health("a", &["healthy", "unhealthy", "unknown"]), now);
+        let a = index.get("a").unwrap();
+        let counts = DropletHealthCount {
+            droplets: 3,
+            healthy: 1,
+            checked: 2,
+        };
+        assert_eq!(a.health, Some(counts));
+        assert_eq!(a.lb.x_droplet_health, None, "not the list");
+        let token = index.list_started(now);
+        index.listed(
+            token,
+            kept(vec![with_health("b", &["unhealthy"]), lb("c", "active")]),
+            now,
+        );
+        let b = index.get("b").unwrap();
+        assert_eq!(b.health.map(|h| (h.droplets, h.healthy)), Some((1, 0)));
+        assert_eq!(b.lb.x_droplet_health, None);
+        assert_eq!(index.get("c").unwrap().health, None, "an API without it");
     }
 
     #[test]

@@ -9,9 +9,10 @@ mod lb_index;
 mod types;
 
 pub use self::client::{ApiError, ApiToken, CacheStats, Client, ClientOptions, RateWindow};
-pub use self::lb_index::SeenLoadBalancer;
+pub use self::lb_index::{DropletHealthCount, SeenLoadBalancer};
 pub use self::types::{
-    Droplet, ErrorBody, ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK,
-    LbFirewall, Links, LoadBalancerObject, LoadBalancerRequest, Meta, NetworkV4, NetworkV6,
-    Networks, Pages, Region, Size, StickySessions, XRoute,
+    DROPLET_HEALTHY, DROPLET_UNHEALTHY, DROPLET_UNKNOWN, Droplet, DropletHealth, ErrorBody,
+    ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LbFirewall, Links,
+    LoadBalancerObject, LoadBalancerRequest, Meta, NetworkV4, NetworkV6, Networks, Pages, Region,
+    Size, StickySessions, XRoute,
 };

@@ -404,7 +404,30 @@ pub struct LoadBalancerObject {
     /// `REGIONAL` or `REGIONAL_NETWORK` (see [`LoadBalancerRequest::lb_type`]).
     #[serde(rename = "type", default, skip_serializing_if = "String::is_empty")]
     pub lb_type: String,
+    /// **An extension of the simulator's, not DigitalOcean's:** how each droplet behind it
+    /// stands in its health check, as its data plane sees it. `None` from an API without
+    /// the extension (DigitalOcean's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_droplet_health: Option<Vec<DropletHealth>>,
 }
+
+/// One droplet's standing in its load balancer's health check (the simulator's extension
+/// [`LoadBalancerObject::x_droplet_health`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DropletHealth {
+    /// The droplet.
+    pub droplet_id: u64,
+    /// [`DROPLET_HEALTHY`], [`DROPLET_UNHEALTHY`] or [`DROPLET_UNKNOWN`] (not checked yet:
+    /// the load balancer is not active, or no probe of the droplet has answered).
+    pub status: String,
+}
+
+/// [`DropletHealth::status`] of a droplet that passes the health check (gets traffic).
+pub const DROPLET_HEALTHY: &str = "healthy";
+/// [`DropletHealth::status`] of a droplet that fails the health check.
+pub const DROPLET_UNHEALTHY: &str = "unhealthy";
+/// [`DropletHealth::status`] of a droplet not checked yet.
+pub const DROPLET_UNKNOWN: &str = "unknown";
 
 impl LoadBalancerObject {
     /// Whether it is a network load balancer: packets pass through to the droplets still

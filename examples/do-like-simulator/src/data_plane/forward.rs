@@ -216,6 +216,14 @@ impl Pool {
             .collect()
     }
 
+    /// Each target and whether it is healthy, `None` before any probe of it answered.
+    pub(crate) fn checked_health(&self) -> Vec<(Ipv4Addr, Option<bool>)> {
+        self.targets()
+            .iter()
+            .map(|t| (t.address, t.health.checked().then_some(t.health.healthy)))
+            .collect()
+    }
+
     /// A healthy target for a new connection from `client`, counted as open until the lease
     /// is dropped.
     pub(crate) fn pick(self: &Arc<Self>, client: std::net::IpAddr) -> Option<Lease> {

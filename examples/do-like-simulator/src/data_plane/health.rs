@@ -85,6 +85,12 @@ impl Health {
         }
         self.healthy
     }
+
+    /// Whether any probe has answered yet (passed or failed): before that, `healthy` false
+    /// says nothing of the target.
+    pub(crate) fn checked(&self) -> bool {
+        self.ever_passed || self.failures > 0
+    }
 }
 
 /// The longest status line read from an HTTP health endpoint.

@@ -347,14 +347,18 @@ impl DataPlane {
         }
     }
 
-    /// Each running load balancer's targets and their health.
-    pub(crate) fn health(&self) -> BTreeMap<String, Vec<(Ipv4Addr, bool)>> {
+    /// Each running load balancer's targets and their health (`None`: not probed yet).
+    pub(crate) fn health(&self) -> BTreeMap<String, TargetHealth> {
         self.running
             .iter()
-            .map(|(id, lb)| (id.clone(), lb.pool.health()))
+            .map(|(id, lb)| (id.clone(), lb.pool.checked_health()))
             .collect()
     }
 }
+
+/// Each target of one load balancer and whether it passes the health check (`None`: no probe
+/// of it has answered yet).
+pub(crate) type TargetHealth = Vec<(Ipv4Addr, Option<bool>)>;
 
 /// Runs the reconciler until the task is aborted: on every change the API makes (`changed`)
 /// and every [`RESYNC`], reads the wanted state with `read` and applies it; publishes the
@@ -362,7 +366,7 @@ impl DataPlane {
 pub(crate) async fn run(
     changed: Arc<tokio::sync::Notify>,
     read: impl Fn() -> BTreeMap<String, LbSpec>,
-    publish: impl Fn(BTreeMap<String, Vec<(Ipv4Addr, bool)>>),
+    publish: impl Fn(BTreeMap<String, TargetHealth>),
 ) {
     let mut plane = DataPlane::default();
     loop {

@@ -1,0 +1,652 @@
+//! What issue 41 built beyond Go's framework, in one real cluster (docs/beyond-go.md): the
+//! DO-like release manifest, its CCM run with `--service-conditions`,
+//! `--load-balancer-health-period=2s` and `--node-provider-id-prefix=digitalocean://`,
+//! against the simulator in the cluster's namespace (its data plane carrying the traffic and
+//! running the health checks). Two nodes:
+//!
+//! - `ccm-control-plane`, the cloud's: a droplet with its address;
+//! - `ccm-worker`, another provider's: its kubelet registers with `--provider-id=other://…`.
+//!   The account also has a droplet of that name (a clash of host names across clouds: the
+//!   provider looks up Nodes without a DigitalOcean provider ID by name, so without the
+//!   ownership rule it would be a backend); the droplet is deleted half-way.
+//!
+//! Then:
+//!
+//! - conditions: `kubectl wait --for=condition=LoadBalancerServing` returns for a
+//!   LoadBalancer Service of a Deployment and requests through its address are answered by
+//!   the Deployment's Pod (the seconds from the Service's creation to Serving are printed);
+//!   with the Deployment scaled to 0 every droplet fails its health check (the Service is
+//!   `externalTrafficPolicy: Local`, so the check is kube-proxy's `healthCheckNodePort`,
+//!   which answers 503 on a node without local endpoints) and `LoadBalancerDegraded` turns
+//!   True (`NoHealthyBackends`); scaled back, False (`Healthy`);
+//! - hybrid: `ccm-worker` keeps its foreign provider ID and the uninitialized taint (the CCM
+//!   never initialises it), is never a load balancer's droplet, and is still there at the
+//!   end although it is NotReady throughout and the cloud has no droplet for it any more
+//!   (run without `--node-provider-id-prefix`, the test fails: the droplet of its name is
+//!   behind the load balancer);
+//! - classes: a second CCM from the same manifest (its own ServiceAccount, roles and Lease,
+//!   only the service controller) with `--load-balancer-class=example.com/b
+//!   --manage-services-without-class=false`, the first with the classless default: a
+//!   Service of class `example.com/b` gets its load balancer (and traffic) from the second,
+//!   and the audit log shows no write by either CCM's ServiceAccount to the other's Service.
+//!
+//! About 52 s on the project machine (2 cores), of which 15 s until the cloud's Node is
+//! initialised; Service to `LoadBalancerServing` 1.1 s; `LoadBalancerDegraded` follows the
+//! data plane within the provider's cache TTL (10 s each way here).
+//!
+//! `scripts/test.sh` builds the image archives first (`scripts/images.sh --debug`). Needs root
+//! and the cluster tier's packages (see `ccm_test::cluster`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ccm_test::cluster::{LOAD_BALANCER_CIDR, WEB_IMAGE};
+use ccm_test::fixtures::ServiceBuilder;
+use ccm_test::net::http_get_over;
+use ccm_test::{Cluster, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+
+const IMAGE: &str = "do-like-cloud-controller-manager";
+const RELEASED_IMAGE: &str = "ghcr.io/ccm-rs/do-like-cloud-controller-manager:0.1.0";
+const LOCAL_IMAGE: &str = "localhost/do-like-cloud-controller-manager:0.1.0";
+const SIMULATOR: &str = "do-like-api-simulator";
+const SIMULATOR_PORT: u16 = 8080;
+const TOKEN: &str = "cluster-test-token";
+const ADMIN_TOKEN: &str = "cluster-test-admin-token";
+const WAIT: Duration = Duration::from_secs(120);
+const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The node whose kubelet registers with another provider's ID.
+const FOREIGN: &str = "ccm-worker";
+const FOREIGN_ID: &str = "other://rack-1/ccm-worker";
+/// The class of the second CCM's Services.
+const CLASS_B: &str = "example.com/b";
+/// The two CCMs' users, as the audit log names them.
+const CCM_A: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
+const CCM_B: &str = "system:serviceaccount:kube-system:ccm-b";
+/// The health checks as fast as DigitalOcean allows: every 3 s, 2 in a row flip a droplet.
+const QUICK_CHECKS: [(&str, &str); 3] = [
+    ("healthcheck-check-interval-seconds", "3"),
+    ("healthcheck-healthy-threshold", "2"),
+    ("healthcheck-unhealthy-threshold", "2"),
+];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The release manifest with what its comments ask a user to set (the image, the token, the
+/// API's URL), and `flags` after the manifest's own.
+fn release_manifest(api_url: &str, flags: &[&str]) -> String {
+    let text = std::fs::read_to_string(workspace().join("releases/v0.1.0/do-like-cloud.yaml"))
+        .expect("the release manifest");
+    let last_arg = "            - --secure-port=10258\n";
+    let with_flags = flags.iter().fold(last_arg.to_owned(), |args, flag| {
+        format!("{args}            - {flag}\n")
+    });
+    let edits = [
+        (
+            format!("image: {RELEASED_IMAGE}"),
+            format!("image: {LOCAL_IMAGE}"),
+        ),
+        ("token: REPLACE-ME".to_owned(), format!("token: {TOKEN}")),
+        (
+            "# apiUrl: http://do-like-api-simulator.example:8080".to_owned(),
+            format!("apiUrl: {api_url}"),
+        ),
+        (last_arg.to_owned(), with_flags),
+    ];
+    edits.iter().fold(text, |text, (from, to)| {
+        assert_eq!(text.matches(from.as_str()).count(), 1, "{from}");
+        text.replace(from.as_str(), to)
+    })
+}
+
+/// The second CCM: the release manifest again with every object called `ccm-b` instead of
+/// `cloud-controller-manager` (its own ServiceAccount, roles, bindings and Lease; the
+/// Secret and cloud-config are the same), one replica on port 10268 (the first CCM's
+/// replicas hold 10258 on every node), running only the service controller, for the
+/// Services of class [`CLASS_B`] and no others.
+fn second_ccm_manifest(api_url: &str) -> String {
+    let flags = [
+        "--controllers=service",
+        &format!("--load-balancer-class={CLASS_B}"),
+        "--manage-services-without-class=false",
+        "--leader-elect-resource-name=ccm-b",
+        "--node-provider-id-prefix=digitalocean://",
+    ];
+    let text = release_manifest(api_url, &flags).replace(LOCAL_IMAGE, "IMAGE-OF-CCM-B");
+    let edits = [
+        ("cloud-controller-manager", "ccm-b"),
+        ("10258", "10268"),
+        ("replicas: 2", "replicas: 1"),
+        ("IMAGE-OF-CCM-B", LOCAL_IMAGE),
+    ];
+    edits.iter().fold(text, |text, (from, to)| {
+        assert!(text.contains(from), "{from}");
+        text.replace(from, to)
+    })
+}
+
+/// Every write to a Service (or its status) the API server saw.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    resources: [{group: "", resources: [services, services/status]}]
+    verbs: [create, update, patch, delete]
+  - level: None
+"#;
+
+/// The simulator's API through a loopback forward into the cluster (`Host` names its
+/// address in the cluster).
+struct CloudApi {
+    http: reqwest::Client,
+    base: String,
+    host: String,
+}
+
+impl CloudApi {
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value, String> {
+        let mut request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .header("Host", &self.host)
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("{method} {path}: {e}"))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{method} {path}: {status} {text}"));
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+    }
+
+    async fn load_balancers(&self) -> Vec<serde_json::Value> {
+        let list = self
+            .send(
+                reqwest::Method::GET,
+                "/v2/load_balancers?per_page=200",
+                TOKEN,
+                None,
+            )
+            .await
+            .unwrap();
+        list["load_balancers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Creates a droplet standing for the machine at `address`; its ID.
+    async fn droplet(&self, name: &str, address: std::net::Ipv4Addr) -> u64 {
+        let body = serde_json::json!({"name": name, "private_ip_address": address.to_string()});
+        let created = self
+            .send(
+                reqwest::Method::POST,
+                "/admin/droplets",
+                ADMIN_TOKEN,
+                Some(body),
+            )
+            .await
+            .unwrap();
+        created["droplet"]["id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no droplet ID in {created}"))
+    }
+}
+
+/// A condition of `service`: (status, reason, message).
+fn condition(service: &Service, type_: &str) -> Option<(String, String, String)> {
+    service
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn taint_keys(node: &Node) -> Vec<String> {
+    node.spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .map(|t| t.key.clone())
+        .collect()
+}
+
+/// The body of `GET /` at `target` inside the cluster, when the answer is a 200.
+async fn http_get(cluster: &Cluster, target: SocketAddr) -> Result<String, String> {
+    let stream = cluster.connect(target).await.map_err(|e| e.to_string())?;
+    match http_get_over(stream, &target.to_string(), "/").await? {
+        (200, body) => Ok(body.trim().to_owned()),
+        (status, body) => Err(format!("answered {status}: {body:?}")),
+    }
+}
+
+async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+    deployments
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_health_and_a_foreign_node_in_one_cluster() {
+    let started = Instant::now();
+    let archive = ccm_test::image::archive(&workspace(), IMAGE);
+    let simulator = workspace().join(format!("target/images/context/{SIMULATOR}/{SIMULATOR}"));
+    assert!(
+        simulator.is_file(),
+        "no {}: run scripts/images.sh --debug {SIMULATOR}",
+        simulator.display()
+    );
+    let audit = tempfile::tempdir().unwrap();
+    let policy = audit.path().join("policy.yaml");
+    let audit_log = audit.path().join("audit.log");
+    std::fs::write(&policy, AUDIT_POLICY).unwrap();
+    let cluster = Cluster::builder()
+        .nodes(2)
+        .image(&archive)
+        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+        .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+        .kubelet_arg(FOREIGN, format!("--provider-id={FOREIGN_ID}"))
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = cluster.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let foreign_uid = nodes.get(FOREIGN).await.unwrap().metadata.uid;
+
+    // The cloud's API, in the cluster's namespace at its gateway address.
+    let files = tempfile::tempdir().unwrap();
+    let token_file = files.path().join("token");
+    let admin_token_file = files.path().join("admin-token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    std::fs::write(&admin_token_file, ADMIN_TOKEN).unwrap();
+    let address = SocketAddr::from((cluster.gateway_address(), SIMULATOR_PORT));
+    cluster
+        .start_process(
+            SIMULATOR,
+            &simulator,
+            &[
+                format!("--listen={address}"),
+                "--non-loopback=on".to_owned(),
+                format!("--token-file={}", token_file.display()),
+                format!("--admin-token-file={}", admin_token_file.display()),
+                "--lb-activation-ms=500".to_owned(),
+                format!("--lb-addresses={LOAD_BALANCER_CIDR}"),
+            ],
+        )
+        .unwrap();
+    let api = CloudApi {
+        http: reqwest::Client::new(),
+        base: format!("http://{}", cluster.forward(address).unwrap()),
+        host: address.to_string(),
+    };
+    eventually("the simulator answering", WAIT, || async {
+        api.send(reqwest::Method::GET, "/v2/droplets", TOKEN, None)
+            .await
+            .map_err(|e| format!("{e}: {}", cluster.log(SIMULATOR)))
+    })
+    .await;
+
+    // A droplet for each node, the foreign one's a name clash.
+    let mut droplets = Vec::new();
+    for node in cluster.nodes() {
+        droplets.push((
+            node.name().to_owned(),
+            api.droplet(node.name(), node.address()).await,
+        ));
+    }
+    let foreign_droplet = droplets.iter().find(|(n, _)| n == FOREIGN).unwrap().1;
+
+    let api_url = format!("http://{address}");
+    let flags = [
+        "--service-conditions",
+        "--load-balancer-health-period=2s",
+        "--node-provider-id-prefix=digitalocean://",
+    ];
+    cluster
+        .apply(&release_manifest(&api_url, &flags))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .apply(&second_ccm_manifest(&api_url))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cloud_node = cluster.nodes()[0].name().to_owned();
+    eventually("the cloud's Node initialised", WAIT, || async {
+        let node = nodes.get(&cloud_node).await.map_err(|e| e.to_string())?;
+        let pid = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+        (pid.as_ref()
+            .is_some_and(|p| p.starts_with("digitalocean://"))
+            && !taint_keys(&node).iter().any(|k| k == UNINITIALIZED_TAINT))
+        .then_some(())
+        .ok_or(format!("{pid:?}, taints {:?}", taint_keys(&node)))
+    })
+    .await;
+    let ready_at = started.elapsed();
+
+    // (a) A LoadBalancer Service for a Deployment, waited for with kubectl.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": WEB_IMAGE}],
+                                       "tolerations": [{"key": "node-role.kubernetes.io/control-plane",
+                                                        "effect": "NoSchedule"}]}}}
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let mut service = ServiceBuilder::load_balancer("web")
+        .selector("app", "web")
+        .port(80)
+        .target_port(8080);
+    for (key, value) in QUICK_CHECKS {
+        service = service.annotation(
+            &format!("service.beta.kubernetes.io/do-loadbalancer-{key}"),
+            value,
+        );
+    }
+    let mut service = service.build();
+    service.spec.as_mut().unwrap().external_traffic_policy = Some("Local".to_owned());
+    let created = Instant::now();
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let mut kubectl = cluster.kubectl().expect("kubectl");
+    kubectl.args([
+        "wait",
+        "--namespace=default",
+        "--for=condition=LoadBalancerServing",
+        "service/web",
+        "--timeout=120s",
+    ]);
+    let output = tokio::task::spawn_blocking(move || kubectl.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let serving = created.elapsed();
+    assert!(
+        output.status.success(),
+        "kubectl wait: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let web = services.get("web").await.unwrap();
+    let (status, reason, _) = condition(&web, "LoadBalancerServing").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "LoadBalancerEnsured")
+    );
+    let ingress = web
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .and_then(|i| i.first()?.ip.clone())
+        .unwrap_or_else(|| panic!("Serving without an ingress: {:?}", web.status));
+    eprintln!(
+        "Service created → LoadBalancerServing (kubectl wait returned): {:.1} s",
+        serving.as_secs_f64()
+    );
+    let lb = SocketAddr::from((ingress.parse::<std::net::Ipv4Addr>().unwrap(), 80));
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    let answer = eventually(
+        "the web Pod answering through the load balancer",
+        WAIT,
+        || http_get(&cluster, lb),
+    )
+    .await;
+    let web_pods: Vec<String> = pods
+        .list(&kube::api::ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert!(
+        web_pods.contains(&answer),
+        "{answer:?} is one of {web_pods:?}"
+    );
+    let first_traffic = created.elapsed();
+
+    // (c) A Service of class example.com/b: the second CCM's.
+    let mut web_b = ServiceBuilder::load_balancer("web-b")
+        .selector("app", "web")
+        .port(80)
+        .target_port(8080)
+        .build();
+    web_b.spec.as_mut().unwrap().load_balancer_class = Some(CLASS_B.to_owned());
+    let web_b = services
+        .create(&PostParams::default(), &web_b)
+        .await
+        .unwrap();
+    let ingress_b = eventually("web-b's ingress", WAIT, || async {
+        let service = services.get("web-b").await.map_err(|e| e.to_string())?;
+        service
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .and_then(|ingress| ingress.first()?.ip.clone())
+            .ok_or(format!("{:?}", service.status))
+    })
+    .await;
+    let lb_b = SocketAddr::from((ingress_b.parse::<std::net::Ipv4Addr>().unwrap(), 80));
+    eventually(
+        "the web Pod answering through web-b's load balancer",
+        WAIT,
+        || http_get(&cluster, lb_b),
+    )
+    .await;
+
+    // (b) Each load balancer's droplets: the cloud's node's, never the foreign node's
+    // (which the provider would find by name).
+    let lbs = api.load_balancers().await;
+    assert_eq!(lbs.len(), 2, "web's and web-b's: {lbs:#?}");
+    let owner_b = format!(
+        "kubernetes-service-uid:{}",
+        web_b.metadata.uid.as_deref().unwrap()
+    );
+    assert!(
+        lbs.iter().any(|lb| lb["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| *t == *owner_b)),
+        "web-b's load balancer: {lbs:#?}"
+    );
+    let cloud_droplet = droplets.iter().find(|(n, _)| *n == cloud_node).unwrap().1;
+    for lb in &lbs {
+        let droplet_ids: Vec<u64> = lb["droplet_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(serde_json::Value::as_u64)
+            .collect();
+        assert_eq!(droplet_ids, [cloud_droplet], "{lb:#}");
+    }
+    // From now on the cloud has no droplet for the foreign node.
+    api.send(
+        reqwest::Method::DELETE,
+        &format!("/admin/droplets/{foreign_droplet}"),
+        ADMIN_TOKEN,
+        None,
+    )
+    .await
+    .unwrap();
+
+    // (a) Degraded: no Pod, so kube-proxy's health check answers 503 on every droplet.
+    let degraded = |want_status: &'static str, want_reason: &'static str| {
+        let services = services.clone();
+        let api = &api;
+        async move {
+            let web = services.get("web").await.map_err(|e| e.to_string())?;
+            match condition(&web, "LoadBalancerDegraded") {
+                Some((status, reason, message))
+                    if status == want_status && reason == want_reason =>
+                {
+                    Ok(message)
+                }
+                other => Err(format!(
+                    "{other:?}; droplets {}",
+                    api.load_balancers().await[0]["x_droplet_health"]
+                )),
+            }
+        }
+    };
+    let healthy = eventually("LoadBalancerDegraded False", WAIT, || {
+        degraded("False", "Healthy")
+    })
+    .await;
+    eprintln!("LoadBalancerDegraded False: {healthy:?}");
+    let scaled = Instant::now();
+    scale(&deployments, "web", 0).await;
+    let message = eventually("LoadBalancerDegraded True", WAIT, || {
+        degraded("True", "NoHealthyBackends")
+    })
+    .await;
+    assert_eq!(message, "0 of 1 droplets pass the health check");
+    let went_degraded = scaled.elapsed();
+    let scaled = Instant::now();
+    scale(&deployments, "web", 1).await;
+    eventually("LoadBalancerDegraded False again", WAIT, || {
+        degraded("False", "Healthy")
+    })
+    .await;
+    let recovered = scaled.elapsed();
+    eventually("the web Pod answering again", WAIT, || {
+        http_get(&cluster, lb)
+    })
+    .await;
+    eprintln!(
+        "scaled to 0 → Degraded True: {:.1} s; scaled to 1 → Degraded False: {:.1} s",
+        went_degraded.as_secs_f64(),
+        recovered.as_secs_f64()
+    );
+
+    // (b) The foreign Node, all this time: its own provider ID, still uninitialised (the
+    // CCM neither initialised it nor, NotReady with no droplet, deleted it), and no load
+    // balancer's droplet.
+    let foreign = nodes.get(FOREIGN).await.unwrap();
+    assert_eq!(
+        foreign.metadata.uid, foreign_uid,
+        "the same Node, never deleted"
+    );
+    assert_eq!(
+        foreign.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+        Some(FOREIGN_ID)
+    );
+    assert!(
+        taint_keys(&foreign)
+            .iter()
+            .any(|k| k == UNINITIALIZED_TAINT),
+        "{:?}",
+        taint_keys(&foreign)
+    );
+    let ready = foreign
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone());
+    assert_ne!(ready.as_deref(), Some("True"), "NotReady throughout");
+    for lb in api.load_balancers().await {
+        assert!(
+            !lb["droplet_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d.as_u64() == Some(foreign_droplet)),
+            "{lb:#}"
+        );
+    }
+    // The leader said why, once.
+    let mut logs = cluster.kubectl().expect("kubectl");
+    logs.args([
+        "logs",
+        "--namespace=kube-system",
+        "--selector=app=cloud-controller-manager",
+        "--tail=-1",
+    ]);
+    let logs = tokio::task::spawn_blocking(move || logs.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("is not this cloud's") && l.contains(FOREIGN)),
+        "no line about {FOREIGN} in the CCM's logs:\n{logs}"
+    );
+
+    // (c) Neither CCM wrote to the other's Service; each wrote to its own (the log records).
+    let events = ccm_test::audit::read_audit_log(&audit_log).unwrap();
+    let writes = |user: &str, name: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| {
+                e.stage == "ResponseComplete"
+                    && e.user == user
+                    && e.resource == "services"
+                    && e.namespace == "default"
+                    && e.name == name
+            })
+            .map(|e| format!("{} {} {}", e.verb, e.resource_path(), e.code))
+            .collect()
+    };
+    assert_eq!(
+        writes(CCM_A, "web-b"),
+        Vec::<String>::new(),
+        "the first CCM on web-b"
+    );
+    assert_eq!(
+        writes(CCM_B, "web"),
+        Vec::<String>::new(),
+        "the second CCM on web"
+    );
+    assert!(
+        !writes(CCM_A, "web").is_empty(),
+        "the first CCM's writes to web"
+    );
+    assert!(
+        !writes(CCM_B, "web-b").is_empty(),
+        "the second CCM's writes to web-b"
+    );
+    eprintln!(
+        "timings: cluster and cloud's Node ready {:.1} s; Service → Serving {:.1} s, → first \
+         answer {:.1} s; whole test {:.1} s",
+        ready_at.as_secs_f64(),
+        serving.as_secs_f64(),
+        first_traffic.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -18,10 +18,11 @@ use ccm_provider::well_known::{
 use ccm_provider::{CloudProvider, CloudResult, LoadBalancer, default_load_balancer_name};
 use ccm_runtime::controllers::service::{
     LOAD_BALANCER_DEGRADED, LOAD_BALANCER_PROVISIONING, LOAD_BALANCER_SERVING, LoadBalancerClasses,
-    NODE_SELECTOR_ANNOTATION, REASON_DELETED, REASON_DELETING, REASON_ENSURED, REASON_ENSURING,
-    REASON_INVALID_NODE_SELECTOR, REASON_NOT_OWNED, REASON_SHARING_REFUSED, REASON_SYNC_FAILED,
-    REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED, SHARING_KEY_ANNOTATION,
-    SHARING_KEY_APPLIED_ANNOTATION, ServiceController, ServiceControllerConfig, ServiceKey,
+    MAX_SHARED_MEMBERS, NODE_SELECTOR_ANNOTATION, REASON_DELETED, REASON_DELETING, REASON_ENSURED,
+    REASON_ENSURING, REASON_INVALID_NODE_SELECTOR, REASON_NOT_OWNED, REASON_SHARING_REFUSED,
+    REASON_SYNC_FAILED, REASON_UNAVAILABLE, REASON_UPDATE_FAILED, REASON_UPDATED,
+    SHARING_KEY_ANNOTATION, SHARING_KEY_APPLIED_ANNOTATION, ServiceController,
+    ServiceControllerConfig, ServiceKey,
 };
 use ccm_runtime::metrics::{ControllerMetrics, Metrics};
 use ccm_runtime::workqueue::{Queue, RateLimit};
@@ -2186,5 +2187,50 @@ async fn a_bad_node_selector_warns_and_leaves_the_load_balancer_alone() {
     assert_eq!(
         calls_for(&h, Method::EnsureLoadBalancerDeleted, &ns, "web"),
         0
+    );
+}
+
+#[tokio::test]
+async fn a_thousand_services_on_one_key_fill_one_group_and_the_rest_are_refused() {
+    let (h, ns) = harness("shared-many").await;
+    create_node(&h, "shared-many").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    // Each its own port, no node ports (a thousand would crowd the range the other tests
+    // of this binary allocate from).
+    let services: Vec<Service> = (0..1000)
+        .map(|i| {
+            let mut svc = sharing(&format!("m{i:04}"), "many", &[("p", 1000 + i)]);
+            let spec = svc.spec.as_mut().unwrap();
+            spec.allocate_load_balancer_node_ports = Some(false);
+            svc
+        })
+        .collect();
+    for chunk in services.chunks(50) {
+        futures::future::join_all(chunk.iter().map(|s| create_service(&h, &ns, s))).await;
+    }
+    eventually(
+        "the group full, its load balancer with 32 ports",
+        WAIT * 4,
+        || async {
+            let ports = shared_ports(&h, &ns).map_or(0, |p| p.len());
+            let list = h.services(&ns).list(&Default::default()).await.unwrap();
+            let served = list.items.iter().filter(|s| has_ingress(s)).count();
+            if ports == MAX_SHARED_MEMBERS && served == MAX_SHARED_MEMBERS {
+                Ok(())
+            } else {
+                Err(format!("{ports} ports, {served} served"))
+            }
+        },
+    )
+    .await;
+    // The last one created is refused because the group is full, and says so.
+    wait_note(&h, &ns, "m0999", REASON_SHARING_REFUSED, |n| {
+        n.contains("already has 32 members")
+    })
+    .await;
+    assert_eq!(
+        lbs_in(&h, &ns).len(),
+        1,
+        "one load balancer, however many ask"
     );
 }

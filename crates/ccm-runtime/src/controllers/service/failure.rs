@@ -37,6 +37,10 @@ pub(crate) fn cut_message(text: String) -> String {
     ccm_provider::echo::cut(text, MAX_MESSAGE_BYTES)
 }
 
+/// How long a Service refused a place in a shared load balancer waits before it is looked
+/// at again, when no change of its group wakes it sooner: Go's longest backoff.
+pub(super) const REFUSAL_RECHECK: Duration = Duration::from_secs(300);
+
 /// What the provider or the API server answered, as far as a report needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Cause {
@@ -196,6 +200,12 @@ impl SyncError {
     /// the Service's backoff. A load balancer still coming up is a follow-up: once due, its
     /// look is not queued behind every Service added meanwhile.
     pub(super) fn outcome(&self) -> Outcome {
+        // A refusal to share changes only when the group does, and then the group's other
+        // members' syncs queue the refused ones again: a retry with backoff would only
+        // repeat it (a thousand Services on one key, a thousand Warnings every few seconds).
+        if self.is_refusal() {
+            return Outcome::RequeueAfter(REFUSAL_RECHECK);
+        }
         match self.cause().and_then(|c| c.retry_after) {
             Some(after) if self.is_provisioning() => Outcome::FollowUpAfter(after),
             Some(after) => Outcome::RequeueAfter(after),

@@ -160,8 +160,9 @@ pub const REASON_NOT_OWNED: &str = "LoadBalancerNotOwned";
 /// Event reason (Warning): the Service asks to share a load balancer
 /// ([`SHARING_KEY_ANNOTATION`]) and may not: its key is not one, its ports or settings
 /// conflict with the group's, the group is full, or the provider does not share load
-/// balancers. It gets no load balancer (no ingress); the group's others keep theirs. Retried
-/// with backoff, and at once when a member leaves the group. Not one of Go's reasons.
+/// balancers. It gets no load balancer (no ingress); the group's others keep theirs. Looked
+/// at again when a place or a port of the group is freed, else after 5 minutes (not with
+/// backoff: a refusal changes only with its group). Not one of Go's reasons.
 pub const REASON_SHARING_REFUSED: &str = "LoadBalancerSharingRefused";
 /// Event reason (Warning): the Service's [`NODE_SELECTOR_ANNOTATION`] is not a label
 /// selector (it does not parse, or is too long); the load balancer was left as it is, and

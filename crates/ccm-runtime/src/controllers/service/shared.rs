@@ -15,7 +15,7 @@
 //! members' syncs after a change, and the N members' node-sync updates after a Node change,
 //! cost the cloud one call, not N.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -80,6 +80,23 @@ struct Group {
     applied: Applied,
     /// The UIDs of the members included last.
     members: Vec<String>,
+    /// Their ports (port, protocol).
+    ports: BTreeSet<(i32, String)>,
+}
+
+/// The ports (port, protocol) of `services`.
+fn ports_of(services: &[Arc<Service>]) -> BTreeSet<(i32, String)> {
+    services
+        .iter()
+        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
+        .flatten()
+        .map(|p| {
+            (
+                p.port,
+                p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+            )
+        })
+        .collect()
 }
 
 /// The service controller's view of the provider's load balancers, with groups (see the
@@ -154,7 +171,7 @@ impl SharingLoadBalancer {
         current: Option<&Arc<Service>>,
     ) -> Vec<(Arc<Service>, Verdict)> {
         let uid = |s: &Service| s.metadata.uid.clone();
-        let mut members: Vec<Arc<Service>> = self
+        let members: Vec<Arc<Service>> = self
             .services
             .store()
             .state()
@@ -168,19 +185,10 @@ impl SharingLoadBalancer {
                     && matches!(self.keys.key_of(s), Some(Ok(k)) if k == group.key)
             })
             .collect();
-        members.sort_by_key(|s| uid(s));
         let refs: Vec<&Service> = members.iter().map(|s| &**s).collect();
-        let verdicts: Vec<(Option<String>, Verdict)> =
-            admit(&refs, sharing.agreeing_annotations(), MAX_SHARED_MEMBERS)
-                .into_iter()
-                .map(|(s, v)| (uid(s), v))
-                .collect();
-        verdicts
+        admit(&refs, sharing.agreeing_annotations(), MAX_SHARED_MEMBERS)
             .into_iter()
-            .filter_map(|(u, v)| {
-                let member = members.iter().find(|s| uid(s) == u)?.clone();
-                Some((member, v))
-            })
+            .map(|(i, v)| (members[i].clone(), v))
             .collect()
     }
 
@@ -223,7 +231,10 @@ impl SharingLoadBalancer {
             .iter()
             .filter_map(|s| s.metadata.uid.clone())
             .collect();
-        let shrank = group.members.iter().any(|u| !uids.contains(u));
+        let ports = ports_of(included);
+        // A place or a port was freed: a refused member may fit now.
+        let freed = group.members.iter().any(|u| !uids.contains(u))
+            || group.ports.difference(&ports).next().is_some();
         let before = match &group.applied {
             Applied::Serving { status, .. } => Some(status.clone()),
             _ => None,
@@ -234,13 +245,18 @@ impl SharingLoadBalancer {
         }
         let status = result?;
         group.members = uids;
-        // The others' ingress follows a load balancer that moved; a refused member may fit
-        // once one left.
-        if shrank || (before.is_some() && before != status) {
-            for (member, _) in verdicts {
-                if member.metadata.uid.as_deref() != syncing {
-                    self.queue.add(ServiceKey::of(member));
-                }
+        group.ports = ports;
+        // The included members' ingress follows a load balancer that moved; the others
+        // (refused, or admitted only now) are looked at again when a place or a port was
+        // freed (otherwise they wait: a refusal is not retried with backoff, see
+        // `SyncError::outcome`).
+        let moved = before.is_some() && before != status;
+        for (member, _) in verdicts {
+            let uid = member.metadata.uid.as_deref();
+            let included = uid.is_some_and(|u| group.members.iter().any(|m| m == u));
+            let wake = if included { moved } else { freed };
+            if wake && uid != syncing {
+                self.queue.add(ServiceKey::of(member));
             }
         }
         Ok(status)

@@ -122,24 +122,27 @@ pub(crate) enum Verdict {
 }
 
 /// The verdict on each of `members` (one group's Services that want a load balancer and
-/// are not being deleted, in any order), in the order members are taken: oldest first.
-/// `agreeing` are the annotation prefixes the provider needs members to agree on.
-pub(crate) fn admit<'a>(
-    members: &[&'a Service],
+/// are not being deleted, in any order), by index into `members`, in the order members are
+/// taken: oldest first. `agreeing` are the annotation prefixes the provider needs members to
+/// agree on.
+pub(crate) fn admit(
+    members: &[&Service],
     agreeing: &[String],
     max_members: usize,
-) -> Vec<(&'a Service, Verdict)> {
-    let mut sorted: Vec<&Service> = members.to_vec();
-    sorted.sort_by(|a, b| {
-        let at = |s: &Service| s.metadata.creation_timestamp.as_ref().map(|t| t.0);
+) -> Vec<(usize, Verdict)> {
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    let at = |s: &Service| s.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    order.sort_by(|&a, &b| {
+        let (a, b) = (members[a], members[b]);
         at(a)
             .cmp(&at(b))
             .then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
     let mut admitted: Vec<&Service> = Vec::new();
-    sorted
+    order
         .into_iter()
-        .map(|member| {
+        .map(|i| {
+            let member = members[i];
             let verdict = match refusal(&admitted, member, agreeing, max_members) {
                 None => {
                     admitted.push(member);
@@ -147,7 +150,7 @@ pub(crate) fn admit<'a>(
                 }
                 Some(why) => Verdict::Refused(cut_message(why)),
             };
-            (member, verdict)
+            (i, verdict)
         })
         .collect()
 }
@@ -369,7 +372,7 @@ mod tests {
     fn verdicts(members: &[&Service]) -> Vec<(String, Verdict)> {
         admit(members, &["example.com/".to_owned()], 3)
             .into_iter()
-            .map(|(s, v)| (s.metadata.name.clone().unwrap(), v))
+            .map(|(i, v)| (members[i].metadata.name.clone().unwrap(), v))
             .collect()
     }
 

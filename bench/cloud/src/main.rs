@@ -88,6 +88,10 @@ pub(crate) struct Options {
     /// measure another setting.
     #[arg(long = "rust-config")]
     rust_config: Vec<String>,
+    /// A flag added to ours (repeatable, `rust` and `before`), e.g.
+    /// `--rust-flag=--service-conditions` to measure what a setting costs.
+    #[arg(long = "rust-flag", allow_hyphen_values = true)]
+    rust_flag: Vec<String>,
     /// `--concurrent-service-syncs` of both CCMs (Go's default, 1).
     #[arg(long, default_value_t = 1)]
     workers: u32,
@@ -213,6 +217,7 @@ async fn run(opts: Options) -> Result<()> {
         workers: opts.workers,
         kube_api: opts.kube_api.clone(),
         rust_config: opts.rust_config.clone(),
+        rust_flags: opts.rust_flag.clone(),
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         results,
     };

@@ -81,6 +81,8 @@ pub(crate) struct Report {
     pub(crate) workers: u32,
     pub(crate) kube_api: Option<Vec<u32>>,
     pub(crate) rust_config: Vec<String>,
+    #[serde(default)]
+    pub(crate) rust_flags: Vec<String>,
     pub(crate) cpus: usize,
     pub(crate) results: Vec<RunResult>,
 }
@@ -208,10 +210,18 @@ pub(crate) fn table(report: &Report) -> String {
             |q| format!("QPS {} burst {}", q[0], q.get(1).copied().unwrap_or(q[0]))
         ),
         report.cpus,
-        if report.rust_config.is_empty() {
-            String::new()
-        } else {
-            format!("; ours with {}", report.rust_config.join(", "))
+        {
+            let ours: Vec<&str> = report
+                .rust_config
+                .iter()
+                .chain(&report.rust_flags)
+                .map(String::as_str)
+                .collect();
+            if ours.is_empty() {
+                String::new()
+            } else {
+                format!("; ours with {}", ours.join(", "))
+            }
         }
     );
     let ratio = names.iter().any(|n| n == "rust") && names.iter().any(|n| n == "digitalocean");

@@ -160,6 +160,7 @@ fn start(
             "--bind-address=127.0.0.1".to_owned(),
             "--secure-port=0".to_owned(),
         ]);
+        args.extend(opts.rust_flag.iter().cloned());
         // Ours logs as its flags say unless the user set `RUST_LOG`.
         let builder = CcmProcess::builder(binary);
         match std::env::var_os("RUST_LOG") {

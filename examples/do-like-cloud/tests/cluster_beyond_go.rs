@@ -28,11 +28,19 @@
 //!   only the service controller) with `--load-balancer-class=example.com/b
 //!   --manage-services-without-class=false`, the first with the classless default: a
 //!   Service of class `example.com/b` gets its load balancer (and traffic) from the second,
-//!   and the audit log shows no write by either CCM's ServiceAccount to the other's Service.
+//!   and the audit log shows no write by either CCM's ServiceAccount to the other's Service;
+//! - shared load balancers: two Services with one sharing key (TCP 80 and 8080, each to its
+//!   own Deployment) get one load balancer and one address, each port answered by its own
+//!   Deployment's Pod; a third on port 80 is refused (`LoadBalancerSharingRefused` Warning,
+//!   `LoadBalancerProvisioning` False, no address) and the load balancer is unchanged; the
+//!   key in another namespace gets a load balancer of its own; the first member deleted,
+//!   the third joins with the group's address (port 80 now to its Pods); members deleted
+//!   leave the rules, and the last one's deletion deletes the load balancer.
 //!
-//! About 52 s on the project machine (2 cores), of which 15 s until the cloud's Node is
+//! About 52 s on the project machine (2 cores), of which 14–15 s until the cloud's Node is
 //! initialised; Service to `LoadBalancerServing` 1.1 s; `LoadBalancerDegraded` follows the
-//! data plane within the provider's cache TTL (10 s each way here).
+//! data plane within the provider's cache TTL (10 s each way here); the shared load
+//! balancers 5 s.
 //!
 //! `scripts/test.sh` builds the image archives first (`scripts/images.sh --debug`). Needs root
 //! and the cluster tier's packages (see `ccm_test::cluster`).
@@ -641,12 +649,397 @@ async fn conditions_health_and_a_foreign_node_in_one_cluster() {
         !writes(CCM_B, "web-b").is_empty(),
         "the second CCM's writes to web-b"
     );
+
+    // (d) Shared load balancers.
+    let sharing = Instant::now();
+    shared_load_balancers(&cluster, &client, &api).await;
+    let sharing = sharing.elapsed();
+
     eprintln!(
         "timings: cluster and cloud's Node ready {:.1} s; Service → Serving {:.1} s, → first \
-         answer {:.1} s; whole test {:.1} s",
+         answer {:.1} s; shared load balancers {:.1} s; whole test {:.1} s",
         ready_at.as_secs_f64(),
         serving.as_secs_f64(),
         first_traffic.as_secs_f64(),
+        sharing.as_secs_f64(),
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// The sharing key of the shared-load-balancer phase, and the label of its Deployments.
+const SHARING_KEY_ANNOTATION: &str = "ccm-rs.github.io/load-balancer-sharing-key";
+const SHARING_KEY: &str = "front";
+const SHARING_REFUSED: &str = "LoadBalancerSharingRefused";
+/// The namespace the key is copied into.
+const OTHER_NAMESPACE: &str = "shared-other";
+
+/// A Deployment of one web Pod labelled `app: name` (on the cloud's node: the foreign one
+/// keeps its taint).
+fn web_deployment(name: &str) -> Deployment {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "web", "image": WEB_IMAGE}],
+                                       "tolerations": [{"key": "node-role.kubernetes.io/control-plane",
+                                                        "effect": "NoSchedule"}]}}}
+    }))
+    .unwrap()
+}
+
+/// A LoadBalancer Service of the sharing key, `port` (TCP) to the web Pods labelled `app`.
+fn sharing_service(name: &str, namespace: &str, app: &str, port: i32) -> Service {
+    ServiceBuilder::load_balancer(name)
+        .namespace(namespace)
+        .annotation(SHARING_KEY_ANNOTATION, SHARING_KEY)
+        .selector("app", app)
+        .port(port)
+        .target_port(8080)
+        .build()
+}
+
+/// The Service's first ingress IP, if any.
+fn ingress_ip(service: &Service) -> Option<String> {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .and_then(|ingress| ingress.first()?.ip.clone())
+}
+
+fn node_port(service: &Service) -> u64 {
+    let port = service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+        .node_port
+        .unwrap_or_else(|| panic!("no nodePort: {:?}", service.spec));
+    u64::try_from(port).unwrap()
+}
+
+/// A load balancer's forwarding rules, as (entry port, target port), sorted.
+fn rules(lb: &serde_json::Value) -> Vec<(u64, u64)> {
+    let mut rules: Vec<(u64, u64)> = lb["forwarding_rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            assert_eq!(r["entry_protocol"], "tcp", "{r}");
+            (
+                r["entry_port"].as_u64().unwrap(),
+                r["target_port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    rules.sort_unstable();
+    rules
+}
+
+impl CloudApi {
+    /// The account's load balancers whose address is `ip`.
+    async fn load_balancers_at(&self, ip: &str) -> Vec<serde_json::Value> {
+        self.load_balancers()
+            .await
+            .into_iter()
+            .filter(|lb| lb["ip"] == ip)
+            .collect()
+    }
+}
+
+/// Waits until `name` in `services`' namespace has an ingress IP; it.
+async fn wait_ingress(services: &Api<Service>, name: &str) -> String {
+    eventually(&format!("{name}'s ingress"), WAIT, || async {
+        let service = services.get(name).await.map_err(|e| e.to_string())?;
+        ingress_ip(&service).ok_or(format!("{:?}", service.status))
+    })
+    .await
+}
+
+/// Waits until `name` is gone from the API (its finalizer removed).
+async fn wait_gone(services: &Api<Service>, name: &str) {
+    eventually(&format!("{name} gone"), WAIT, || async {
+        match services.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(s) => Err(format!(
+                "still there, finalizers {:?}",
+                s.metadata.finalizers
+            )),
+        }
+    })
+    .await;
+}
+
+/// Shared load balancers (docs/controllers.md, "Shared load balancers"), through the data
+/// plane: two Services of one key share one load balancer and address, each port answered
+/// by its own Deployment; a third on a taken port is refused (a Warning, a condition, no
+/// address) until the port is free, then gets the same address; the key in another
+/// namespace is another load balancer; members leave the rules one by one, and the last
+/// one deletes the load balancer.
+async fn shared_load_balancers(cluster: &Cluster, client: &kube::Client, api: &CloudApi) {
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    let lbs_before = api.load_balancers().await.len();
+    for name in ["shared-a", "shared-b"] {
+        deployments
+            .create(&PostParams::default(), &web_deployment(name))
+            .await
+            .unwrap();
+    }
+    // The Pods of `app`, by name (the web image answers with its Pod's name).
+    let pods_of = |app: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect::<Vec<String>>()
+        }
+    };
+    // The Pod of `app` answering at `target`.
+    let answered_by = |target: SocketAddr, app: &'static str| {
+        let pods_of = &pods_of;
+        async move {
+            let answer = http_get(cluster, target).await?;
+            let expected = pods_of(app).await;
+            if expected.contains(&answer) {
+                Ok(answer)
+            } else {
+                Err(format!(
+                    "{target} answered {answer:?}, not one of {app}'s {expected:?}"
+                ))
+            }
+        }
+    };
+
+    // Two members: port 80 to shared-a's Pod, 8080 to shared-b's.
+    let a = services
+        .create(
+            &PostParams::default(),
+            &sharing_service("shared-a", "default", "shared-a", 80),
+        )
+        .await
+        .unwrap();
+    let b = services
+        .create(
+            &PostParams::default(),
+            &sharing_service("shared-b", "default", "shared-b", 8080),
+        )
+        .await
+        .unwrap();
+    let ip_a = wait_ingress(&services, "shared-a").await;
+    let ip_b = wait_ingress(&services, "shared-b").await;
+    assert_eq!(ip_a, ip_b, "one address for the group");
+    let ip: std::net::Ipv4Addr = ip_a.parse().unwrap();
+    let (np_a, np_b) = (node_port(&a), node_port(&b));
+    let group_lb = eventually(
+        "one load balancer with both members' ports",
+        WAIT,
+        || async {
+            let lbs = api.load_balancers().await;
+            let at = api.load_balancers_at(&ip_a).await;
+            match at.as_slice() {
+                [lb] if rules(lb) == [(80, np_a), (8080, np_b)] && lbs.len() == lbs_before + 1 => {
+                    Ok(lb.clone())
+                }
+                _ => Err(format!("{lbs:#?}")),
+            }
+        },
+    )
+    .await;
+    let group_lb_id = group_lb["id"].as_str().unwrap().to_owned();
+    for name in ["shared-a", "shared-b"] {
+        let service = services.get(name).await.unwrap();
+        assert!(
+            ccm_test::fixtures::has_lb_finalizer(&service),
+            "{name}: {:?}",
+            service.metadata.finalizers
+        );
+    }
+    let port_80 = SocketAddr::from((ip, 80));
+    let port_8080 = SocketAddr::from((ip, 8080));
+    eventually("shared-a's Pod answering on port 80", WAIT, || {
+        answered_by(port_80, "shared-a")
+    })
+    .await;
+    eventually("shared-b's Pod answering on port 8080", WAIT, || {
+        answered_by(port_8080, "shared-b")
+    })
+    .await;
+
+    // A third on a taken port (to shared-b's Pod): refused, no address.
+    let c = services
+        .create(
+            &PostParams::default(),
+            &sharing_service("shared-c", "default", "shared-b", 80),
+        )
+        .await
+        .unwrap();
+    let np_c = node_port(&c);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let warning = eventually(
+        "a LoadBalancerSharingRefused Warning on shared-c",
+        WAIT,
+        || async {
+            let list = events
+                .list(&kube::api::ListParams::default().fields("involvedObject.name=shared-c"))
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some(SHARING_REFUSED)
+                })
+                .and_then(|e| e.message.clone())
+                .ok_or(format!(
+                    "{:?}",
+                    list.items
+                        .iter()
+                        .map(|e| (&e.type_, &e.reason, &e.message))
+                        .collect::<Vec<_>>()
+                ))
+        },
+    )
+    .await;
+    assert!(
+        warning.contains("port 80/TCP") && warning.contains("shared-a"),
+        "names the port and its holder: {warning:?}"
+    );
+    eventually(
+        "shared-c's LoadBalancerProvisioning False",
+        WAIT,
+        || async {
+            let service = services.get("shared-c").await.map_err(|e| e.to_string())?;
+            match condition(&service, "LoadBalancerProvisioning") {
+                Some((status, reason, _)) if status == "False" && reason == SHARING_REFUSED => {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let refused = services.get("shared-c").await.unwrap();
+    assert_eq!(ingress_ip(&refused), None, "{:?}", refused.status);
+    // The group's load balancer as it was, and both still answering.
+    let at = api.load_balancers_at(&ip_a).await;
+    assert_eq!(at.len(), 1, "{at:#?}");
+    assert_eq!(at[0]["id"], group_lb_id.as_str());
+    assert_eq!(rules(&at[0]), [(80, np_a), (8080, np_b)], "{:#}", at[0]);
+    answered_by(port_80, "shared-a").await.unwrap();
+    answered_by(port_8080, "shared-b").await.unwrap();
+
+    // The key in another namespace: a load balancer of its own.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": OTHER_NAMESPACE}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let other_services: Api<Service> = Api::namespaced(client.clone(), OTHER_NAMESPACE);
+    let other = other_services
+        .create(
+            &PostParams::default(),
+            &sharing_service("shared-a", OTHER_NAMESPACE, "shared-a", 80),
+        )
+        .await
+        .unwrap();
+    let ip_other = wait_ingress(&other_services, "shared-a").await;
+    assert_ne!(ip_other, ip_a, "another namespace, another load balancer");
+    let other_lb = eventually("the other namespace's load balancer", WAIT, || async {
+        match api.load_balancers_at(&ip_other).await.as_slice() {
+            [lb] => Ok(lb.clone()),
+            more => Err(format!("{more:#?}")),
+        }
+    })
+    .await;
+    assert_ne!(other_lb["id"], group_lb_id.as_str());
+    assert_eq!(rules(&other_lb), [(80, node_port(&other))], "{other_lb:#}");
+    let at = api.load_balancers_at(&ip_a).await;
+    assert_eq!(at.len(), 1, "{at:#?}");
+    assert_eq!(at[0]["id"], group_lb_id.as_str());
+    assert_eq!(
+        rules(&at[0]),
+        [(80, np_a), (8080, np_b)],
+        "unchanged: {:#}",
+        at[0]
+    );
+    assert_eq!(api.load_balancers().await.len(), lbs_before + 2);
+
+    // shared-a deleted: its port is free, so shared-c joins, with the group's address, and
+    // port 80 now goes to shared-c's nodePort (shared-b's Pod); 8080 answers throughout.
+    services
+        .delete("shared-a", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&services, "shared-a").await;
+    answered_by(port_8080, "shared-b").await.unwrap();
+    let ip_c = wait_ingress(&services, "shared-c").await;
+    assert_eq!(
+        ip_c, ip_a,
+        "the refused member, admitted, gets the group's address"
+    );
+    eventually("shared-c's port in place of shared-a's", WAIT, || async {
+        match api.load_balancers_at(&ip_a).await.as_slice() {
+            [lb] if lb["id"] == group_lb_id.as_str() && rules(lb) == [(80, np_c), (8080, np_b)] => {
+                Ok(())
+            }
+            other => Err(format!("{other:#?}")),
+        }
+    })
+    .await;
+    eventually("shared-c LoadBalancerServing True", WAIT, || async {
+        let service = services.get("shared-c").await.map_err(|e| e.to_string())?;
+        match condition(&service, "LoadBalancerServing") {
+            Some((status, _, _)) if status == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    eventually(
+        "shared-b's Pod answering on port 80, through shared-c",
+        WAIT,
+        || answered_by(port_80, "shared-b"),
+    )
+    .await;
+    answered_by(port_8080, "shared-b").await.unwrap();
+
+    // shared-c deleted: the rules shrink to shared-b's, which still answers.
+    services
+        .delete("shared-c", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&services, "shared-c").await;
+    eventually("the rules down to shared-b's", WAIT, || async {
+        match api.load_balancers_at(&ip_a).await.as_slice() {
+            [lb] if lb["id"] == group_lb_id.as_str() && rules(lb) == [(8080, np_b)] => Ok(()),
+            other => Err(format!("{other:#?}")),
+        }
+    })
+    .await;
+    answered_by(port_8080, "shared-b").await.unwrap();
+
+    // The last members deleted: both load balancers gone, and the Services with them.
+    services
+        .delete("shared-b", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    other_services
+        .delete("shared-a", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&services, "shared-b").await;
+    wait_gone(&other_services, "shared-a").await;
+    let lbs = api.load_balancers().await;
+    assert_eq!(lbs.len(), lbs_before, "{lbs:#?}");
+    assert!(
+        !lbs.iter()
+            .any(|lb| lb["id"] == group_lb_id.as_str() || lb["id"] == other_lb["id"]),
+        "{lbs:#?}"
     );
 }

@@ -1373,3 +1373,123 @@ async fn health_is_one_list_per_ttl_for_many_services_and_never_of_anothers() {
     assert!(err.is_not_owned(), "{err}");
     sim.shutdown().await;
 }
+
+/// A stand-in for the Kubernetes API that records every request ("METHOD path") and
+/// answers each 404: what a [`ServiceAnnotator`](ccm_core::provider::ServiceAnnotator)
+/// built on it tried to write.
+async fn recording_api() -> (kube::Client, Arc<parking_lot::Mutex<Vec<String>>>) {
+    let seen: Arc<parking_lot::Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let record = record.clone();
+        async move {
+            record
+                .lock()
+                .push(format!("{} {}", request.method(), request.uri().path()));
+            (
+                axum::http::StatusCode::NOT_FOUND,
+                [("content-type", "application/json")],
+                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#,
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = kube::Config::new(url.parse().unwrap());
+    (kube::Client::try_from(config).unwrap(), seen)
+}
+
+/// The Service the service controller makes for a group sharing a load balancer carries its
+/// first member's annotations; an ID annotation among them (a member's, stale, of another
+/// load balancer) is never the group's: the group's load balancer is found, made and
+/// deleted by its own name, the other one is untouched, and nothing is written on the
+/// group's Service (it is not in the API).
+#[tokio::test]
+async fn a_group_service_ignores_a_stale_id_annotation_and_is_never_annotated() {
+    use ccm_core::provider::{LOAD_BALANCER_GROUP_ANNOTATION, ServiceAnnotator};
+
+    let sim = sim().await;
+    let nodes = one_droplet_node(&sim);
+    let (client, writes) = recording_api().await;
+    let cloud = Arc::new(
+        Arc::into_inner(provider(&sim))
+            .unwrap()
+            .with_service_annotator(ServiceAnnotator::new(client)),
+    );
+    let lb = lb_of(&cloud);
+
+    // Another Service's load balancer; its ID is remembered on it (the recorder works).
+    let other = service("other", "aaaaaaaa-0000-0000-0000-000000000001", &[]);
+    lb.ensure_load_balancer(CLUSTER, &other, &nodes)
+        .await
+        .unwrap();
+    let before = sim.handle().load_balancers();
+    assert_eq!(before.len(), 1);
+    let other_id = before[0].id.clone();
+    assert_eq!(
+        *writes.lock(),
+        ["PATCH /api/v1/namespaces/default/services/other"]
+    );
+    writes.lock().clear();
+
+    // The group's Service, with that ID.
+    let mut group = service(
+        "shared-0123456789abcdef",
+        "cccccccc-0000-0000-0000-000000000003",
+        &[
+            (LOAD_BALANCER_GROUP_ANNOTATION, "front"),
+            (ANNOTATION_LOAD_BALANCER_ID, &other_id),
+        ],
+    );
+    group.spec.as_mut().unwrap().ports =
+        Some(vec![port(80, "TCP", 30080), port(8080, "TCP", 30081)]);
+    assert_eq!(lb.get_load_balancer(CLUSTER, &group).await.unwrap(), None);
+    let status = lb
+        .ensure_load_balancer(CLUSTER, &group, &nodes)
+        .await
+        .unwrap();
+    let all = sim.handle().load_balancers();
+    assert_eq!(all.len(), 2, "{all:#?}");
+    let own = all.iter().find(|l| l.id != other_id).unwrap();
+    assert_eq!(
+        own.forwarding_rules
+            .iter()
+            .map(|r| (r.entry_port, r.target_port))
+            .collect::<Vec<_>>(),
+        [(80, 30080), (8080, 30081)]
+    );
+    let own_ip = status.ingress.as_ref().unwrap()[0].ip.clone().unwrap();
+    assert_eq!(own_ip, own.ip);
+    assert_ne!(own.ip, before[0].ip);
+    assert_eq!(
+        lb.get_load_balancer(CLUSTER, &group)
+            .await
+            .unwrap()
+            .and_then(|s| s.ingress?[0].ip.clone()),
+        Some(own_ip)
+    );
+    lb.update_load_balancer(CLUSTER, &group, &nodes)
+        .await
+        .unwrap();
+    let all = sim.handle().load_balancers();
+    assert!(
+        all.contains(&before[0]),
+        "the other one untouched: {all:#?}"
+    );
+
+    lb.ensure_load_balancer_deleted(CLUSTER, &group)
+        .await
+        .unwrap();
+    assert_eq!(
+        sim.handle().load_balancers(),
+        before,
+        "only the group's deleted"
+    );
+    assert_eq!(
+        *writes.lock(),
+        Vec::<String>::new(),
+        "nothing written on the group"
+    );
+    sim.shutdown().await;
+}

@@ -21,6 +21,10 @@ pub use ccm_runtime::app::{
 };
 #[doc(inline)]
 pub use ccm_runtime::informer::{Change, Informer};
+/// Which Nodes are this cloud's, as the controllers ask it
+/// ([`ControllerContext::node_ownership`]).
+#[doc(inline)]
+pub use ccm_runtime::controllers::node_ownership::{NodeOwnership, NotOwned, Ownership};
 /// Shadow mode (`--shadow`): what a controller of your own uses to settle the plan
 /// ([`ControllerContext::shadow`]).
 #[doc(inline)]

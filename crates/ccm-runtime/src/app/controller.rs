@@ -67,6 +67,34 @@ impl ControllerContext {
     pub fn shadow(&self, name: &str) -> Option<ControllerShadow> {
         self.shadow.as_ref().map(|s| s.for_controller(name))
     }
+
+    /// Which Nodes are this cloud's (`--node-provider-id-prefix`, `--node-selector`; every
+    /// Node by default, as Go): a controller of your own that acts on Nodes or their
+    /// instances asks it as the built-in ones do, so a hybrid cluster's other Nodes are
+    /// left alone by it too. [`NodeOwnership::check`] logs each skipped Node once, shared
+    /// with the built-in controllers; [`NodeOwnership::is_owned`] logs nothing.
+    ///
+    /// ```
+    /// use ccm_core::app::Controller;
+    ///
+    /// let tagger = Controller::new("acme-instance-tagger", |ctx| {
+    ///     let (nodes, ownership) = (ctx.nodes.clone(), ctx.node_ownership().clone());
+    ///     let cancel = ctx.cancel.clone();
+    ///     Ok(Box::pin(async move {
+    ///         for node in nodes.store().state() {
+    ///             if ownership.check(&node) {
+    ///                 // tag the Node's instance in the cloud
+    ///             }
+    ///         }
+    ///         cancel.cancelled().await;
+    ///     }))
+    /// });
+    /// # let _ = tagger;
+    /// ```
+    #[must_use]
+    pub fn node_ownership(&self) -> &NodeOwnership {
+        &self.node_ownership
+    }
 }
 
 type StartFn = dyn Fn(&ControllerContext) -> Result<ControllerFuture, BoxError> + Send + Sync;

@@ -1838,7 +1838,8 @@ async fn until_shared_ports(h: &Harness, ns: &str, members: &[&Service]) {
 async fn services_with_one_key_share_one_load_balancer() {
     let (h, ns) = harness("shared").await;
     create_node(&h, "shared").await;
-    let _ctl = start(&h, &ns, fake(&h), config().with_conditions(true)).await;
+    let conditions = config().with_conditions(true).with_health_period(ms(300));
+    let _ctl = start(&h, &ns, fake(&h), conditions).await;
 
     // Two Services, one key: one load balancer, one address, both ports.
     create_service(&h, &ns, &sharing("a", "web", &[("http", 80)])).await;
@@ -1853,6 +1854,13 @@ async fn services_with_one_key_share_one_load_balancer() {
     );
     let lb = lbs_in(&h, &ns).remove(0);
     assert!(lb.service.starts_with(&format!("{ns}/shared-")), "{lb:?}");
+    // Each member's health is the group load balancer's.
+    for name in ["a", "b"] {
+        h.wait_service(&ns, name, WAIT, |s| {
+            says(s, LOAD_BALANCER_DEGRADED, "False", "Healthy")
+        })
+        .await;
+    }
 
     // A third with a port taken: refused, with a Warning and a condition; no address.
     create_service(&h, &ns, &sharing("c", "web", &[("http", 80)])).await;

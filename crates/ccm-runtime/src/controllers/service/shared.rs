@@ -583,15 +583,10 @@ impl LoadBalancer for SharingLoadBalancer {
         service: &Service,
     ) -> CloudResult<LoadBalancerHealth> {
         let inner = self.inner()?;
-        match applied_group(service).filter(|_| inner.load_balancer_sharing().is_some()) {
-            Some(group) => {
-                inner
-                    .load_balancer_health(
-                        cluster_name,
-                        &group_service(cluster_name, &group, &[service]),
-                    )
-                    .await
-            }
+        // The group it asks for counts before our annotation reaches the cache copy the
+        // health pass reads: never "no load balancer" for a member.
+        match self.group_identity(cluster_name, service) {
+            Some(group) => inner.load_balancer_health(cluster_name, &group).await,
             None => inner.load_balancer_health(cluster_name, service).await,
         }
     }

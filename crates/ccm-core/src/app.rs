@@ -19,12 +19,12 @@ pub use ccm_runtime::app::{
     LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options, ProviderFlags,
     SERVICE_LB_CONTROLLER, ServingOptions,
 };
-#[doc(inline)]
-pub use ccm_runtime::informer::{Change, Informer};
 /// Which Nodes are this cloud's, as the controllers ask it
 /// ([`ControllerContext::node_ownership`]).
 #[doc(inline)]
 pub use ccm_runtime::controllers::node_ownership::{NodeOwnership, NotOwned, Ownership};
+#[doc(inline)]
+pub use ccm_runtime::informer::{Change, Informer};
 /// Shadow mode (`--shadow`): what a controller of your own uses to settle the plan
 /// ([`ControllerContext::shadow`]).
 #[doc(inline)]

@@ -18,13 +18,13 @@
 //! `scripts/test.sh` builds the image archives first (`scripts/images.sh --debug`). Needs root
 //! and the cluster tier's packages (see `ccm_test::cluster`).
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ccm_test::cluster::{LOAD_BALANCER_CIDR, WEB_IMAGE};
 use ccm_test::fixtures::ServiceBuilder;
-use ccm_test::net::http_get_over;
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -32,76 +32,15 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 
-const IMAGE: &str = "do-like-cloud-controller-manager";
-const RELEASED_IMAGE: &str = "ghcr.io/ccm-rs/do-like-cloud-controller-manager:0.1.0";
-const LOCAL_IMAGE: &str = "localhost/do-like-cloud-controller-manager:0.1.0";
-const SIMULATOR: &str = "do-like-api-simulator";
-const SIMULATOR_PORT: u16 = 8080;
-const TOKEN: &str = "cluster-test-token";
-const ADMIN_TOKEN: &str = "cluster-test-admin-token";
-const WAIT: Duration = Duration::from_secs(120);
+use common::{
+    ADMIN_TOKEN, CloudApi, IMAGE, SIMULATOR, TOKEN, WAIT, http_get, ingress_ip, release_manifest,
+    scale, simulator_binary, taint_keys, workspace,
+};
+
 const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The release manifest with what its comments ask a user to set: the image (built here),
-/// the API token and the API's URL (the simulator's).
-fn release_manifest(api_url: &str) -> String {
-    let text = std::fs::read_to_string(workspace().join("releases/v0.1.0/do-like-cloud.yaml"))
-        .expect("the release manifest");
-    let edits = [
-        (
-            format!("image: {RELEASED_IMAGE}"),
-            format!("image: {LOCAL_IMAGE}"),
-        ),
-        ("token: REPLACE-ME".to_owned(), format!("token: {TOKEN}")),
-        (
-            "# apiUrl: http://do-like-api-simulator.example:8080".to_owned(),
-            format!("apiUrl: {api_url}"),
-        ),
-    ];
-    edits.iter().fold(text, |text, (from, to)| {
-        assert_eq!(text.matches(from.as_str()).count(), 1, "{from}");
-        text.replace(from.as_str(), to)
-    })
-}
-
-/// The simulator's API through a loopback forward into the cluster, as the CCM sees it
-/// (`Host` names the simulator's address in the cluster).
-struct CloudApi {
-    http: reqwest::Client,
-    base: String,
-    host: String,
-}
-
 impl CloudApi {
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: &str,
-        body: Option<serde_json::Value>,
-    ) -> serde_json::Value {
-        let mut request = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.base))
-            .header("Host", &self.host)
-            .bearer_auth(token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        assert!(status.is_success(), "{method} {path}: {status} {text}");
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
-    }
-
+    /// The ID of the droplet called `name`.
     async fn droplet_id(&self, name: &str) -> u64 {
         let list = self
             .send(
@@ -110,7 +49,8 @@ impl CloudApi {
                 TOKEN,
                 None,
             )
-            .await;
+            .await
+            .unwrap();
         list["droplets"]
             .as_array()
             .unwrap()
@@ -119,29 +59,6 @@ impl CloudApi {
             .and_then(|d| d["id"].as_u64())
             .unwrap_or_else(|| panic!("no droplet {name}"))
     }
-
-    async fn load_balancers(&self) -> Vec<serde_json::Value> {
-        let list = self
-            .send(
-                reqwest::Method::GET,
-                "/v2/load_balancers?per_page=200",
-                TOKEN,
-                None,
-            )
-            .await;
-        list["load_balancers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-}
-
-fn taint_keys(node: &Node) -> Vec<String> {
-    node.spec
-        .iter()
-        .flat_map(|s| s.taints.iter().flatten())
-        .map(|t| t.key.clone())
-        .collect()
 }
 
 async fn leader(leases: &Api<Lease>) -> Option<String> {
@@ -157,12 +74,7 @@ async fn leader(leases: &Api<Lease>) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_release_manifest_runs_against_the_cloud_api() {
     let archive = ccm_test::image::archive(&workspace(), IMAGE);
-    let simulator = workspace().join(format!("target/images/context/{SIMULATOR}/{SIMULATOR}"));
-    assert!(
-        simulator.is_file(),
-        "no {}: run scripts/images.sh --debug {SIMULATOR}",
-        simulator.display()
-    );
+    let simulator = simulator_binary();
     let cluster = Cluster::builder()
         .nodes(3)
         .image(&archive)
@@ -174,58 +86,15 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
     let client = cluster.client().unwrap();
 
     // The cloud's API, in the cluster's namespace at its gateway address.
-    let files = tempfile::tempdir().unwrap();
-    let token_file = files.path().join("token");
-    let admin_token_file = files.path().join("admin-token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    std::fs::write(&admin_token_file, ADMIN_TOKEN).unwrap();
-    let address = SocketAddr::from((cluster.gateway_address(), SIMULATOR_PORT));
-    cluster
-        .start_process(
-            SIMULATOR,
-            &simulator,
-            &[
-                format!("--listen={address}"),
-                "--non-loopback=on".to_owned(),
-                format!("--token-file={}", token_file.display()),
-                format!("--admin-token-file={}", admin_token_file.display()),
-                "--lb-activation-ms=500".to_owned(),
-                format!("--lb-addresses={LOAD_BALANCER_CIDR}"),
-            ],
-        )
-        .unwrap();
-    let api = CloudApi {
-        http: reqwest::Client::new(),
-        base: format!("http://{}", cluster.forward(address).unwrap()),
-        host: address.to_string(),
-    };
-    eventually("the simulator answering", WAIT, || async {
-        api.http
-            .get(format!("{}/v2/droplets", api.base))
-            .header("Host", &api.host)
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .map_err(|e| format!("{e}: {}", cluster.log(SIMULATOR)))
-    })
-    .await;
+    let api = CloudApi::start(&cluster, &simulator).await;
 
     // Each node is a droplet with the node's address.
     for node in cluster.nodes() {
-        api.send(
-            reqwest::Method::POST,
-            "/admin/droplets",
-            ADMIN_TOKEN,
-            Some(serde_json::json!({
-                "name": node.name(),
-                "private_ip_address": node.address().to_string(),
-            })),
-        )
-        .await;
+        api.droplet(node.name(), node.address()).await;
     }
 
     cluster
-        .apply(&release_manifest(&format!("http://{address}")))
+        .apply(&release_manifest(&api.url(), &[]))
         .unwrap_or_else(|e| panic!("{e}"));
     let nodes = cluster
         .wait_initialised(WAIT)
@@ -307,13 +176,7 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
     .await;
     let ingress = eventually("the Service's ingress", WAIT, || async {
         let service = services.get("web").await.map_err(|e| e.to_string())?;
-        service
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .and_then(|ingress| ingress.first()?.ip.clone())
-            .ok_or(format!("{:?}", service.status))
+        ingress_ip(&service).ok_or(format!("{:?}", service.status))
     })
     .await;
     let load_balancers = api.load_balancers().await;
@@ -411,7 +274,8 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
         ADMIN_TOKEN,
         None,
     )
-    .await;
+    .await
+    .unwrap();
     let nodes_api: Api<Node> = Api::all(client.clone());
     eventually("the shutdown taint", WAIT, || async {
         let node = nodes_api.get(&victim).await.map_err(|e| e.to_string())?;
@@ -428,7 +292,8 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
         ADMIN_TOKEN,
         None,
     )
-    .await;
+    .await
+    .unwrap();
     eventually("the Node deleted", WAIT, || async {
         match nodes_api.get_opt(&victim).await {
             Ok(None) => Ok(()),
@@ -544,7 +409,8 @@ fn without_tags(lb: &serde_json::Value) -> serde_json::Value {
 /// Counts of the simulator's requests by route.
 async fn request_counts(api: &CloudApi) -> serde_json::Value {
     api.send(reqwest::Method::GET, "/admin/stats", ADMIN_TOKEN, None)
-        .await["requests"]
+        .await
+        .unwrap()["requests"]
         .clone()
 }
 
@@ -556,14 +422,12 @@ fn count(counts: &serde_json::Value, route: &str) -> u64 {
 /// terminating.
 async fn scale_ccm(client: &kube::Client, replicas: usize) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
-    deployments
-        .patch(
-            "cloud-controller-manager",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
-        )
-        .await
-        .unwrap();
+    scale(
+        &deployments,
+        "cloud-controller-manager",
+        i32::try_from(replicas).unwrap(),
+    )
+    .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     eventually(&format!("{replicas} CCM Pods running"), WAIT, || async {
         let pods = pods
@@ -648,7 +512,8 @@ async fn swap_from_digitaloceans_ccm(
                 TOKEN,
                 Some(digitaloceans_request(&service, &droplet_ids)),
             )
-            .await;
+            .await
+            .unwrap();
         let id = created["load_balancer"]["id"].as_str().unwrap().to_owned();
         let lb = eventually(&format!("{name}'s load balancer active"), WAIT, || async {
             let lb = api
@@ -658,7 +523,8 @@ async fn swap_from_digitaloceans_ccm(
                     TOKEN,
                     None,
                 )
-                .await["load_balancer"]
+                .await
+                .unwrap()["load_balancer"]
                 .clone();
             (lb["status"] == "active" && lb["ip"].as_str().is_some_and(|ip| !ip.is_empty()))
                 .then_some(lb.clone())
@@ -741,7 +607,8 @@ async fn swap_from_digitaloceans_ccm(
                             TOKEN,
                             None,
                         )
-                        .await["load_balancer"]["tags"]
+                        .await
+                        .unwrap()["load_balancer"]["tags"]
                         .clone();
                     (now == serde_json::json!(["k8s:kubernetes", owner]))
                         .then_some(())
@@ -823,13 +690,4 @@ async fn swap_from_digitaloceans_ccm(
         left.is_empty().then_some(()).ok_or(format!("{left:#?}"))
     })
     .await;
-}
-
-/// The body of `GET /` at `target` inside the cluster, when the answer is a 200.
-async fn http_get(cluster: &Cluster, target: SocketAddr) -> Result<String, String> {
-    let stream = cluster.connect(target).await.map_err(|e| e.to_string())?;
-    match http_get_over(stream, &target.to_string(), "/").await? {
-        (200, body) => Ok(body.trim().to_owned()),
-        (status, body) => Err(format!("answered {status}: {body:?}")),
-    }
 }

@@ -45,27 +45,24 @@
 //! `scripts/test.sh` builds the image archives first (`scripts/images.sh --debug`). Needs root
 //! and the cluster tier's packages (see `ccm_test::cluster`).
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod common;
 
-use ccm_test::cluster::{LOAD_BALANCER_CIDR, WEB_IMAGE};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use ccm_test::cluster::WEB_IMAGE;
 use ccm_test::fixtures::ServiceBuilder;
-use ccm_test::net::http_get_over;
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 
-const IMAGE: &str = "do-like-cloud-controller-manager";
-const RELEASED_IMAGE: &str = "ghcr.io/ccm-rs/do-like-cloud-controller-manager:0.1.0";
-const LOCAL_IMAGE: &str = "localhost/do-like-cloud-controller-manager:0.1.0";
-const SIMULATOR: &str = "do-like-api-simulator";
-const SIMULATOR_PORT: u16 = 8080;
-const TOKEN: &str = "cluster-test-token";
-const ADMIN_TOKEN: &str = "cluster-test-admin-token";
-const WAIT: Duration = Duration::from_secs(120);
+use common::{
+    ADMIN_TOKEN, CloudApi, IMAGE, LOCAL_IMAGE, WAIT, http_get, ingress_ip, release_manifest, scale,
+    simulator_binary, taint_keys, workspace,
+};
+
 const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 /// The node whose kubelet registers with another provider's ID.
 const FOREIGN: &str = "ccm-worker";
@@ -81,37 +78,6 @@ const QUICK_CHECKS: [(&str, &str); 3] = [
     ("healthcheck-healthy-threshold", "2"),
     ("healthcheck-unhealthy-threshold", "2"),
 ];
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The release manifest with what its comments ask a user to set (the image, the token, the
-/// API's URL), and `flags` after the manifest's own.
-fn release_manifest(api_url: &str, flags: &[&str]) -> String {
-    let text = std::fs::read_to_string(workspace().join("releases/v0.1.0/do-like-cloud.yaml"))
-        .expect("the release manifest");
-    let last_arg = "            - --secure-port=10258\n";
-    let with_flags = flags.iter().fold(last_arg.to_owned(), |args, flag| {
-        format!("{args}            - {flag}\n")
-    });
-    let edits = [
-        (
-            format!("image: {RELEASED_IMAGE}"),
-            format!("image: {LOCAL_IMAGE}"),
-        ),
-        ("token: REPLACE-ME".to_owned(), format!("token: {TOKEN}")),
-        (
-            "# apiUrl: http://do-like-api-simulator.example:8080".to_owned(),
-            format!("apiUrl: {api_url}"),
-        ),
-        (last_arg.to_owned(), with_flags),
-    ];
-    edits.iter().fold(text, |text, (from, to)| {
-        assert_eq!(text.matches(from.as_str()).count(), 1, "{from}");
-        text.replace(from.as_str(), to)
-    })
-}
 
 /// The second CCM: the release manifest again with every object called `ccm-b` instead of
 /// `cloud-controller-manager` (its own ServiceAccount, roles, bindings and Lease; the
@@ -150,76 +116,6 @@ rules:
   - level: None
 "#;
 
-/// The simulator's API through a loopback forward into the cluster (`Host` names its
-/// address in the cluster).
-struct CloudApi {
-    http: reqwest::Client,
-    base: String,
-    host: String,
-}
-
-impl CloudApi {
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<serde_json::Value, String> {
-        let mut request = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.base))
-            .header("Host", &self.host)
-            .bearer_auth(token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| format!("{method} {path}: {e}"))?;
-        let status = response.status();
-        let text = response.text().await.map_err(|e| e.to_string())?;
-        if !status.is_success() {
-            return Err(format!("{method} {path}: {status} {text}"));
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
-    }
-
-    async fn load_balancers(&self) -> Vec<serde_json::Value> {
-        let list = self
-            .send(
-                reqwest::Method::GET,
-                "/v2/load_balancers?per_page=200",
-                TOKEN,
-                None,
-            )
-            .await
-            .unwrap();
-        list["load_balancers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Creates a droplet standing for the machine at `address`; its ID.
-    async fn droplet(&self, name: &str, address: std::net::Ipv4Addr) -> u64 {
-        let body = serde_json::json!({"name": name, "private_ip_address": address.to_string()});
-        let created = self
-            .send(
-                reqwest::Method::POST,
-                "/admin/droplets",
-                ADMIN_TOKEN,
-                Some(body),
-            )
-            .await
-            .unwrap();
-        created["droplet"]["id"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no droplet ID in {created}"))
-    }
-}
-
 /// A condition of `service`: (status, reason, message).
 fn condition(service: &Service, type_: &str) -> Option<(String, String, String)> {
     service
@@ -232,44 +128,11 @@ fn condition(service: &Service, type_: &str) -> Option<(String, String, String)>
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-fn taint_keys(node: &Node) -> Vec<String> {
-    node.spec
-        .iter()
-        .flat_map(|s| s.taints.iter().flatten())
-        .map(|t| t.key.clone())
-        .collect()
-}
-
-/// The body of `GET /` at `target` inside the cluster, when the answer is a 200.
-async fn http_get(cluster: &Cluster, target: SocketAddr) -> Result<String, String> {
-    let stream = cluster.connect(target).await.map_err(|e| e.to_string())?;
-    match http_get_over(stream, &target.to_string(), "/").await? {
-        (200, body) => Ok(body.trim().to_owned()),
-        (status, body) => Err(format!("answered {status}: {body:?}")),
-    }
-}
-
-async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
-    deployments
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_health_and_a_foreign_node_in_one_cluster() {
     let started = Instant::now();
     let archive = ccm_test::image::archive(&workspace(), IMAGE);
-    let simulator = workspace().join(format!("target/images/context/{SIMULATOR}/{SIMULATOR}"));
-    assert!(
-        simulator.is_file(),
-        "no {}: run scripts/images.sh --debug {SIMULATOR}",
-        simulator.display()
-    );
+    let simulator = simulator_binary();
     let audit = tempfile::tempdir().unwrap();
     let policy = audit.path().join("policy.yaml");
     let audit_log = audit.path().join("audit.log");
@@ -288,37 +151,7 @@ async fn conditions_health_and_a_foreign_node_in_one_cluster() {
     let foreign_uid = nodes.get(FOREIGN).await.unwrap().metadata.uid;
 
     // The cloud's API, in the cluster's namespace at its gateway address.
-    let files = tempfile::tempdir().unwrap();
-    let token_file = files.path().join("token");
-    let admin_token_file = files.path().join("admin-token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    std::fs::write(&admin_token_file, ADMIN_TOKEN).unwrap();
-    let address = SocketAddr::from((cluster.gateway_address(), SIMULATOR_PORT));
-    cluster
-        .start_process(
-            SIMULATOR,
-            &simulator,
-            &[
-                format!("--listen={address}"),
-                "--non-loopback=on".to_owned(),
-                format!("--token-file={}", token_file.display()),
-                format!("--admin-token-file={}", admin_token_file.display()),
-                "--lb-activation-ms=500".to_owned(),
-                format!("--lb-addresses={LOAD_BALANCER_CIDR}"),
-            ],
-        )
-        .unwrap();
-    let api = CloudApi {
-        http: reqwest::Client::new(),
-        base: format!("http://{}", cluster.forward(address).unwrap()),
-        host: address.to_string(),
-    };
-    eventually("the simulator answering", WAIT, || async {
-        api.send(reqwest::Method::GET, "/v2/droplets", TOKEN, None)
-            .await
-            .map_err(|e| format!("{e}: {}", cluster.log(SIMULATOR)))
-    })
-    .await;
+    let api = CloudApi::start(&cluster, &simulator).await;
 
     // A droplet for each node, the foreign one's a name clash.
     let mut droplets = Vec::new();
@@ -330,7 +163,7 @@ async fn conditions_health_and_a_foreign_node_in_one_cluster() {
     }
     let foreign_droplet = droplets.iter().find(|(n, _)| n == FOREIGN).unwrap().1;
 
-    let api_url = format!("http://{address}");
+    let api_url = api.url();
     let flags = [
         "--service-conditions",
         "--load-balancer-health-period=2s",
@@ -358,17 +191,8 @@ async fn conditions_health_and_a_foreign_node_in_one_cluster() {
     // (a) A LoadBalancer Service for a Deployment, waited for with kubectl.
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    let deployment: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "web", "image": WEB_IMAGE}],
-                                       "tolerations": [{"key": "node-role.kubernetes.io/control-plane",
-                                                        "effect": "NoSchedule"}]}}}
-    }))
-    .unwrap();
     deployments
-        .create(&PostParams::default(), &deployment)
+        .create(&PostParams::default(), &web_deployment("web"))
         .await
         .unwrap();
     let mut service = ServiceBuilder::load_balancer("web")
@@ -413,13 +237,8 @@ async fn conditions_health_and_a_foreign_node_in_one_cluster() {
         (status.as_str(), reason.as_str()),
         ("True", "LoadBalancerEnsured")
     );
-    let ingress = web
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .and_then(|i| i.first()?.ip.clone())
-        .unwrap_or_else(|| panic!("Serving without an ingress: {:?}", web.status));
+    let ingress =
+        ingress_ip(&web).unwrap_or_else(|| panic!("Serving without an ingress: {:?}", web.status));
     eprintln!(
         "Service created → LoadBalancerServing (kubectl wait returned): {:.1} s",
         serving.as_secs_f64()
@@ -457,17 +276,7 @@ async fn conditions_health_and_a_foreign_node_in_one_cluster() {
         .create(&PostParams::default(), &web_b)
         .await
         .unwrap();
-    let ingress_b = eventually("web-b's ingress", WAIT, || async {
-        let service = services.get("web-b").await.map_err(|e| e.to_string())?;
-        service
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .and_then(|ingress| ingress.first()?.ip.clone())
-            .ok_or(format!("{:?}", service.status))
-    })
-    .await;
+    let ingress_b = wait_ingress(&services, "web-b").await;
     let lb_b = SocketAddr::from((ingress_b.parse::<std::net::Ipv4Addr>().unwrap(), 80));
     eventually(
         "the web Pod answering through web-b's load balancer",
@@ -696,16 +505,6 @@ fn sharing_service(name: &str, namespace: &str, app: &str, port: i32) -> Service
         .port(port)
         .target_port(8080)
         .build()
-}
-
-/// The Service's first ingress IP, if any.
-fn ingress_ip(service: &Service) -> Option<String> {
-    service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .and_then(|ingress| ingress.first()?.ip.clone())
 }
 
 fn node_port(service: &Service) -> u64 {

@@ -106,6 +106,35 @@ impl Records {
         }
     }
 
+    /// A sync wrote `service` (the API server's answer): the version it works on now, so a
+    /// later write of the same sync (a failure's conditions) is guarded by it, not by the
+    /// cache's older copy, which would fail its test and cost a re-read.
+    pub(super) fn written(&self, key: &ServiceKey, service: &Arc<Service>) {
+        if let Some(record) = self.lock().get_mut(key)
+            && record.service.metadata.uid == service.metadata.uid
+        {
+            record.service = service.clone();
+        }
+    }
+
+    /// The fresher of `cached` and the version a sync last wrote of it (by resource
+    /// version; the same UID only).
+    pub(super) fn freshest(&self, key: &ServiceKey, cached: Arc<Service>) -> Arc<Service> {
+        let version = |s: &Service| {
+            let rv = s.metadata.resource_version.as_deref();
+            rv.and_then(|v| v.parse::<u64>().ok())
+        };
+        match self.lock().get(key) {
+            Some(record)
+                if record.service.metadata.uid == cached.metadata.uid
+                    && version(&record.service) > version(&cached) =>
+            {
+                record.service.clone()
+            }
+            _ => cached,
+        }
+    }
+
     /// The classes the controller manages.
     pub(super) fn classes(&self) -> &LoadBalancerClasses {
         &self.classes

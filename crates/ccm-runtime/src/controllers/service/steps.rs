@@ -165,6 +165,7 @@ impl Worker {
             tracing::debug!(service = %key, "service is gone; nothing to ensure");
             return Ok(());
         };
+        self.records.written(key, &service);
         let lb = self
             .load_balancer()
             .map_err(|e| SyncError::Ensure((&e).into()))?;

@@ -146,6 +146,8 @@ impl Worker {
                 let subject = err.subject().or(cached.as_ref());
                 self.report(key, subject.map(|s| &**s), &Failure::Sync(&err));
                 if let Some(service) = cached {
+                    // The finalizer may have been written since the cache's copy.
+                    let service = self.records.freshest(key, service);
                     if self.conditions {
                         self.failure_conditions(key, service, &err).await;
                     } else if err.is_refusal() && !ingress(&service).is_empty() {

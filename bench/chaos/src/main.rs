@@ -719,11 +719,12 @@ async fn main() -> std::process::ExitCode {
     for o in &outcomes {
         if let Some(s) = &o.shared {
             println!(
-                "{}: {} groups, {} churn operations {:?}, {} admitted and {} refused at the end; wrong ingress {}, wrong ports {}, wrong members {}",
+                "{}: {} groups, {} churn operations {:?}, {} sharing refusals, {} admitted and {} refused at the end; wrong ingress {}, wrong ports {}, wrong members {}",
                 o.experiment,
                 s.groups,
                 s.ops.values().sum::<usize>(),
                 s.ops,
+                s.refusals,
                 s.admitted,
                 s.refused,
                 s.wrong_ingress,

@@ -23,7 +23,7 @@ use ccm_core::provider::default_load_balancer_name;
 use ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 use ccm_do_like_simulator::Faults;
 use ccm_test::process::Signal;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Event, Namespace, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 use super::{CLUSTER, Cluster, LOG_TAIL, Options, Outcome, Result, Rng};
@@ -46,6 +46,9 @@ pub(crate) struct Shared {
     pub(crate) groups: usize,
     /// Churn operations by kind.
     pub(crate) ops: BTreeMap<&'static str, usize>,
+    /// `LoadBalancerSharingRefused` Warnings the CCM reported over the run (each Event's
+    /// count): the conflicts it saw.
+    pub(crate) refusals: i64,
     /// Members admitted and refused at the end (by the independent computation).
     pub(crate) admitted: usize,
     pub(crate) refused: usize,
@@ -69,6 +72,7 @@ impl Shared {
             "groups": self.groups,
             "churn_ops": self.ops.values().sum::<usize>(),
             "ops": self.ops,
+            "refusals": self.refusals,
             "admitted": self.admitted,
             "refused": self.refused,
             "wrong_ingress": self.wrong_ingress,
@@ -658,5 +662,14 @@ pub(crate) async fn shared(opts: &Options, ccm_binary: &Path) -> Result<(Outcome
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     drop(ccm);
+    let events: Api<Event> = Api::all(cluster.cp.client()?);
+    result.refusals = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("LoadBalancerSharingRefused"))
+        .map(|e| i64::from(e.count.unwrap_or(1)))
+        .sum();
     Ok((outcome, result))
 }

@@ -285,16 +285,19 @@ async fn inspect(cluster: &Cluster, outcome: &mut Outcome, shared: &mut Shared) 
                 ports(svc).into_iter().map(|(p, pr, _)| (p, pr)).collect();
             if mine.iter().any(|p| taken.contains(p)) {
                 shared.refused += 1;
+                let why = format!(
+                    "{} (key {key:?}, ports {:?}, created {:?}) is refused",
+                    name_of(svc),
+                    ports(svc),
+                    svc.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                );
                 if !ingress_ips(svc).is_empty() {
                     shared.wrong_ingress += 1;
-                    shared.problem(format!("{} is refused and has an ingress", name_of(svc)));
+                    shared.problem(format!("{why} and has ingress {:?}", ingress_ips(svc)));
                 }
-                if annotation(svc, KEY_APPLIED).is_some() {
+                if let Some(applied) = annotation(svc, KEY_APPLIED) {
                     shared.wrong_members += 1;
-                    shared.problem(format!(
-                        "{} is refused and carries {KEY_APPLIED}",
-                        name_of(svc)
-                    ));
+                    shared.problem(format!("{why} and carries {KEY_APPLIED}: {applied:?}"));
                 }
                 continue;
             }
@@ -361,7 +364,7 @@ async fn inspect(cluster: &Cluster, outcome: &mut Outcome, shared: &mut Shared) 
     outcome.load_balancers = lbs.len();
     outcome.orphan_names = by_name
         .iter()
-        .filter(|(name, _)| !wanted.get(*name).is_some_and(|(_, m)| !m.is_empty()))
+        .filter(|(name, _)| wanted.get(*name).is_none_or(|(_, m)| m.is_empty()))
         .map(|(name, lbs)| {
             let history = cluster.history.lock().ok();
             let whose = history

@@ -7,7 +7,10 @@
 //! - `pause`: two replicas with leader election; the leader is SIGSTOPped past its Lease,
 //!   the standby takes over, and the paused one is resumed;
 //! - `apiserver`, `etcd`: the server is stopped for `--outage-secs` while the CCM runs,
-//!   started again, and Services are created and deleted as soon as it answers.
+//!   started again, and Services are created and deleted as soon as it answers;
+//! - `shared`: groups of Services sharing a load balancer are churned (members join,
+//!   leave, conflict) while the CCM is SIGKILLed and the cloud faults; the groups' load
+//!   balancers, ports and addresses are then checked against an independent computation.
 //!
 //! For each: load balancers per Service (orphans, duplicates), Services missing an ingress,
 //! deleted Services stuck on their finalizer, and the seconds from the end of the disruption
@@ -18,6 +21,8 @@
 //! cargo build -p ccm-do-like-cloud -p ccm-chaos && target/debug/ccm-chaos
 //! ```
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod shared;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -43,20 +48,21 @@ const NODES: usize = 3;
 #[derive(Clone, Debug, Parser)]
 #[command(name = "ccm-chaos")]
 struct Options {
-    /// Experiments to run, comma-separated: kill, faults, pause, apiserver, etcd.
+    /// Experiments to run, comma-separated: kill, faults, pause, apiserver, etcd, shared.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill,faults,pause,apiserver,etcd"
+        default_value = "kill,faults,pause,apiserver,etcd,shared"
     )]
     experiments: Vec<String>,
-    /// LoadBalancer Services created per experiment.
+    /// LoadBalancer Services created per experiment (`shared`: twice as many churn
+    /// operations, about 40 % of them creations).
     #[arg(long, default_value_t = 60)]
     services: usize,
-    /// SIGKILLs of the CCM in `kill` (spread over the Service creations).
+    /// SIGKILLs of the CCM in `kill` and `shared` (spread over the churn).
     #[arg(long, default_value_t = 10)]
     kills: usize,
-    /// How long the cloud misbehaves in `faults`, in seconds.
+    /// How long the cloud misbehaves in `faults` and `shared`, in seconds.
     #[arg(long, default_value_t = 20)]
     fault_secs: u64,
     /// The leader's Lease duration in `pause`, in seconds (renew deadline 2/3 of it, retry
@@ -102,6 +108,8 @@ struct Outcome {
     takeover_secs: Option<f64>,
     /// The names of the orphaned load balancers, for the report.
     orphan_names: Vec<String>,
+    /// The groups' figures and checks (`shared` only).
+    shared: Option<shared::Shared>,
 }
 
 impl Outcome {
@@ -124,6 +132,7 @@ impl Outcome {
             && self.missing_ingress == 0
             && self.stuck_finalizers == 0
             && self.mutations_after_resume.unwrap_or(0) == 0
+            && self.shared.as_ref().is_none_or(shared::Shared::clean)
     }
 
     fn json(&self) -> serde_json::Value {
@@ -141,6 +150,7 @@ impl Outcome {
             "mutations_after_resume": self.mutations_after_resume,
             "takeover_secs": self.takeover_secs,
             "orphan_names": self.orphan_names,
+            "shared": self.shared.as_ref().map(shared::Shared::json),
         })
     }
 }
@@ -171,7 +181,8 @@ struct Cluster {
     dir: tempfile::TempDir,
     config: PathBuf,
     ccm_binary: PathBuf,
-    started: usize,
+    /// CCMs started so far (their logs are numbered).
+    started: std::sync::atomic::AtomicUsize,
     /// Every Service created: its load balancer's name → the Service's name and, once
     /// deleted, whether it had the cleanup finalizer then.
     history: std::sync::Mutex<BTreeMap<String, (String, Option<bool>)>>,
@@ -228,15 +239,17 @@ impl Cluster {
             dir,
             config,
             ccm_binary: ccm_binary.to_owned(),
-            started: 0,
+            started: std::sync::atomic::AtomicUsize::new(0),
             history: std::sync::Mutex::default(),
         })
     }
 
     /// Starts a CCM with the common flags and `extra`; SIGKILLed when dropped.
-    fn ccm(&mut self, extra: &[String]) -> Result<CcmProcess> {
-        self.started += 1;
-        let log = self.dir.path().join(format!("ccm-{}.log", self.started));
+    fn ccm(&self, extra: &[String]) -> Result<CcmProcess> {
+        let n = 1 + self
+            .started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = self.dir.path().join(format!("ccm-{n}.log"));
         let ccm = CcmProcess::builder(&self.ccm_binary)
             .args([
                 "--cloud-provider=digitalocean".to_owned(),
@@ -428,7 +441,7 @@ impl Churn {
 
 /// SIGKILL and restart the CCM at random points while Services come and go.
 async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
-    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let timeout = Duration::from_secs(opts.timeout_secs);
     let flags = ["--leader-elect=false".to_owned()];
     let mut rng = Rng(opts.seed.max(1));
@@ -457,7 +470,7 @@ async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
 
 /// 30 % 5xx and bursts of 429 while Services come and go; converged after the faults end.
 async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
-    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let ccm = cluster.ccm(&["--leader-elect=false".to_owned()])?;
     let timeout = Duration::from_secs(opts.timeout_secs);
     let mut rng = Rng(opts.seed.max(1).wrapping_add(1));
@@ -513,7 +526,7 @@ where
 /// Two replicas; the leader is SIGSTOPped past its Lease, the standby takes over and
 /// converges, then the paused one is resumed: it must not act on the cloud.
 async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
-    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let lease = opts.lease_secs.max(3);
     let timing = [
         "--leader-elect=true".to_owned(),
@@ -590,7 +603,7 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
 /// A server of the control plane down for `--outage-secs`; then Services are created and
 /// deleted as soon as it is back, and converged is measured from its return.
 async fn outage(opts: &Options, ccm_binary: &Path, server: Server) -> Result<Outcome> {
-    let mut cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let ccm = cluster.ccm(&["--leader-elect=false".to_owned()])?;
     let timeout = Duration::from_secs(opts.timeout_secs);
     let mut rng = Rng(opts.seed.max(1).wrapping_add(3));
@@ -683,8 +696,14 @@ async fn main() -> std::process::ExitCode {
             "pause" => pause(&opts, &ccm).await,
             "apiserver" => outage(&opts, &ccm, Server::KubeApiserver).await,
             "etcd" => outage(&opts, &ccm, Server::Etcd).await,
+            "shared" => shared::shared(&opts, &ccm)
+                .await
+                .map(|(mut outcome, shared)| {
+                    outcome.shared = Some(shared);
+                    outcome
+                }),
             other => Err(format!(
-                "unknown experiment {other:?} (kill, faults, pause, apiserver, etcd)"
+                "unknown experiment {other:?} (kill, faults, pause, apiserver, etcd, shared)"
             )
             .into()),
         };
@@ -697,6 +716,29 @@ async fn main() -> std::process::ExitCode {
         }
     }
     print(&outcomes);
+    for o in &outcomes {
+        if let Some(s) = &o.shared {
+            println!(
+                "{}: {} groups, {} churn operations {:?}, {} sharing refusals, {} admitted and {} refused at the end; wrong ingress {}, wrong ports {}, wrong members {}",
+                o.experiment,
+                s.groups,
+                s.ops.values().sum::<usize>(),
+                s.ops,
+                s.refusals,
+                s.admitted,
+                s.refused,
+                s.wrong_ingress,
+                s.wrong_ports,
+                s.wrong_members,
+            );
+            for problem in &s.problems {
+                println!("  {problem}");
+            }
+        }
+        for orphan in &o.orphan_names {
+            println!("{}: orphan {orphan}", o.experiment);
+        }
+    }
     if let Some(out) = &opts.out {
         let json = serde_json::json!({
             "options": {

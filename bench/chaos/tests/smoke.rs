@@ -54,7 +54,7 @@ async fn every_experiment_runs_small_and_leaves_nothing_behind() {
         .collect();
     assert_eq!(
         names,
-        ["kill", "faults", "pause", "apiserver", "etcd"],
+        ["kill", "faults", "pause", "apiserver", "etcd", "shared"],
         "{report:#}"
     );
     for r in results {
@@ -73,4 +73,14 @@ async fn every_experiment_runs_small_and_leaves_nothing_behind() {
     let pause = &results[2];
     assert_eq!(pause["mutations_after_resume"], 0, "{pause:#}");
     assert!(pause["takeover_secs"].is_number(), "{pause:#}");
+    // Shared groups: 12 churn operations, 2 SIGKILLs and the fault window.
+    let shared = &results[5];
+    assert_eq!(shared["disruptions"], 3, "{shared:#}");
+    for field in ["wrong_ingress", "wrong_ports", "wrong_members"] {
+        assert_eq!(shared["shared"][field], 0, "{field} in {shared:#}");
+    }
+    assert!(
+        shared["shared"]["churn_ops"].as_u64().unwrap() > 0,
+        "{shared:#}"
+    );
 }

@@ -10,7 +10,8 @@
 //!   live Service of its own (orphans), and none twice (duplicates);
 //! - no Service hangs on its finalizer (deleted, or no longer of type `LoadBalancer`);
 //! - every admitted member's ingress is its group's load balancer's address, a refused one
-//!   has none; every admitted member holds the finalizer and the `…-sharing-key-applied`
+//!   that of the load balancer of its own it had before it asked to share, or none (a
+//!   refusal loses nothing); every admitted member holds the finalizer and the `…-sharing-key-applied`
 //!   annotation naming its key, and no other Service carries that annotation;
 //! - each group's load balancer forwards exactly the union of its admitted members' ports
 //!   (port → that member's `nodePort`).
@@ -291,7 +292,12 @@ async fn inspect(cluster: &Cluster, outcome: &mut Outcome, shared: &mut Shared) 
                     ports(svc),
                     svc.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 );
-                if !ingress_ips(svc).is_empty() {
+                // A refusal loses nothing: a load balancer of its own from before it asked
+                // to share stays, with its address; otherwise it has none.
+                let own = default_load_balancer_name(svc);
+                if by_name.contains_key(&own) {
+                    wanted.insert(own, (name_of(svc), vec![svc]));
+                } else if !ingress_ips(svc).is_empty() {
                     shared.wrong_ingress += 1;
                     shared.problem(format!("{why} and has ingress {:?}", ingress_ips(svc)));
                 }

@@ -2242,3 +2242,93 @@ async fn a_thousand_services_on_one_key_fill_one_group_and_the_rest_are_refused(
         "one load balancer, however many ask"
     );
 }
+
+#[tokio::test]
+async fn a_member_displaced_while_the_controller_was_away_hears_it() {
+    let (h, ns) = harness("shared-displaced").await;
+    create_node(&h, "shared-displaced").await;
+    // `a` is the older, but not a load balancer yet; `b` takes port 443 in the group.
+    let mut a = sharing("a", "k", &[("https", 443)]);
+    a.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+    create_service(&h, &ns, &a).await;
+    let ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &sharing("b", "k", &[("https", 443)])).await;
+    let b = h.wait_service(&ns, "b", WAIT, has_ingress).await;
+    until_shared_ports(&h, &ns, &[&b]).await;
+
+    // A new controller, which knows nothing of the group yet, sees `a` come back: the
+    // older takes the port, and `b` hears that it is out, though nothing freed a place.
+    ctl.kill().await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    patch_service(&h, &ns, "a", json!({"spec": {"type": "LoadBalancer"}})).await;
+    let a = h.wait_service(&ns, "a", WAIT, has_ingress).await;
+    until_shared_ports(&h, &ns, &[&a]).await;
+    let b = h
+        .wait_service(&ns, "b", WAIT, |s| {
+            !has_ingress(s)
+                && !s
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(SHARING_KEY_APPLIED_ANNOTATION))
+        })
+        .await;
+    wait_note(&h, &ns, "b", REASON_SHARING_REFUSED, |n| {
+        n.contains("port 443/TCP is already \"a\"'s")
+    })
+    .await;
+    assert!(
+        has_lb_finalizer(&b),
+        "it keeps the finalizer; nothing of its is left"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_service_keeps_the_load_balancer_it_had() {
+    let (h, ns) = harness("shared-keeps").await;
+    create_node(&h, "shared-keeps").await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &sharing("first", "k", &[("http", 80)])).await;
+    h.wait_service(&ns, "first", WAIT, has_ingress).await;
+    let solo = ensured_web(&h, &ns).await;
+    let own = lb_of(&h, &solo).expect("its own load balancer");
+
+    // It asks to share, but its port is taken: refused, and it loses nothing.
+    patch_service(
+        &h,
+        &ns,
+        "web",
+        json!({"metadata": {"annotations": {SHARING_KEY_ANNOTATION: "k"}}}),
+    )
+    .await;
+    wait_note(&h, &ns, "web", REASON_SHARING_REFUSED, |n| {
+        n.contains("port 80/TCP is already \"first\"'s")
+    })
+    .await;
+    let web = h.services(&ns).get("web").await.unwrap();
+    assert_eq!(ingress_of(&web), ingress_of(&solo), "its address stays");
+    assert_eq!(
+        lb_of(&h, &solo),
+        Some(own),
+        "its load balancer stays as it was"
+    );
+
+    // The group's member goes: the place is free, it joins, and its own goes.
+    h.services(&ns)
+        .delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    let web = h
+        .wait_service(&ns, "web", WAIT, |s| {
+            s.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(SHARING_KEY_APPLIED_ANNOTATION))
+        })
+        .await;
+    until_shared_ports(&h, &ns, &[&web]).await;
+    assert!(
+        lb_of(&h, &solo).is_none(),
+        "its own load balancer is deleted when it joins"
+    );
+}

@@ -53,8 +53,9 @@ pub(super) struct Cause {
     not_owned: bool,
     /// The load balancer is still coming up ([`CloudError::Provisioning`]).
     provisioning: bool,
-    /// The Service may not share the load balancer it asks to share.
-    refused: bool,
+    /// The Service may not share the load balancer it asks to share: `Some(left_group)`,
+    /// whether its ports just left a group's load balancer.
+    refused: Option<bool>,
 }
 
 impl From<&CloudError> for Cause {
@@ -64,7 +65,7 @@ impl From<&CloudError> for Cause {
             retry_after: err.retry_after_delay(),
             not_owned: err.is_not_owned(),
             provisioning: err.is_provisioning(),
-            refused: super::shared::is_refusal(err),
+            refused: super::shared::refusal(err),
         }
     }
 }
@@ -76,7 +77,7 @@ impl From<&kube::Error> for Cause {
             retry_after: None,
             not_owned: false,
             provisioning: false,
-            refused: false,
+            refused: None,
         }
     }
 }
@@ -178,7 +179,14 @@ impl SyncError {
 
     /// Whether the Service may not share the load balancer it asks to share.
     pub(super) fn is_refusal(&self) -> bool {
-        self.cause().is_some_and(|c| c.refused)
+        self.cause().is_some_and(|c| c.refused.is_some())
+    }
+
+    /// Whether the Service was refused and its ports just left a group's load balancer:
+    /// its address (the group's) is no longer its own. A Service refused otherwise keeps
+    /// what it had (a load balancer of its own from before it asked to share).
+    pub(super) fn refusal_leaves_group(&self) -> bool {
+        self.cause().is_some_and(|c| c.refused == Some(true))
     }
 
     /// Whether the ensure ended with the load balancer still coming up

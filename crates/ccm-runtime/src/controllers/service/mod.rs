@@ -373,12 +373,12 @@ impl ServiceController {
         let shared = shared::SharingLoadBalancer::new(
             provider.clone(),
             services.clone(),
-            config.load_balancer_classes.clone(),
             decision::shared::SharingKeys {
                 metallb: config.metallb_sharing_key,
             },
             node_sync.clone(),
             queue.clone(),
+            records.clone(),
             client.clone(),
         );
         let worker = Worker {

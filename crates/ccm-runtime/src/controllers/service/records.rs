@@ -117,6 +117,14 @@ impl Records {
         }
     }
 
+    /// Its load balancer changed under it (a shared one's group did): the next sync ensures
+    /// in full rather than finding nothing changed.
+    pub(super) fn stale(&self, key: &ServiceKey) {
+        if let Some(record) = self.lock().get_mut(key) {
+            record.lb = LbState::Unknown;
+        }
+    }
+
     /// The fresher of `cached` and the version a sync last wrote of it (by resource
     /// version; the same UID only).
     pub(super) fn freshest(&self, key: &ServiceKey, cached: Arc<Service>) -> Arc<Service> {

@@ -31,7 +31,8 @@ use super::decision::shared::{
 };
 use super::decision::wants::{is_deleting, wants_load_balancer};
 use super::node_sync::NodeSync;
-use super::{LoadBalancerClasses, ServiceKey, lock};
+use super::records::Records;
+use super::{ServiceKey, lock};
 use crate::informer::Informer;
 use crate::workqueue::Queue;
 use ccm_provider::{
@@ -42,21 +43,36 @@ use ccm_provider::{
 /// Why a Service may not share (or join) a load balancer: the source of the
 /// [`CloudError`] the controller turns into a `LoadBalancerSharingRefused` Warning.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct SharingRefused(pub(crate) String);
+#[error("{why}")]
+pub(crate) struct SharingRefused {
+    why: String,
+    /// Its ports were in a group's load balancer and are no longer: its address, the
+    /// group's, is not its own any more.
+    left_group: bool,
+}
 
-/// The error of a refusal.
-fn refused(why: impl Into<String>) -> CloudError {
+/// The error of a refusal of a Service that was (`left_group`) or was not in a group.
+fn refused(why: impl Into<String>, left_group: bool) -> CloudError {
     CloudError::provider(
         "the Service may not share a load balancer",
-        SharingRefused(why.into()),
+        SharingRefused {
+            why: why.into(),
+            left_group,
+        },
     )
 }
 
-/// Whether `err` is a refusal to share.
-pub(super) fn is_refusal(err: &CloudError) -> bool {
-    std::error::Error::source(err).is_some_and(|s| s.is::<SharingRefused>())
+/// Whether `err` is a refusal to share: `Some(left_group)` (see [`SharingRefused`]).
+pub(super) fn refusal(err: &CloudError) -> Option<bool> {
+    let source = std::error::Error::source(err)?;
+    source
+        .downcast_ref::<SharingRefused>()
+        .map(|r| r.left_group)
 }
+
+/// Why a provider without [`LoadBalancer::load_balancer_sharing`] refuses.
+const NO_SHARING: &str =
+    "this cloud provider does not support load balancers shared by several Services";
 
 /// What was last applied to a group's load balancer.
 #[derive(Default)]
@@ -104,10 +120,11 @@ fn ports_of(services: &[Arc<Service>]) -> BTreeSet<(i32, String)> {
 pub(super) struct SharingLoadBalancer {
     provider: Arc<dyn CloudProvider>,
     services: Informer<Service>,
-    classes: LoadBalancerClasses,
     keys: SharingKeys,
     node_sync: Arc<NodeSync>,
     queue: Queue<ServiceKey>,
+    /// The controller's records, to make a woken member's next sync a full ensure.
+    records: Records,
     client: Client,
     groups: Mutex<HashMap<GroupId, Arc<tokio::sync::Mutex<Group>>>>,
     /// Members (by UID) whose own load balancer, from before they shared, is known gone.
@@ -115,23 +132,24 @@ pub(super) struct SharingLoadBalancer {
 }
 
 impl SharingLoadBalancer {
-    /// The view of `provider`'s load balancers for a controller of `classes`.
+    /// The view of `provider`'s load balancers for a controller of the classes `records`
+    /// has.
     pub(super) fn new(
         provider: Arc<dyn CloudProvider>,
         services: Informer<Service>,
-        classes: LoadBalancerClasses,
         keys: SharingKeys,
         node_sync: Arc<NodeSync>,
         queue: Queue<ServiceKey>,
+        records: Records,
         client: Client,
     ) -> Self {
         Self {
             provider,
             services,
-            classes,
             keys,
             node_sync,
             queue,
+            records,
             client,
             groups: Mutex::default(),
             solo_gone: Mutex::default(),
@@ -180,7 +198,7 @@ impl SharingLoadBalancer {
             .chain(current.cloned())
             .filter(|s| {
                 s.metadata.namespace.as_deref() == Some(group.namespace.as_str())
-                    && wants_load_balancer(&self.classes, s)
+                    && wants_load_balancer(self.records.classes(), s)
                     && !is_deleting(s)
                     && matches!(self.keys.key_of(s), Some(Ok(k)) if k == group.key)
             })
@@ -254,9 +272,14 @@ impl SharingLoadBalancer {
         for (member, _) in verdicts {
             let uid = member.metadata.uid.as_deref();
             let included = uid.is_some_and(|u| group.members.iter().any(|m| m == u));
-            let wake = if included { moved } else { freed };
+            // One that still says it is in the group but is not (displaced by an older
+            // member, say, while this process did not know the group yet) must hear it.
+            let displaced = !included && applied_group(member).as_ref() == Some(group_id);
+            let wake = if included { moved } else { freed || displaced };
             if wake && uid != syncing {
-                self.queue.add(ServiceKey::of(member));
+                let key = ServiceKey::of(member);
+                self.records.stale(&key);
+                self.queue.add(key);
             }
         }
         Ok(status)
@@ -394,12 +417,11 @@ impl SharingLoadBalancer {
         cluster: &str,
         group_id: &GroupId,
         service: &Service,
+        was_member: bool,
     ) -> CloudResult<LoadBalancerStatus> {
         let inner = self.inner()?;
         let Some(sharing) = inner.load_balancer_sharing() else {
-            return Err(refused(
-                "this cloud provider does not support load balancers shared by several Services",
-            ));
+            return Err(refused(NO_SHARING, was_member));
         };
         let lock = self.group_lock(group_id);
         let mut group = lock.lock().await;
@@ -418,10 +440,11 @@ impl SharingLoadBalancer {
                 self.reconcile(cluster, group_id, &mut group, &verdicts, &included, uid)
                     .await?;
                 self.mark(service, None).await?;
-                return Err(refused(match refusal {
+                let why = match refusal {
                     Some(Verdict::Refused(why)) => why,
                     _ => "it is not a member of the group".to_owned(),
-                }));
+                };
+                return Err(refused(why, was_member));
             }
         }
         self.delete_solo(cluster, service).await?;
@@ -492,6 +515,7 @@ impl LoadBalancer for SharingLoadBalancer {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
+        let was_member = applied_group(service).is_some();
         self.leave_old_group(cluster_name, service).await?;
         match self.keys.group_of(service) {
             None => {
@@ -503,8 +527,11 @@ impl LoadBalancer for SharingLoadBalancer {
                     .ensure_load_balancer(cluster_name, service, nodes)
                     .await
             }
-            Some(Err(why)) => Err(refused(why)),
-            Some(Ok(group)) => self.ensure_member(cluster_name, &group, service).await,
+            Some(Err(why)) => Err(refused(why, was_member)),
+            Some(Ok(group)) => {
+                self.ensure_member(cluster_name, &group, service, was_member)
+                    .await
+            }
         }
     }
 
@@ -559,11 +586,9 @@ impl LoadBalancer for SharingLoadBalancer {
         let Some(Ok(group)) = self.keys.group_of(service) else {
             return inner.plan_load_balancer(cluster_name, service, nodes).await;
         };
-        let sharing = inner.load_balancer_sharing().ok_or_else(|| {
-            refused(
-                "this cloud provider does not support load balancers shared by several Services",
-            )
-        })?;
+        let sharing = inner
+            .load_balancer_sharing()
+            .ok_or_else(|| refused(NO_SHARING, false))?;
         let current = Arc::new(service.clone());
         let verdicts = self.verdicts(&group, &sharing, Some(&current));
         let included = Self::included(&verdicts, &group, service.metadata.uid.as_deref(), None);

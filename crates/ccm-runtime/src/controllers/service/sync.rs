@@ -150,8 +150,8 @@ impl Worker {
                     let service = self.records.freshest(key, service);
                     if self.conditions {
                         self.failure_conditions(key, service, &err).await;
-                    } else if err.is_refusal() && !ingress(&service).is_empty() {
-                        // Refused: its ports are not the load balancer's (any more).
+                    } else if err.refusal_leaves_group() && !ingress(&service).is_empty() {
+                        // Refused after its ports left a group's load balancer.
                         let api = self.api(&key.namespace);
                         if let Err(e) = writes::set_ingress(&api, service, &[]).await {
                             tracing::debug!(service = %key, error = %e, "failed to clear the service's ingress");
@@ -254,11 +254,11 @@ impl Worker {
                 None => return,
             }
         };
-        // Refused: its ports are not the load balancer's (any more), so no address either.
-        let refused = err.is_refusal();
-        let serving = !refused && !ingress(&service).is_empty();
+        // Refused after its ports left a group's load balancer: that address is not its own.
+        let left = err.refusal_leaves_group();
+        let serving = !left && !ingress(&service).is_empty();
         let wanted = wanted(&observed, serving);
-        let clear = refused.then_some(&[][..]);
+        let clear = left.then_some(&[][..]);
         if let Err(e) = writes::set_status(&self.api(&key.namespace), service, clear, &wanted).await
         {
             tracing::debug!(service = %key, error = %e, "failed to write the service's conditions");

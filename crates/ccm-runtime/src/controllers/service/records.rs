@@ -84,8 +84,21 @@ pub(super) fn start_sync(
     if record.service.metadata.uid != service.metadata.uid {
         *record = Record::new(service.clone());
     }
-    record.service = service.clone();
+    // A version this controller wrote that the cache has not caught up with stays.
+    if !newer(&record.service, service) {
+        record.service = service.clone();
+    }
     record.syncing = true;
+}
+
+/// Whether `a` is a later version of the same Service than `b`, by resource version (an
+/// integer on every API server there is; anything else counts as not later).
+fn newer(a: &Service, b: &Service) -> bool {
+    let version = |s: &Service| {
+        let rv = s.metadata.resource_version.as_deref();
+        rv.and_then(|v| v.parse::<u64>().ok())
+    };
+    a.metadata.uid == b.metadata.uid && version(a) > version(b)
 }
 
 /// The records of every Service, by key: one map shared by the workers, the node-sync loop
@@ -128,17 +141,8 @@ impl Records {
     /// The fresher of `cached` and the version a sync last wrote of it (by resource
     /// version; the same UID only).
     pub(super) fn freshest(&self, key: &ServiceKey, cached: Arc<Service>) -> Arc<Service> {
-        let version = |s: &Service| {
-            let rv = s.metadata.resource_version.as_deref();
-            rv.and_then(|v| v.parse::<u64>().ok())
-        };
         match self.lock().get(key) {
-            Some(record)
-                if record.service.metadata.uid == cached.metadata.uid
-                    && version(&record.service) > version(&cached) =>
-            {
-                record.service.clone()
-            }
+            Some(record) if newer(&record.service, &cached) => record.service.clone(),
             _ => cached,
         }
     }

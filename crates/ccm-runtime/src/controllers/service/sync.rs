@@ -259,9 +259,13 @@ impl Worker {
         let serving = !left && !ingress(&service).is_empty();
         let wanted = wanted(&observed, serving);
         let clear = left.then_some(&[][..]);
-        if let Err(e) = writes::set_status(&self.api(&key.namespace), service, clear, &wanted).await
-        {
-            tracing::debug!(service = %key, error = %e, "failed to write the service's conditions");
+        match writes::set_status(&self.api(&key.namespace), service, clear, &wanted).await {
+            // The next sync's status write is guarded by this version, not the cache's.
+            Ok(Some(written)) => self.records.written(key, &written),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(service = %key, error = %e, "failed to write the service's conditions");
+            }
         }
     }
 

@@ -2332,3 +2332,32 @@ async fn a_refused_service_keeps_the_load_balancer_it_had() {
         "its own load balancer is deleted when it joins"
     );
 }
+
+#[tokio::test]
+async fn a_member_left_marked_by_an_interrupted_clean_up_is_cleaned() {
+    let (h, ns) = harness("shared-marked").await;
+    create_node(&h, "shared-marked").await;
+    // What a controller killed between deleting the last member's group load balancer and
+    // taking the member's applied key off leaves: no load balancer, a ClusterIP Service
+    // with the finalizer and the applied key.
+    let mut svc = sharing("x", "k", &[("http", 80)]);
+    svc.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+    svc.metadata.finalizers = Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()]);
+    svc.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(SHARING_KEY_APPLIED_ANNOTATION.to_owned(), "k".to_owned());
+    create_service(&h, &ns, &svc).await;
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    h.wait_service(&ns, "x", WAIT, |s| {
+        !has_lb_finalizer(s)
+            && !s
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(SHARING_KEY_APPLIED_ANNOTATION))
+    })
+    .await;
+    assert!(lbs_in(&h, &ns).is_empty());
+}

@@ -494,7 +494,13 @@ impl LoadBalancer for SharingLoadBalancer {
             && inner.load_balancer_sharing().is_some()
         {
             let group = group_service(cluster_name, &group, &[service]);
-            return inner.get_load_balancer(cluster_name, &group).await;
+            let status = inner.get_load_balancer(cluster_name, &group).await?;
+            // A member on its way out whose group's load balancer is gone (the last
+            // member's clean-up stopped after deleting it) still has its applied key to
+            // take off: "something to delete", so the clean-up comes here and does it.
+            let leaving =
+                is_deleting(service) || !wants_load_balancer(self.records.classes(), service);
+            return Ok(status.or_else(|| leaving.then(LoadBalancerStatus::default)));
         }
         inner.get_load_balancer(cluster_name, service).await
     }

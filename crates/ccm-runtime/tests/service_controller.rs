@@ -2361,3 +2361,35 @@ async fn a_member_left_marked_by_an_interrupted_clean_up_is_cleaned() {
     .await;
     assert!(lbs_in(&h, &ns).is_empty());
 }
+
+/// The guard the conditions' first write relies on: the API server's JSON Patch passes a
+/// `test` of `null` on a missing member, and fails it once the member exists (so a list
+/// someone else added meanwhile is never replaced unseen).
+#[tokio::test]
+async fn a_null_test_guards_an_absent_conditions_list() {
+    let (h, ns) = harness("null-test").await;
+    create_service(&h, &ns, &lb_service("web", &[("http", 80)])).await;
+    let add = |reason: &str| {
+        let ops = json!([
+            {"op": "test", "path": "/status/conditions", "value": null},
+            {"op": "add", "path": "/status/conditions", "value": [{
+                "type": "Example", "status": "True", "reason": reason, "message": "",
+                "lastTransitionTime": "2026-12-06T00:00:00Z",
+            }]},
+        ]);
+        Patch::<()>::Json(serde_json::from_value(ops).unwrap())
+    };
+    let api = h.services(&ns);
+    let written = api
+        .patch_status("web", &PatchParams::default(), &add("First"))
+        .await
+        .expect("a null test passes on a missing member");
+    let conditions = written.status.unwrap().conditions.unwrap();
+    assert_eq!(conditions[0].reason, "First");
+    let again = api
+        .patch_status("web", &PatchParams::default(), &add("Second"))
+        .await;
+    assert!(again.is_err(), "the list exists now: the test fails");
+    let svc = api.get("web").await.unwrap();
+    assert_eq!(svc.status.unwrap().conditions.unwrap()[0].reason, "First");
+}

@@ -111,7 +111,21 @@ pub(super) fn ingress_ops(service: &Service, new: &[LoadBalancerIngress]) -> Vec
 /// Operations that set the Service's conditions to `new` (`None`: no change), tested
 /// against the current list.
 pub(super) fn conditions_ops(service: &Service, new: Option<Vec<Condition>>) -> Vec<Value> {
-    list_ops(service, "/status/conditions", conditions(service), new)
+    let absent = service
+        .status
+        .as_ref()
+        .is_none_or(|s| s.conditions.is_none());
+    match new {
+        // An absent list is tested as absent (a `test` of `null` passes on a missing
+        // member, and fails once anyone has added the list), not by the resource version:
+        // writes elsewhere on the Service (a provider's annotation in the same sync) move
+        // that without touching this list, and each cost a re-read and a second patch.
+        Some(new) if absent && !new.is_empty() => vec![
+            json!({"op": "test", "path": "/status/conditions", "value": null}),
+            json!({"op": "add", "path": "/status/conditions", "value": new}),
+        ],
+        new => list_ops(service, "/status/conditions", conditions(service), new),
+    }
 }
 
 /// Sets the ingress list (`None`: leaves it) and the `wanted` conditions on the status

@@ -1789,6 +1789,14 @@ fn sharing(name: &str, key: &str, ports: &[(&str, i32)]) -> Service {
     svc
 }
 
+/// The key the controller says it put `svc`'s ports in, if any.
+fn applied_key(svc: &Service) -> Option<&str> {
+    let annotations = svc.metadata.annotations.as_ref()?;
+    annotations
+        .get(SHARING_KEY_APPLIED_ANNOTATION)
+        .map(String::as_str)
+}
+
 /// The fake cloud's load balancers made for a Service of `ns`.
 fn lbs_in(h: &Harness, ns: &str) -> Vec<FakeLoadBalancer> {
     let prefix = format!("{ns}/");
@@ -1923,11 +1931,7 @@ async fn a_service_leaving_its_group_takes_its_ports_and_gets_its_own() {
     let a = h.wait_service(&ns, "a", WAIT, has_ingress).await;
     let b = h.wait_service(&ns, "b", WAIT, has_ingress).await;
     until_shared_ports(&h, &ns, &[&a, &b]).await;
-    let applied = |s: &Service| {
-        let annotations = s.metadata.annotations.as_ref();
-        annotations.and_then(|a| a.get(SHARING_KEY_APPLIED_ANNOTATION).cloned())
-    };
-    assert_eq!(applied(&b).as_deref(), Some("k"));
+    assert_eq!(applied_key(&b), Some("k"));
 
     // b drops the key: a load balancer of its own, and the group's has a's port alone.
     patch_service(
@@ -1939,7 +1943,7 @@ async fn a_service_leaving_its_group_takes_its_ports_and_gets_its_own() {
     .await;
     let b = h
         .wait_service(&ns, "b", WAIT, |s| {
-            has_ingress(s) && ingress_of(s) != ingress_of(&a) && applied(s).is_none()
+            has_ingress(s) && ingress_of(s) != ingress_of(&a) && applied_key(s).is_none()
         })
         .await;
     assert!(lb_of(&h, &b).is_some(), "its own load balancer");
@@ -2265,12 +2269,7 @@ async fn a_member_displaced_while_the_controller_was_away_hears_it() {
     until_shared_ports(&h, &ns, &[&a]).await;
     let b = h
         .wait_service(&ns, "b", WAIT, |s| {
-            !has_ingress(s)
-                && !s
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(SHARING_KEY_APPLIED_ANNOTATION))
+            !has_ingress(s) && applied_key(s).is_none()
         })
         .await;
     wait_note(&h, &ns, "b", REASON_SHARING_REFUSED, |n| {
@@ -2319,12 +2318,7 @@ async fn a_refused_service_keeps_the_load_balancer_it_had() {
         .await
         .unwrap();
     let web = h
-        .wait_service(&ns, "web", WAIT, |s| {
-            s.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(SHARING_KEY_APPLIED_ANNOTATION))
-        })
+        .wait_service(&ns, "web", WAIT, |s| applied_key(s).is_some())
         .await;
     until_shared_ports(&h, &ns, &[&web]).await;
     assert!(
@@ -2351,12 +2345,7 @@ async fn a_member_left_marked_by_an_interrupted_clean_up_is_cleaned() {
     create_service(&h, &ns, &svc).await;
     let _ctl = start(&h, &ns, fake(&h), config()).await;
     h.wait_service(&ns, "x", WAIT, |s| {
-        !has_lb_finalizer(s)
-            && !s
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(SHARING_KEY_APPLIED_ANNOTATION))
+        !has_lb_finalizer(s) && applied_key(s).is_none()
     })
     .await;
     assert!(lbs_in(&h, &ns).is_empty());

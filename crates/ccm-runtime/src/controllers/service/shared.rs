@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use super::decision::nodes::NodeSet;
 use super::decision::shared::{
     GroupId, MAX_SHARED_MEMBERS, SHARING_KEY_APPLIED_ANNOTATION, SharingKeys, Verdict, admit,
-    applied_group, group_service,
+    applied_group, group_service, port_keys,
 };
 use super::decision::wants::{is_deleting, wants_load_balancer};
 use super::node_sync::NodeSync;
@@ -98,21 +98,6 @@ struct Group {
     members: Vec<String>,
     /// Their ports (port, protocol).
     ports: BTreeSet<(i32, String)>,
-}
-
-/// The ports (port, protocol) of `services`.
-fn ports_of(services: &[Arc<Service>]) -> BTreeSet<(i32, String)> {
-    services
-        .iter()
-        .filter_map(|s| s.spec.as_ref()?.ports.as_ref())
-        .flatten()
-        .map(|p| {
-            (
-                p.port,
-                p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
-            )
-        })
-        .collect()
 }
 
 /// The service controller's view of the provider's load balancers, with groups (see the
@@ -249,7 +234,7 @@ impl SharingLoadBalancer {
             .iter()
             .filter_map(|s| s.metadata.uid.clone())
             .collect();
-        let ports = ports_of(included);
+        let ports = port_keys(included);
         // A place or a port was freed: a refused member may fit now.
         let freed = group.members.iter().any(|u| !uids.contains(u))
             || group.ports.difference(&ports).next().is_some();

@@ -13,7 +13,8 @@
 //! from the UID) is the group's, and a key copied into another namespace names another load
 //! balancer, which no choice of key can make collide with this one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -210,6 +211,15 @@ fn protocol(port: &ServicePort) -> &str {
 
 fn same_port(a: &ServicePort, b: &ServicePort) -> bool {
     a.port == b.port && protocol(a) == protocol(b)
+}
+
+/// The ports of `services` as admission tells them apart: (port, protocol).
+pub(crate) fn port_keys(services: &[Arc<Service>]) -> BTreeSet<(i32, String)> {
+    services
+        .iter()
+        .flat_map(|s| ports(s))
+        .map(|p| (p.port, protocol(p).to_owned()))
+        .collect()
 }
 
 /// The first spec field (by its API name) in which two members disagree that one load

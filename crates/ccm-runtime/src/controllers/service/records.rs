@@ -84,21 +84,8 @@ pub(super) fn start_sync(
     if record.service.metadata.uid != service.metadata.uid {
         *record = Record::new(service.clone());
     }
-    // A version this controller wrote that the cache has not caught up with stays.
-    if !newer(&record.service, service) {
-        record.service = service.clone();
-    }
+    record.service = service.clone();
     record.syncing = true;
-}
-
-/// Whether `a` is a later version of the same Service than `b`, by resource version (an
-/// integer on every API server there is; anything else counts as not later).
-fn newer(a: &Service, b: &Service) -> bool {
-    let version = |s: &Service| {
-        let rv = s.metadata.resource_version.as_deref();
-        rv.and_then(|v| v.parse::<u64>().ok())
-    };
-    a.metadata.uid == b.metadata.uid && version(a) > version(b)
 }
 
 /// The records of every Service, by key: one map shared by the workers, the node-sync loop
@@ -119,31 +106,11 @@ impl Records {
         }
     }
 
-    /// A sync wrote `service` (the API server's answer): the version it works on now, so a
-    /// later write of the same sync (a failure's conditions) is guarded by it, not by the
-    /// cache's older copy, which would fail its test and cost a re-read.
-    pub(super) fn written(&self, key: &ServiceKey, service: &Arc<Service>) {
-        if let Some(record) = self.lock().get_mut(key)
-            && record.service.metadata.uid == service.metadata.uid
-        {
-            record.service = service.clone();
-        }
-    }
-
     /// Its load balancer changed under it (a shared one's group did): the next sync ensures
     /// in full rather than finding nothing changed.
     pub(super) fn stale(&self, key: &ServiceKey) {
         if let Some(record) = self.lock().get_mut(key) {
             record.lb = LbState::Unknown;
-        }
-    }
-
-    /// The fresher of `cached` and the version a sync last wrote of it (by resource
-    /// version; the same UID only).
-    pub(super) fn freshest(&self, key: &ServiceKey, cached: Arc<Service>) -> Arc<Service> {
-        match self.lock().get(key) {
-            Some(record) if newer(&record.service, &cached) => record.service.clone(),
-            _ => cached,
         }
     }
 

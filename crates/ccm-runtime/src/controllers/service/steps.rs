@@ -158,9 +158,6 @@ impl Worker {
             );
         }
         let api = self.api(&key.namespace);
-        // What this controller last wrote of it, if the cache has not caught up: the
-        // status write below is guarded by it, and would fail its test against an older one.
-        let service = self.records.freshest(key, service);
         let Some(service) = writes::add_finalizer(&api, self.records.classes(), service)
             .await
             .map_err(|e| SyncError::AddFinalizer((&e).into()))?
@@ -168,7 +165,6 @@ impl Worker {
             tracing::debug!(service = %key, "service is gone; nothing to ensure");
             return Ok(());
         };
-        self.records.written(key, &service);
         let lb = self
             .load_balancer()
             .map_err(|e| SyncError::Ensure((&e).into()))?;

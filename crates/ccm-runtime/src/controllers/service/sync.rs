@@ -146,8 +146,6 @@ impl Worker {
                 let subject = err.subject().or(cached.as_ref());
                 self.report(key, subject.map(|s| &**s), &Failure::Sync(&err));
                 if let Some(service) = cached {
-                    // The finalizer may have been written since the cache's copy.
-                    let service = self.records.freshest(key, service);
                     if self.conditions {
                         self.failure_conditions(key, service, &err).await;
                     } else if err.refusal_leaves_group() && !ingress(&service).is_empty() {
@@ -259,13 +257,9 @@ impl Worker {
         let serving = !left && !ingress(&service).is_empty();
         let wanted = wanted(&observed, serving);
         let clear = left.then_some(&[][..]);
-        match writes::set_status(&self.api(&key.namespace), service, clear, &wanted).await {
-            // The next sync's status write is guarded by this version, not the cache's.
-            Ok(Some(written)) => self.records.written(key, &written),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::debug!(service = %key, error = %e, "failed to write the service's conditions");
-            }
+        if let Err(e) = writes::set_status(&self.api(&key.namespace), service, clear, &wanted).await
+        {
+            tracing::debug!(service = %key, error = %e, "failed to write the service's conditions");
         }
     }
 

@@ -107,33 +107,7 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
 
     let initialised = match cluster.wait_initialised(WAIT).await {
         Ok(nodes) => nodes,
-        Err(e) => {
-            let pods = cluster
-                .kubectl()
-                .unwrap()
-                .args(["get", "pods", "-A", "-o", "wide"])
-                .output()
-                .unwrap();
-            let logs = cluster
-                .kubectl()
-                .unwrap()
-                .args([
-                    "logs",
-                    "-n",
-                    "kube-system",
-                    "-l",
-                    "app=cloud-controller-manager",
-                ])
-                .args(["--tail=40", "--prefix"])
-                .output()
-                .unwrap();
-            panic!(
-                "{e}\n{}\n--- CCM logs ---\n{}{}",
-                String::from_utf8_lossy(&pods.stdout),
-                String::from_utf8_lossy(&logs.stdout),
-                String::from_utf8_lossy(&logs.stderr),
-            );
-        }
+        Err(e) => panic!("{e}\n{}", diagnostics(&cluster)),
     };
     for node in &initialised {
         let name = node.metadata.name.clone().unwrap();
@@ -226,14 +200,21 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
         "-p",
         patch,
     ]);
-    kubectl(&[
-        "-n",
-        "kube-system",
-        "rollout",
-        "status",
-        "deployment/cloud-controller-manager",
-        "--timeout=180s",
-    ]);
+    let rollout = cluster
+        .kubectl()
+        .unwrap()
+        .args(["-n", "kube-system", "rollout", "status"])
+        .args(["deployment/cloud-controller-manager", "--timeout=180s"])
+        .output()
+        .unwrap();
+    if !rollout.status.success() {
+        panic!(
+            "rollout: {}{}\n{}",
+            String::from_utf8_lossy(&rollout.stdout),
+            String::from_utf8_lossy(&rollout.stderr),
+            diagnostics(&cluster)
+        );
+    }
 
     // Coexistence: initialised Nodes, kubelets reporting their status, and no Node write by
     // the CCM. (Every status report of a kubelet is a patch of nodes/status.)
@@ -273,4 +254,66 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
         Vec::<&(String, String, String)>::new(),
         "no Node write by the CCM"
     );
+}
+
+/// What a failed wait prints: the Pods, what the kubelets and the scheduler said of the
+/// CCM's, and the CCM's logs (of the running and the previous containers).
+fn diagnostics(cluster: &Cluster) -> String {
+    let run = |args: &[&str]| {
+        let out = cluster.kubectl().unwrap().args(args).output().unwrap();
+        format!(
+            "--- kubectl {} ---\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let mut text = [
+        run(&["get", "pods", "-A", "-o", "wide"]),
+        run(&[
+            "get",
+            "events",
+            "-n",
+            "kube-system",
+            "--sort-by=.lastTimestamp",
+        ]),
+        run(&[
+            "describe",
+            "pods",
+            "-n",
+            "kube-system",
+            "-l",
+            "app=cloud-controller-manager",
+        ]),
+        run(&[
+            "logs",
+            "-n",
+            "kube-system",
+            "-l",
+            "app=cloud-controller-manager",
+            "--tail=60",
+            "--prefix",
+        ]),
+        run(&[
+            "logs",
+            "-n",
+            "kube-system",
+            "-l",
+            "app=cloud-controller-manager",
+            "--tail=60",
+            "--prefix",
+            "--previous",
+        ]),
+    ]
+    .concat();
+    for node in cluster.nodes() {
+        let log = cluster.log(&format!("kubelet-{}", node.name()));
+        let tail: Vec<&str> = log.lines().rev().take(60).collect();
+        text += &format!("--- kubelet-{} (last 60 lines) ---\n", node.name());
+        for line in tail.into_iter().rev() {
+            text += line;
+            text.push('\n');
+        }
+    }
+    text
 }

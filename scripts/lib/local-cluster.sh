@@ -62,6 +62,10 @@ build_and_start_cluster() {
 }
 
 start_simulator() {
+  # The file exists before the simulator starts: the shell opens a background job's
+  # redirections in the job, so the first read below could come before it (and a failed
+  # read ends this script, under `set -e`).
+  : >"$work/simulator.out"
   "$target_dir/debug/do-like-api-simulator" --listen 127.0.0.1:0 "$@" \
     >"$work/simulator.out" 2>"$work/simulator.log" &
   local pid=$!

@@ -765,9 +765,24 @@ async fn faults_still_converge_without_duplicates_or_orphans() {
 #[tokio::test]
 async fn routes_through_the_extension() {
     let sim = sim().await;
+    for name in ["n1", "m1"] {
+        sim.handle().create_droplet(name, "s", "nyc1");
+    }
     let cloud = provider(&sim);
     let p: Arc<dyn CloudProvider> = cloud.clone();
     let routes = p.routes().unwrap();
+    // The cloud refuses a route to a droplet that does not exist.
+    let refused = routes
+        .create_route(CLUSTER, "hint", &Route::new("gone", "10.244.9.0/24"))
+        .await
+        .unwrap_err();
+    let mut chain = refused.to_string();
+    let mut cause = std::error::Error::source(&refused);
+    while let Some(e) = cause {
+        chain += &format!(": {e}");
+        cause = e.source();
+    }
+    assert!(chain.contains("no droplet of that name"), "{chain}");
     let r = Route::new("n1", "10.244.1.0/24");
     routes.create_route(CLUSTER, "hint", &r).await.unwrap();
     routes.create_route(CLUSTER, "hint", &r).await.unwrap();

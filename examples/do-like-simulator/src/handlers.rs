@@ -404,7 +404,21 @@ pub(super) async fn create_route(
         Ok(r) => r,
         Err(m) => return bad_request(m),
     };
+    let Some(destination) = crate::route_table::normalise(&r.destination) else {
+        return unprocessable(format!(
+            "destination {:?} is not a CIDR (an address with its host bits zero, a prefix \
+             length)",
+            r.destination
+        ));
+    };
+    r.destination = destination;
     let mut inner = h.inner();
+    if !inner.data.droplets.values().any(|d| d.name == r.target) {
+        return unprocessable(format!(
+            "target {:?}: no droplet of that name exists",
+            r.target
+        ));
+    }
     if let Some(existing) = inner
         .data
         .routes

@@ -11,7 +11,7 @@
 //! | `GET /v2/regions` | the regions of [`catalog::REGIONS`] (DigitalOcean's CCM checks its `REGION` here at start-up) |
 //! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets (the list filtered by `tag_name` or exact `name`): `size` and `region` objects, `networks.v4`/`v6` with netmask and gateway, `vpc_uuid`, `created_at` |
 //! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity`; each answer carries **an extension**, `x_droplet_health` (each droplet behind it `healthy`, `unhealthy` or `unknown`, as the data plane's checks left it) |
-//! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension** (off with [`SimulatorConfig::routes_extension`]): DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive |
+//! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension** (off with [`SimulatorConfig::routes_extension`]): DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive; a route to a droplet that does not exist, or to a destination that is not a CIDR, is a 422 `unprocessable_entity`; with [`SimulatorConfig::kernel_routes`] the routes carry traffic (the module `route_table`) |
 //!
 //! Any other `/v2` path is DigitalOcean's 404. Lists are paged with `page` / `per_page`
 //! (default 20, at most 200) and answer `links.pages` (`first`, `prev`, `next`, `last`, as
@@ -42,6 +42,7 @@ pub mod catalog;
 mod data_plane;
 mod handlers;
 mod http;
+mod route_table;
 mod validate;
 
 pub use data_plane::AddressRange;
@@ -107,6 +108,12 @@ pub struct SimulatorConfig {
     /// [`allow_non_loopback`](Self::allow_non_loopback), and the range must be local to the
     /// simulator's network namespace (`ip route add local <range> dev lo`).
     pub load_balancer_addresses: Option<AddressRange>,
+    /// Whether the routes of `/v2/x-routes` carry traffic: each is a route of the
+    /// simulator's network namespace to the target droplet's private address, kept in step
+    /// with the API (see the crate docs). Needs `CAP_NET_ADMIN` there and iproute2's `ip`;
+    /// meant for a simulator in a test cluster's network namespace, whose nodes are its
+    /// droplets. Default off: routes are records.
+    pub kernel_routes: bool,
 }
 
 impl SimulatorConfig {
@@ -123,6 +130,7 @@ impl SimulatorConfig {
             rate_limit_window: Duration::from_secs(1),
             routes_extension: true,
             load_balancer_addresses: None,
+            kernel_routes: false,
         }
     }
 }
@@ -193,6 +201,8 @@ struct Shared {
     inner: Mutex<Inner>,
     /// Told of every change to the state, for the data plane.
     changed: Arc<tokio::sync::Notify>,
+    /// Told of every change to the state, for the route table.
+    routes_changed: Arc<tokio::sync::Notify>,
     /// The data plane's targets and their health (`None`: not probed yet), by load
     /// balancer ID.
     health: Mutex<BTreeMap<String, data_plane::TargetHealth>>,
@@ -212,6 +222,7 @@ pub struct RunningSimulator {
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     data_plane: Option<JoinHandle<()>>,
+    route_table: Option<JoinHandle<()>>,
 }
 
 /// Why the simulator cannot start.
@@ -311,6 +322,7 @@ impl RunningSimulator {
                 rng: 0x9E37_79B9_7F4A_7C15,
             }),
             changed: Arc::new(tokio::sync::Notify::new()),
+            routes_changed: Arc::new(tokio::sync::Notify::new()),
             health: Mutex::new(BTreeMap::new()),
         });
         let handle = SimulatorHandle { shared };
@@ -322,6 +334,13 @@ impl RunningSimulator {
                 move |health| {
                     *publish.shared.health.lock() = health;
                 },
+            ))
+        });
+        let route_table = handle.shared.config.kernel_routes.then(|| {
+            let read = handle.clone();
+            tokio::spawn(route_table::run(
+                Arc::clone(&handle.shared.routes_changed),
+                move || read.route_table(),
             ))
         });
         let app = http::router(handle.clone());
@@ -339,6 +358,7 @@ impl RunningSimulator {
             stop: Some(stop),
             task: Some(task),
             data_plane,
+            route_table,
         })
     }
 
@@ -359,9 +379,12 @@ impl RunningSimulator {
 
     /// Stops serving (the API and every load balancer) and waits for the server task.
     pub async fn shutdown(mut self) {
-        if let Some(plane) = self.data_plane.take() {
-            plane.abort();
-            let _ = plane.await;
+        for task in [self.data_plane.take(), self.route_table.take()]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
+            let _ = task.await;
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -381,6 +404,7 @@ impl SimulatorHandle {
     /// file if there is one.
     fn persist(&self, inner: &Inner) {
         self.shared.changed.notify_one();
+        self.shared.routes_changed.notify_one();
         let Some(path) = &self.shared.config.state_file else {
             return;
         };
@@ -514,6 +538,14 @@ impl SimulatorHandle {
     }
 
     /// What the data plane should run: each active load balancer's spec, by ID.
+    /// The route table the API's routes ask for (see `route_table`).
+    fn route_table(&self) -> route_table::Table {
+        let inner = self.inner();
+        let routes: Vec<XRoute> = inner.data.routes.values().cloned().collect();
+        let droplets: Vec<Droplet> = inner.data.droplets.values().cloned().collect();
+        route_table::desired(&routes, &droplets)
+    }
+
     fn data_plane_specs(&self) -> BTreeMap<String, data_plane::LbSpec> {
         let mut inner = self.inner();
         let before = inner.data.lb_activate_at.len();

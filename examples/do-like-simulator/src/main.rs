@@ -14,6 +14,8 @@
 //! `--lb-addresses CIDR` turns on the data plane: load balancers get addresses of that range
 //! (loopback, e.g. `127.77.0.0/24`, unless `--non-loopback on`) and forward traffic to their
 //! droplets.
+//! `--kernel-routes on` makes the `/v2/x-routes` routes routes of the simulator's network
+//! namespace, to their droplets' private addresses (root in a test network namespace).
 //! Stops on Ctrl-C or SIGTERM.
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -29,7 +31,7 @@ fn usage() -> ExitCode {
         "usage: do-like-api-simulator [--version] [--listen 127.0.0.1:PORT] [--token-file FILE] \
          [--admin-token-file FILE] [--state-file FILE] [--lb-activation-ms MS] \
          [--rate-limit N] [--droplets N] [--routes-extension on|off] [--non-loopback on|off] \
-         [--lb-addresses CIDR]\n\
+         [--lb-addresses CIDR] [--kernel-routes on|off]\n\
          The token is read from --token-file or $DO_LIKE_TOKEN; /admin needs the token in \
          --admin-token-file when it is given."
     );
@@ -86,6 +88,7 @@ async fn main() -> ExitCode {
             "--rate-limit" => number(&value).map(|v| config.rate_limit = v),
             "--non-loopback" => on_off(&value).map(|v| config.allow_non_loopback = v),
             "--routes-extension" => on_off(&value).map(|v| config.routes_extension = v),
+            "--kernel-routes" => on_off(&value).map(|v| config.kernel_routes = v),
             "--droplets" => number(&value).map(|v| droplets = v),
             "--lb-addresses" => value
                 .parse()

@@ -466,6 +466,33 @@ async fn without_the_routes_extension_x_routes_is_a_404() {
     sim.shutdown().await;
 }
 
+/// A route is refused in DigitalOcean's error shape when its target droplet does not exist
+/// or its destination is not a CIDR; an accepted one is stored as the kernel prints it.
+#[tokio::test]
+async fn a_route_needs_a_droplet_and_a_cidr() {
+    let sim = start().await;
+    sim.handle().create_droplet("node-1", "s-2vcpu-4gb", "nyc1");
+    for (destination, target, why) in [
+        ("10.244.1.0/24", "node-9", "no droplet of that name"),
+        ("10.244.1.1/24", "node-1", "not a CIDR"),
+        ("10.244.1.0", "node-1", "not a CIDR"),
+    ] {
+        let body = serde_json::json!({"destination": destination, "target": target});
+        let resp = call(&sim, Method::POST, "/v2/x-routes", Some(&body)).await;
+        assert_eq!(resp.status(), 422, "{destination} to {target}");
+        let got: Value = resp.json().await.unwrap();
+        assert_eq!(got["id"], "unprocessable_entity");
+        assert!(got["message"].as_str().unwrap().contains(why), "{got}");
+    }
+    assert!(sim.handle().routes().is_empty());
+    let body = serde_json::json!({"destination": "fd00:0:0:1::/64", "target": "node-1"});
+    let resp = call(&sim, Method::POST, "/v2/x-routes", Some(&body)).await;
+    assert_eq!(resp.status(), 201);
+    let got: Value = resp.json().await.unwrap();
+    assert_eq!(got["route"]["destination"], "fd00:0:0:1::/64");
+    sim.shutdown().await;
+}
+
 /// The requests DigitalOcean's own CCM sent the simulator in a run of
 /// `scripts/peer-digitalocean.sh --record` (method, route, query keys; its header names the
 /// commit): the contract. Each is answered with a success, and those with a body in

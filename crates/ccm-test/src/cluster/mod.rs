@@ -94,12 +94,28 @@ pub enum PodNetwork {
     AtPodCidr,
 }
 
+/// Who routes each node's pod CIDR to the node in the cluster's network (the namespace that
+/// plays the cloud's network, where traffic between nodes goes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PodRoutes {
+    /// The cluster tier, when it sets a node's Pod network up: Pods reach each other across
+    /// nodes whatever a cloud-controller-manager does.
+    #[default]
+    Cluster,
+    /// The cloud: the cluster tier adds no route, so Pod traffic between nodes flows only
+    /// through routes a cloud puts into the cluster's network (the DO-like simulator's
+    /// route table, driven by a CCM's route controller), as in a cloud's VPC.
+    Cloud,
+}
+
 /// Options for a [`Cluster`]; see [`Cluster::builder`].
 #[derive(Debug, Clone)]
 pub struct ClusterBuilder {
     nodes: usize,
     images: Vec<PathBuf>,
     pod_network: PodNetwork,
+    pod_routes: PodRoutes,
     start_timeout: Duration,
     control_plane: ControlPlaneBuilder,
     controller_manager_args: Vec<String>,
@@ -127,6 +143,7 @@ impl Default for ClusterBuilder {
             nodes: 2,
             images: Vec::new(),
             pod_network: PodNetwork::default(),
+            pod_routes: PodRoutes::default(),
             start_timeout: DEFAULT_START_TIMEOUT,
             control_plane: ControlPlaneBuilder::default(),
             controller_manager_args: Vec::new(),
@@ -160,6 +177,13 @@ impl ClusterBuilder {
     #[must_use]
     pub fn pod_network(mut self, pod_network: PodNetwork) -> Self {
         self.pod_network = pod_network;
+        self
+    }
+
+    /// Who routes the pod CIDRs between nodes (default [`PodRoutes::Cluster`]).
+    #[must_use]
+    pub fn pod_routes(mut self, pod_routes: PodRoutes) -> Self {
+        self.pod_routes = pod_routes;
         self
     }
 
@@ -326,6 +350,7 @@ impl ClusterBuilder {
                 cluster_ns.clone(),
                 nodes.iter().map(|n| n.layout.clone()).collect(),
                 self.pod_network,
+                self.pod_routes,
             )?,
             forwarders: Mutex::new(Vec::new()),
             _dns: dns,

@@ -1,6 +1,6 @@
 //! Each node's Pod network, set up when its Node is ready for it ([`PodNetwork`]): the CNI
-//! configuration for the Node's pod CIDR in the node's folder, and a route to the node for
-//! that CIDR in the cluster's namespace.
+//! configuration for the Node's pod CIDR in the node's folder, and (unless a cloud routes
+//! them, [`PodRoutes::Cloud`]) a route to the node for that CIDR in the cluster's namespace.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 
 use super::netns::{self, NetworkNamespace};
 use super::node::{self, NodeLayout};
-use super::{CNI_CONF_FILE, PodNetwork, has_uninitialized_taint};
+use super::{CNI_CONF_FILE, PodNetwork, PodRoutes, has_uninitialized_taint};
 use crate::{Error, write_file};
 
 /// Sets up each node's Pod network when its Node is ready for it ([`PodNetwork`]): writes
@@ -32,6 +32,7 @@ impl PodNetworkWriter {
         cluster_ns: Arc<NetworkNamespace>,
         nodes: Vec<NodeLayout>,
         when: PodNetwork,
+        routes: PodRoutes,
     ) -> Result<Self, Error> {
         let stop = Arc::new(AtomicBool::new(false));
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -43,7 +44,13 @@ impl PodNetworkWriter {
             .spawn({
                 let stop = stop.clone();
                 move || {
-                    runtime.block_on(write_pod_networks(config, &cluster_ns, &nodes, when, &stop))
+                    runtime.block_on(write_pod_networks(
+                        config,
+                        &cluster_ns,
+                        &nodes,
+                        (when, routes),
+                        &stop,
+                    ))
                 }
             })
             .map_err(|e| Error::io("starting the pod-network writer", e))?;
@@ -67,7 +74,7 @@ async fn write_pod_networks(
     config: kube::Config,
     cluster_ns: &NetworkNamespace,
     nodes: &[NodeLayout],
-    when: PodNetwork,
+    (when, routes): (PodNetwork, PodRoutes),
     stop: &AtomicBool,
 ) {
     let Ok(client) = kube::Client::try_from(config) else {
@@ -94,7 +101,7 @@ async fn write_pod_networks(
             if written.get(&layout.name) == Some(&cidr) {
                 continue;
             }
-            match set_up_pod_network(cluster_ns, layout, &cidr) {
+            match set_up_pod_network(cluster_ns, layout, &cidr, routes) {
                 Ok(()) => {
                     tracing::info!(node = %layout.name, %cidr, "pod network set up");
                     written.insert(layout.name.clone(), cidr);
@@ -130,9 +137,12 @@ fn set_up_pod_network(
     cluster_ns: &NetworkNamespace,
     layout: &NodeLayout,
     cidr: &str,
+    routes: PodRoutes,
 ) -> Result<(), Error> {
     let config = node::cni_config(cidr)?;
-    cluster_ns.run_script(&netns::pod_route_script(cidr, layout.address)?)?;
+    if routes == PodRoutes::Cluster {
+        cluster_ns.run_script(&netns::pod_route_script(cidr, layout.address)?)?;
+    }
     let dir = layout.cni_conf_dir();
     let partial = dir.join(format!(".{CNI_CONF_FILE}.tmp"));
     write_file(&partial, &config)?;

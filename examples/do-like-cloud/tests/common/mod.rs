@@ -1,6 +1,8 @@
-//! What the DO-like CCM's cluster tests (`cluster.rs`, `cluster_beyond_go.rs`) share: the
-//! release manifest as a user would edit it, the simulator started in the cluster's network
-//! namespace and its API as the CCM sees it, and a few readings of the cluster.
+//! What the DO-like CCM's cluster tests (`cluster.rs`, `cluster_beyond_go.rs`,
+//! `cluster_routes.rs`) share: the release manifest as a user would edit it, the simulator
+//! started in the cluster's network namespace and its API as the CCM sees it, and a few
+//! readings of the cluster.
+#![allow(dead_code, reason = "each test binary uses a part of it")]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -79,6 +81,11 @@ impl CloudApi {
     /// Starts `simulator` (the binary) in the cluster's namespace at its gateway address,
     /// with the test's tokens, and waits until it answers.
     pub(crate) async fn start(cluster: &Cluster, simulator: &Path) -> Self {
+        Self::start_with(cluster, simulator, &[]).await
+    }
+
+    /// [`start`](Self::start) with more of the simulator's flags.
+    pub(crate) async fn start_with(cluster: &Cluster, simulator: &Path, flags: &[&str]) -> Self {
         let files = tempfile::tempdir().unwrap();
         let token_file = files.path().join("token");
         let admin_token_file = files.path().join("admin-token");
@@ -96,7 +103,10 @@ impl CloudApi {
                     format!("--admin-token-file={}", admin_token_file.display()),
                     "--lb-activation-ms=500".to_owned(),
                     format!("--lb-addresses={LOAD_BALANCER_CIDR}"),
-                ],
+                ]
+                .into_iter()
+                .chain(flags.iter().map(|f| (*f).to_owned()))
+                .collect::<Vec<_>>(),
             )
             .unwrap();
         let api = CloudApi {

@@ -59,10 +59,12 @@ rust_target() {
 strip_tool() { case "$1" in linux/amd64) echo strip ;; linux/arm64) echo aarch64-linux-gnu-strip ;; esac; }
 for platform in "${platforms[@]}"; do rust_target "$platform" >/dev/null; done
 
-# One build at a time writes target/images/ (.ci/run builds a cluster's and the e2e run's
-# images side by side): a second caller waits for the first.
-mkdir -p "$out"
-exec 8>"$out/.lock"
+# One build at a time on this machine (.ci/run builds a cluster's and the e2e run's images
+# side by side; checkouts side by side build theirs): a second caller waits for the first.
+# Machine-wide, not per output folder: the tags (localhost/<binary>:<version>) live in the
+# one buildah storage of the machine, and a build removes them before making them.
+mkdir -p "$out" "${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}"
+exec 8>"${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/images.lock"
 flock 8
 
 ca_bundle=/etc/ssl/certs/ca-certificates.crt

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::netns::{self, NetworkNamespace};
 use super::node;
-use super::{CLUSTER_CIDR, CNI_BIN_DIR, ClusterNode, SERVICE_CIDR, images};
+use super::{
+    CLUSTER_CIDR, CLUSTER_CIDR_V6, CNI_BIN_DIR, ClusterNode, SERVICE_CIDR, SERVICE_CIDR_V6, images,
+};
 use crate::control_plane::log_tail;
 use crate::supervisor::Supervisor;
 use crate::{ClusterBinaries, ControlPlane, Error, write_file};
@@ -52,6 +54,7 @@ pub(super) fn start_controllers(
     cluster_ns: &NetworkNamespace,
     binaries: &ClusterBinaries,
     server: &str,
+    dual_stack: bool,
     extra_controller_manager_args: &[String],
 ) -> Result<(), Error> {
     let start = |name: &str, program: &Path, args: Vec<String>| {
@@ -68,15 +71,27 @@ pub(super) fn start_controllers(
         ),
         format!("--root-ca-file={}", dir.join("client-ca.crt").display()),
         "--allocate-node-cidrs=true".to_owned(),
-        format!("--cluster-cidr={CLUSTER_CIDR}"),
-        "--node-cidr-mask-size=24".to_owned(),
-        format!("--service-cluster-ip-range={SERVICE_CIDR}"),
     ];
+    let networks = if dual_stack {
+        vec![
+            format!("--cluster-cidr={CLUSTER_CIDR},{CLUSTER_CIDR_V6}"),
+            "--node-cidr-mask-size-ipv4=24".to_owned(),
+            "--node-cidr-mask-size-ipv6=64".to_owned(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR},{SERVICE_CIDR_V6}"),
+        ]
+    } else {
+        vec![
+            format!("--cluster-cidr={CLUSTER_CIDR}"),
+            "--node-cidr-mask-size=24".to_owned(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+        ]
+    };
     start(
         "kube-controller-manager",
         &binaries.kube_controller_manager,
         controller_manager_args
             .into_iter()
+            .chain(networks)
             .chain(extra_controller_manager_args.iter().cloned())
             .collect(),
     )
@@ -143,7 +158,12 @@ pub(super) async fn start_node(
     let ca_file = control_plane.dir().join("client-ca.crt");
     control_plane
         .ca()
-        .issue_server(&[name.as_str()], &[layout.address.into()])?
+        .issue_server(
+            &[name.as_str()],
+            &std::iter::once(layout.address.into())
+                .chain(layout.address_v6.map(Into::into))
+                .collect::<Vec<_>>(),
+        )?
         .write_pair(&layout.dir, "kubelet")?;
     write(
         "kubelet.kubeconfig",

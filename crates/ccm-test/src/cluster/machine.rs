@@ -77,6 +77,7 @@ pub(super) fn node_layouts(
     dir: &Path,
     run_id: &str,
     count: usize,
+    dual_stack: bool,
 ) -> Result<Vec<NodeLayout>, Error> {
     (0..count)
         .map(|index| {
@@ -90,6 +91,7 @@ pub(super) fn node_layouts(
                 cgroup_root: format!("/{run_id}/{name}"),
                 name,
                 address,
+                address_v6: dual_stack.then(|| netns::node_address_v6(index)).flatten(),
                 control_plane: index == 0,
                 dir: node_dir,
                 kubelet_args: Vec::new(),
@@ -171,11 +173,18 @@ mod tests {
     #[test]
     fn nodes_are_named_as_kind_names_them() {
         let dir = tempfile::tempdir().unwrap();
-        let layouts = node_layouts(dir.path(), "run", 3).unwrap();
+        let layouts = node_layouts(dir.path(), "run", 3, false).unwrap();
         let names: Vec<&str> = layouts.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["ccm-control-plane", "ccm-worker", "ccm-worker2"]);
         assert!(layouts[0].control_plane && !layouts[1].control_plane);
         assert_eq!(layouts[2].address, Ipv4Addr::new(10, 88, 0, 12));
+        assert_eq!(layouts[2].address_v6, None);
         assert_eq!(layouts[1].cgroup_root, "/run/ccm-worker");
+        let dual = node_layouts(dir.path(), "run", 3, true).unwrap();
+        assert_eq!(
+            dual[2].address_v6,
+            Some("fd00:10:88::c".parse().unwrap()),
+            "the IPv4 address's last number, in hexadecimal"
+        );
     }
 }

@@ -39,7 +39,7 @@ pub(crate) mod netns;
 mod node;
 mod pod_network;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,8 +62,10 @@ use crate::{
     Binaries, ClusterBinaries, ControlPlane, ControlPlaneBuilder, Error, unique_name, write_file,
 };
 
-pub use self::netns::LOAD_BALANCER_CIDR;
-pub use self::node::{CLUSTER_CIDR, PAUSE_IMAGE, SERVICE_CIDR, WEB_IMAGE};
+pub use self::netns::{LOAD_BALANCER_CIDR, LOAD_BALANCER_CIDR_V6};
+pub use self::node::{
+    CLUSTER_CIDR, CLUSTER_CIDR_V6, PAUSE_IMAGE, SERVICE_CIDR, SERVICE_CIDR_V6, WEB_IMAGE,
+};
 
 /// The label kubeadm gives the control-plane node, which the cluster gives it too.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -116,6 +118,7 @@ pub struct ClusterBuilder {
     images: Vec<PathBuf>,
     pod_network: PodNetwork,
     pod_routes: PodRoutes,
+    dual_stack: bool,
     start_timeout: Duration,
     control_plane: ControlPlaneBuilder,
     controller_manager_args: Vec<String>,
@@ -144,6 +147,7 @@ impl Default for ClusterBuilder {
             images: Vec::new(),
             pod_network: PodNetwork::default(),
             pod_routes: PodRoutes::default(),
+            dual_stack: false,
             start_timeout: DEFAULT_START_TIMEOUT,
             control_plane: ControlPlaneBuilder::default(),
             controller_manager_args: Vec::new(),
@@ -184,6 +188,19 @@ impl ClusterBuilder {
     #[must_use]
     pub fn pod_routes(mut self, pod_routes: PodRoutes) -> Self {
         self.pod_routes = pod_routes;
+        self
+    }
+
+    /// An IPv4/IPv6 dual-stack cluster (default IPv4 only): every node also gets an IPv6
+    /// address (`fd00:10:88::<n>`, the kubelet's second `--node-ip`), the API server a
+    /// second Service range ([`SERVICE_CIDR_V6`]), kube-controller-manager a second cluster
+    /// CIDR ([`CLUSTER_CIDR_V6`], a `/64` per node), kube-proxy both families, every Pod an
+    /// address of each, and the cluster namespace the IPv6 load-balancer range
+    /// [`LOAD_BALANCER_CIDR_V6`]. Every IPv6 address is unique-local and lives in the run's
+    /// namespaces.
+    #[must_use]
+    pub fn dual_stack(mut self, dual_stack: bool) -> Self {
+        self.dual_stack = dual_stack;
         self
     }
 
@@ -277,7 +294,7 @@ impl ClusterBuilder {
         let mut supervisor = Supervisor::spawn(&dir)?;
         let _ = temp.keep();
         let run_id = unique_name("ccm-test");
-        let mut layouts = node_layouts(&dir, &run_id, self.nodes)?;
+        let mut layouts = node_layouts(&dir, &run_id, self.nodes, self.dual_stack)?;
         for layout in &mut layouts {
             layout.kubelet_args = self
                 .kubelet_args
@@ -293,18 +310,23 @@ impl ClusterBuilder {
 
         // The namespaces, and the network between them.
         let cluster_ns = Arc::new(start_holder(&mut supervisor, &dir, "cluster", false).await?);
-        cluster_ns.run_script(&netns::cluster_setup_script())?;
+        cluster_ns.run_script(&netns::cluster_setup_script(self.dual_stack))?;
         let mut node_namespaces = Vec::with_capacity(layouts.len());
         for (index, layout) in layouts.iter().enumerate() {
             let ns = start_holder(&mut supervisor, &dir, &layout.name, true).await?;
             cluster_ns.run_script(&netns::attach_script(index, ns.pid()))?;
-            ns.run_script(&netns::node_setup_script(layout.address))?;
+            ns.run_script(&netns::node_setup_script(layout.address, layout.address_v6))?;
             node_namespaces.push(ns);
         }
 
-        let control_plane = self
-            .control_plane
-            .clone()
+        let mut control_plane = self.control_plane.clone();
+        if self.dual_stack {
+            // After the default range: the API server takes a flag's last value.
+            control_plane = control_plane.apiserver_arg(format!(
+                "--service-cluster-ip-range={SERVICE_CIDR},{SERVICE_CIDR_V6}"
+            ));
+        }
+        let control_plane = control_plane
             .start_in_namespace(
                 &binaries,
                 dir.clone(),
@@ -325,6 +347,7 @@ impl ClusterBuilder {
             &cluster_ns,
             &cluster_binaries,
             &server,
+            self.dual_stack,
             &self.controller_manager_args,
         )?;
 
@@ -402,6 +425,11 @@ impl ClusterNode {
     /// Its address on the cluster's network (the kubelet's `--node-ip`).
     pub fn address(&self) -> Ipv4Addr {
         self.layout.address
+    }
+
+    /// Its IPv6 address there, in a dual-stack cluster ([`ClusterBuilder::dual_stack`]).
+    pub fn address_v6(&self) -> Option<Ipv6Addr> {
+        self.layout.address_v6
     }
 
     /// Whether it is the control-plane node.

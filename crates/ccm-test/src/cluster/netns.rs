@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io;
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +26,14 @@ pub(crate) const PREFIX_LEN: u8 = 24;
 /// may bind any of them (a cloud's load balancers), and the nodes reach them through their
 /// default route.
 pub const LOAD_BALANCER_CIDR: &str = "10.88.64.0/24";
+/// The cluster namespace's IPv6 address on the bridge, in a dual-stack cluster: the nodes'
+/// IPv6 gateway. Unique-local (`fd00::/8`), as every IPv6 address of the cluster is.
+pub(crate) const GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0x88, 0, 0, 0, 0, 1);
+/// The prefix length of the nodes' IPv6 network, `fd00:10:88::/64`.
+pub(crate) const PREFIX_LEN_V6: u8 = 64;
+/// The IPv6 counterpart of [`LOAD_BALANCER_CIDR`] in a dual-stack cluster: local to the
+/// cluster namespace, for a cloud's load balancers' IPv6 addresses.
+pub const LOAD_BALANCER_CIDR_V6: &str = "fd00:10:88:64::/112";
 /// How long a connection into a namespace may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -33,6 +41,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) fn node_address(index: usize) -> Option<Ipv4Addr> {
     let last = 10usize.checked_add(index).filter(|&last| last < 255)?;
     Some(Ipv4Addr::new(10, 88, 0, u8::try_from(last).ok()?))
+}
+
+/// The IPv6 address of the node with this index in a dual-stack cluster: the same last
+/// number as its IPv4 address ([`node_address`]) in `fd00:10:88::/64`.
+pub(crate) fn node_address_v6(index: usize) -> Option<Ipv6Addr> {
+    let last = node_address(index)?.octets()[3];
+    Some(Ipv6Addr::new(
+        0xfd00,
+        0x10,
+        0x88,
+        0,
+        0,
+        0,
+        0,
+        u16::from(last),
+    ))
 }
 
 /// What a namespace's holder runs: `unshare` makes the namespaces and `exec`s this script,
@@ -324,8 +348,10 @@ pub(crate) fn run(command: &mut Command, what: &str) -> Result<String, Error> {
 /// load-balancer range as local addresses (`ip route add local`, so that binding one needs
 /// no address added first), and equal-cost routes spread by flow (source and destination
 /// ports too), for load balancers that route their address to several nodes.
-pub(crate) fn cluster_setup_script() -> String {
-    format!(
+/// With `dual_stack`, the same for IPv6 ([`GATEWAY_V6`], [`LOAD_BALANCER_CIDR_V6`]; no
+/// duplicate address detection, which would keep the address unusable for a second).
+pub(crate) fn cluster_setup_script(dual_stack: bool) -> String {
+    let mut script = format!(
         "ip link set lo up
 ip link add {BRIDGE} type bridge
 ip addr add {GATEWAY}/{PREFIX_LEN} dev {BRIDGE}
@@ -334,7 +360,17 @@ echo 1 >/proc/sys/net/ipv4/ip_forward
 ip route add local {LOAD_BALANCER_CIDR} dev lo
 echo 1 >/proc/sys/net/ipv4/fib_multipath_hash_policy
 "
-    )
+    );
+    if dual_stack {
+        script += &format!(
+            "ip -6 addr add {GATEWAY_V6}/{PREFIX_LEN_V6} dev {BRIDGE} nodad
+echo 1 >/proc/sys/net/ipv6/conf/all/forwarding
+ip -6 route add local {LOAD_BALANCER_CIDR_V6} dev lo
+echo 1 >/proc/sys/net/ipv6/fib_multipath_hash_policy
+"
+        );
+    }
+    script
 }
 
 /// The script, run in the cluster namespace, that plugs a node in: a veth pair whose node
@@ -350,8 +386,9 @@ ip link set n{index} master {BRIDGE} up
 /// The script, run in a node's namespace, that gives it its address and the default route,
 /// and lets it route for its Pods; bridged Pod traffic goes through iptables, as
 /// kube-proxy needs (`br_netfilter`, when the kernel has it).
-pub(crate) fn node_setup_script(address: Ipv4Addr) -> String {
-    format!(
+/// With an IPv6 `address_v6` (a dual-stack cluster), the same for IPv6.
+pub(crate) fn node_setup_script(address: Ipv4Addr, address_v6: Option<Ipv6Addr>) -> String {
+    let mut script = format!(
         "ip link set lo up
 ip addr add {address}/{PREFIX_LEN} dev eth0
 ip link set eth0 up
@@ -361,13 +398,41 @@ if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
     echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
 fi
 "
-    )
+    );
+    if let Some(v6) = address_v6 {
+        script += &format!(
+            "ip -6 addr add {v6}/{PREFIX_LEN_V6} dev eth0 nodad
+ip -6 route add default via {GATEWAY_V6}
+echo 1 >/proc/sys/net/ipv6/conf/all/forwarding
+if [ -e /proc/sys/net/bridge/bridge-nf-call-ip6tables ]; then
+    echo 1 >/proc/sys/net/bridge/bridge-nf-call-ip6tables
+fi
+"
+        );
+    }
+    script
 }
 
 /// The script, run in the cluster namespace, that routes a node's pod CIDR to the node.
-pub(crate) fn pod_route_script(pod_cidr: &str, node: Ipv4Addr) -> Result<String, Error> {
-    validate_ipv4_cidr(pod_cidr)?;
+/// An IPv6 pod CIDR goes to the node's IPv6 address.
+pub(crate) fn pod_route_script(pod_cidr: &str, node: IpAddr) -> Result<String, Error> {
+    match node {
+        IpAddr::V4(_) => validate_ipv4_cidr(pod_cidr)?,
+        IpAddr::V6(_) => validate_ipv6_cidr(pod_cidr)?,
+    }
     Ok(format!("ip route replace {pod_cidr} via {node}\n"))
+}
+
+/// Accepts `a:b::/n` only (it goes into a shell script).
+pub(crate) fn validate_ipv6_cidr(cidr: &str) -> Result<(), Error> {
+    let valid = cidr.split_once('/').is_some_and(|(ip, len)| {
+        ip.parse::<Ipv6Addr>().is_ok() && len.parse::<u8>().is_ok_and(|len| len <= 128)
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::Cluster(format!("{cidr:?} is not an IPv6 CIDR")))
+    }
 }
 
 /// Accepts `a.b.c.d/n` only (it goes into a shell script).
@@ -412,10 +477,21 @@ mod tests {
         ] {
             assert!(validate_ipv4_cidr(bad).is_err(), "{bad}");
         }
+        let node = IpAddr::V4(Ipv4Addr::new(10, 88, 0, 11));
         assert_eq!(
-            pod_route_script("10.244.1.0/24", Ipv4Addr::new(10, 88, 0, 11)).unwrap(),
+            pod_route_script("10.244.1.0/24", node).unwrap(),
             "ip route replace 10.244.1.0/24 via 10.88.0.11\n"
         );
+        let node_v6 = IpAddr::V6(node_address_v6(1).unwrap());
+        assert_eq!(
+            pod_route_script("fd00:10:244:1::/64", node_v6).unwrap(),
+            "ip route replace fd00:10:244:1::/64 via fd00:10:88::b\n"
+        );
+        assert!(pod_route_script("fd00:10:244:1::/64", node).is_err());
+        assert!(pod_route_script("10.244.1.0/24", node_v6).is_err());
+        for bad in ["fd00::", "fd00::/129", "10.0.0.0/8", "fd00::/64; reboot"] {
+            assert!(validate_ipv6_cidr(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! kube-proxy's and the CNI network's, as pure functions of the node and its folder, so
 //! that tests read them without starting anything.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,6 +13,12 @@ use crate::Error;
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The Service network (kube-apiserver's `--service-cluster-ip-range`).
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The IPv6 pod network of a dual-stack cluster (the second `--cluster-cidr`), cut into a
+/// `/64` per node. Unique-local, as every IPv6 address of the cluster is.
+pub const CLUSTER_CIDR_V6: &str = "fd00:10:244::/56";
+/// The IPv6 Service network of a dual-stack cluster (the second
+/// `--service-cluster-ip-range`).
+pub const SERVICE_CIDR_V6: &str = "fd00:10:96::/112";
 /// The image containerd runs as every Pod's sandbox; built by the cluster tier and imported
 /// into every node, never pulled. A Pod that only has to run (a workload to schedule) can
 /// run it too.
@@ -30,6 +36,8 @@ pub(crate) struct NodeLayout {
     pub(crate) name: String,
     /// Its address on the cluster's bridge (`--node-ip`).
     pub(crate) address: Ipv4Addr,
+    /// Its IPv6 address there, in a dual-stack cluster (the second `--node-ip`).
+    pub(crate) address_v6: Option<Ipv6Addr>,
     /// Whether it is the control-plane node (tainted `node-role.kubernetes.io/control-plane`).
     pub(crate) control_plane: bool,
     /// Its folder: containerd's root and state, the kubelet's root, configurations, CNI.
@@ -179,7 +187,10 @@ pub(crate) fn kubelet_args(node: &NodeLayout) -> Vec<String> {
         format!("--config={}", node.file("kubelet.yaml").display()),
         format!("--kubeconfig={}", node.file("kubelet.kubeconfig").display()),
         format!("--hostname-override={}", node.name),
-        format!("--node-ip={}", node.address),
+        match node.address_v6 {
+            Some(v6) => format!("--node-ip={},{v6}", node.address),
+            None => format!("--node-ip={}", node.address),
+        },
         format!("--root-dir={}", node.file("kubelet").display()),
         format!("--cert-dir={}", node.file("kubelet-pki").display()),
         "--cloud-provider=external".to_owned(),
@@ -192,6 +203,10 @@ pub(crate) fn kubelet_args(node: &NodeLayout) -> Vec<String> {
 /// settings it would write are host-wide, so it writes none; its health check listens on
 /// the node's addresses (10256), where load balancers check it.
 pub(crate) fn kube_proxy_config(node: &NodeLayout) -> String {
+    let cluster_cidr = match node.address_v6 {
+        Some(_) => format!("{CLUSTER_CIDR},{CLUSTER_CIDR_V6}"),
+        None => CLUSTER_CIDR.to_owned(),
+    };
     format!(
         r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -199,7 +214,7 @@ clientConnection:
   kubeconfig: {kubeconfig}
 hostnameOverride: {name}
 mode: iptables
-clusterCIDR: {CLUSTER_CIDR}
+clusterCIDR: {cluster_cidr}
 healthzBindAddress: 0.0.0.0:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack:
@@ -214,10 +229,20 @@ conntrack:
 }
 
 /// The node's CNI network: a bridge (`cni0`) that is the Pods' gateway, host-local
-/// addresses from the node's pod CIDR, and port mappings (`hostPort`); containerd adds the
+/// addresses from the node's pod CIDR (and its IPv6 one, in a dual-stack cluster: each Pod
+/// gets one address of each family), and port mappings (`hostPort`); containerd adds the
 /// loopback itself.
-pub(crate) fn cni_config(pod_cidr: &str) -> Result<String, Error> {
+pub(crate) fn cni_config(pod_cidr: &str, pod_cidr_v6: Option<&str>) -> Result<String, Error> {
     super::netns::validate_ipv4_cidr(pod_cidr)?;
+    let (mut ranges, mut routes) = (
+        format!(r#"[{{"subnet": "{pod_cidr}"}}]"#),
+        r#"{"dst": "0.0.0.0/0"}"#.to_owned(),
+    );
+    if let Some(v6) = pod_cidr_v6 {
+        super::netns::validate_ipv6_cidr(v6)?;
+        ranges += &format!(r#", [{{"subnet": "{v6}"}}]"#);
+        routes += r#", {"dst": "::/0"}"#;
+    }
     Ok(format!(
         r#"{{
   "cniVersion": "0.4.0",
@@ -231,8 +256,8 @@ pub(crate) fn cni_config(pod_cidr: &str) -> Result<String, Error> {
       "hairpinMode": true,
       "ipam": {{
         "type": "host-local",
-        "ranges": [[{{"subnet": "{pod_cidr}"}}]],
-        "routes": [{{"dst": "0.0.0.0/0"}}]
+        "ranges": [{ranges}],
+        "routes": [{routes}]
       }}
     }},
     {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
@@ -250,6 +275,7 @@ mod tests {
         NodeLayout {
             name: "ccm-worker".to_owned(),
             address: Ipv4Addr::new(10, 88, 0, 11),
+            address_v6: None,
             control_plane,
             dir: PathBuf::from("/tmp/c/ccm-worker"),
             cgroup_root: "/ccm-test-1/ccm-worker".to_owned(),
@@ -301,13 +327,21 @@ mod tests {
 
     #[test]
     fn the_cni_network_is_the_nodes_pod_cidr() {
-        let config = cni_config("10.244.3.0/24").unwrap();
+        let config = cni_config("10.244.3.0/24", None).unwrap();
         let parsed: serde_json::Value = serde_json::from_str(&config).unwrap();
-        assert_eq!(
-            parsed["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
-            "10.244.3.0/24"
-        );
-        assert!(cni_config("10.244.3.0/24\"}").is_err());
+        let ipam = &parsed["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"][0][0]["subnet"], "10.244.3.0/24");
+        assert_eq!(ipam["ranges"].as_array().unwrap().len(), 1);
+        assert!(cni_config("10.244.3.0/24\"}", None).is_err());
+
+        // Dual-stack: one range and one default route per family.
+        let config = cni_config("10.244.3.0/24", Some("fd00:10:244:3::/64")).unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&config).unwrap();
+        let ipam = &parsed["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"][1][0]["subnet"], "fd00:10:244:3::/64");
+        assert_eq!(ipam["routes"][1]["dst"], "::/0");
+        assert!(cni_config("10.244.3.0/24", Some("10.244.4.0/24")).is_err());
+        assert!(cni_config("10.244.3.0/24", Some("fd00::/64\"}")).is_err());
     }
 
     #[test]
@@ -315,5 +349,14 @@ mod tests {
         let config = kube_proxy_config(&layout(false));
         assert!(config.contains("maxPerCore: 0"));
         assert!(config.contains("hostnameOverride: ccm-worker"));
+        assert!(config.contains("clusterCIDR: 10.244.0.0/16\n"));
+    }
+
+    #[test]
+    fn a_dual_stack_node_has_an_address_of_each_family() {
+        let mut node = layout(false);
+        node.address_v6 = Some("fd00:10:88::b".parse().unwrap());
+        assert!(kubelet_args(&node).contains(&"--node-ip=10.88.0.11,fd00:10:88::b".to_owned()));
+        assert!(kube_proxy_config(&node).contains("clusterCIDR: 10.244.0.0/16,fd00:10:244::/56\n"));
     }
 }

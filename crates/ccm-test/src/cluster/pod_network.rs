@@ -81,7 +81,7 @@ async fn write_pod_networks(
         return;
     };
     let api: Api<Node> = Api::all(client);
-    let mut written: BTreeMap<String, String> = BTreeMap::new();
+    let mut written: BTreeMap<String, PodCidrs> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
         // One listing a pass (not one request per node: this runs as long as the cluster).
         let Ok(listed) = api.list(&ListParams::default()).await else {
@@ -95,16 +95,16 @@ async fn write_pod_networks(
             else {
                 continue;
             };
-            let Some(cidr) = pod_network_due(&node, when) else {
+            let Some(cidrs) = pod_network_due(&node, when, layout.address_v6.is_some()) else {
                 continue;
             };
-            if written.get(&layout.name) == Some(&cidr) {
+            if written.get(&layout.name) == Some(&cidrs) {
                 continue;
             }
-            match set_up_pod_network(cluster_ns, layout, &cidr, routes) {
+            match set_up_pod_network(cluster_ns, layout, &cidrs, routes) {
                 Ok(()) => {
-                    tracing::info!(node = %layout.name, %cidr, "pod network set up");
-                    written.insert(layout.name.clone(), cidr);
+                    tracing::info!(node = %layout.name, ?cidrs, "pod network set up");
+                    written.insert(layout.name.clone(), cidrs);
                 }
                 Err(e) => tracing::warn!(node = %layout.name, error = %e, "pod network"),
             }
@@ -118,30 +118,48 @@ async fn write_pod_networks(
     }
 }
 
-/// The pod CIDR to set a Node's network up for, when it is due.
-fn pod_network_due(node: &Node, when: PodNetwork) -> Option<String> {
+/// A Node's pod CIDRs: its IPv4 one, and its IPv6 one in a dual-stack cluster.
+type PodCidrs = (String, Option<String>);
+
+/// The pod CIDRs to set a Node's network up for, when it is due: its IPv4 one, and with
+/// `dual_stack` its IPv6 one too (not due until it has both).
+fn pod_network_due(node: &Node, when: PodNetwork, dual_stack: bool) -> Option<PodCidrs> {
     let spec = node.spec.as_ref()?;
-    let cidr = spec
-        .pod_cidrs
-        .as_ref()
-        .and_then(|cidrs| cidrs.iter().find(|c| netns::validate_ipv4_cidr(c).is_ok()))
+    let cidrs = spec.pod_cidrs.as_deref().unwrap_or_default();
+    let v4 = cidrs
+        .iter()
+        .find(|c| netns::validate_ipv4_cidr(c).is_ok())
         .or(spec.pod_cidr.as_ref())?
         .clone();
-    match when {
-        PodNetwork::AtPodCidr => Some(cidr),
-        PodNetwork::AfterInitialisation => (!has_uninitialized_taint(node)).then_some(cidr),
-    }
+    let v6 = match dual_stack {
+        true => Some(
+            cidrs
+                .iter()
+                .find(|c| netns::validate_ipv6_cidr(c).is_ok())?
+                .clone(),
+        ),
+        false => None,
+    };
+    let due = match when {
+        PodNetwork::AtPodCidr => true,
+        PodNetwork::AfterInitialisation => !has_uninitialized_taint(node),
+    };
+    due.then_some((v4, v6))
 }
 
 fn set_up_pod_network(
     cluster_ns: &NetworkNamespace,
     layout: &NodeLayout,
-    cidr: &str,
+    (v4, v6): &PodCidrs,
     routes: PodRoutes,
 ) -> Result<(), Error> {
-    let config = node::cni_config(cidr)?;
+    let config = node::cni_config(v4, v6.as_deref())?;
     if routes == PodRoutes::Cluster {
-        cluster_ns.run_script(&netns::pod_route_script(cidr, layout.address)?)?;
+        let mut script = netns::pod_route_script(v4, layout.address.into())?;
+        if let (Some(v6), Some(address)) = (v6, layout.address_v6) {
+            script += &netns::pod_route_script(v6, address.into())?;
+        }
+        cluster_ns.run_script(&script)?;
     }
     let dir = layout.cni_conf_dir();
     let partial = dir.join(format!(".{CNI_CONF_FILE}.tmp"));
@@ -185,10 +203,31 @@ mod tests {
         ] {
             let node = node(pod_cidr, uninitialised);
             assert_eq!(
-                pod_network_due(&node, when).as_deref(),
-                due,
+                pod_network_due(&node, when, false),
+                due.map(|c| (c.to_owned(), None)),
                 "{pod_cidr:?}, uninitialised: {uninitialised}, {when:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_dual_stack_pod_network_waits_for_both_families() {
+        let mut dual = node(Some("10.244.1.0/24"), false);
+        assert_eq!(
+            pod_network_due(&dual, PodNetwork::AtPodCidr, true),
+            None,
+            "no IPv6 CIDR yet"
+        );
+        dual.spec.as_mut().unwrap().pod_cidrs = Some(vec![
+            "10.244.1.0/24".to_owned(),
+            "fd00:10:244:1::/64".to_owned(),
+        ]);
+        assert_eq!(
+            pod_network_due(&dual, PodNetwork::AtPodCidr, true),
+            Some((
+                "10.244.1.0/24".to_owned(),
+                Some("fd00:10:244:1::/64".to_owned())
+            ))
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! the simulator runs in the cluster's own network namespace (a cloud's API is outside the
 //! cluster, as DigitalOcean's is), each node is a droplet with the node's address, and
 //! `kubectl apply -f releases/v0.1.0/do-like-cloud.yaml` (the image, the token and the
-//! API URL set, as its comments say) initialises the Nodes. Then:
+//! API URL set, as its comments say) initialises the Nodes. The cluster routes no pod CIDR
+//! itself: Pods reach each other across nodes only over the routes the CCM's route
+//! controller puts into the simulator's route table (`--kernel-routes on`). Then:
 //!
 //! - failover: the leading CCM Pod is deleted; the standby takes over and gives a
 //!   LoadBalancer Service created meanwhile its load balancer, exactly one;
@@ -23,7 +25,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ccm_test::cluster::{LOAD_BALANCER_CIDR, WEB_IMAGE};
+use ccm_test::cluster::{LOAD_BALANCER_CIDR, PodRoutes, WEB_IMAGE};
 use ccm_test::fixtures::ServiceBuilder;
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -80,13 +82,16 @@ async fn the_release_manifest_runs_against_the_cloud_api() {
         .image(&archive)
         // A stopped kubelet's Node turns NotReady after 20 s instead of 50 s.
         .controller_manager_arg("--node-monitor-grace-period=20s")
+        // Pods reach each other across nodes (a load balancer's traffic, forwarded by
+        // kube-proxy to a Pod on another node) only over the CCM's routes.
+        .pod_routes(PodRoutes::Cloud)
         .start()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let client = cluster.client().unwrap();
 
     // The cloud's API, in the cluster's namespace at its gateway address.
-    let api = CloudApi::start(&cluster, &simulator).await;
+    let api = CloudApi::start_with(&cluster, &simulator, &["--kernel-routes=on"]).await;
 
     // Each node is a droplet with the node's address.
     for node in cluster.nodes() {

@@ -349,7 +349,9 @@ pub(crate) fn run(command: &mut Command, what: &str) -> Result<String, Error> {
 /// no address added first), and equal-cost routes spread by flow (source and destination
 /// ports too), for load balancers that route their address to several nodes.
 /// With `dual_stack`, the same for IPv6 ([`GATEWAY_V6`], [`LOAD_BALANCER_CIDR_V6`]; no
-/// duplicate address detection, which would keep the address unusable for a second).
+/// duplicate address detection, which would keep the address unusable for a second), and
+/// `ip_nonlocal_bind`: unlike IPv4, Linux binds an IPv6 address of a local route only with
+/// it.
 pub(crate) fn cluster_setup_script(dual_stack: bool) -> String {
     let mut script = format!(
         "ip link set lo up
@@ -366,6 +368,7 @@ echo 1 >/proc/sys/net/ipv4/fib_multipath_hash_policy
             "ip -6 addr add {GATEWAY_V6}/{PREFIX_LEN_V6} dev {BRIDGE} nodad
 echo 1 >/proc/sys/net/ipv6/conf/all/forwarding
 ip -6 route add local {LOAD_BALANCER_CIDR_V6} dev lo
+echo 1 >/proc/sys/net/ipv6/ip_nonlocal_bind
 echo 1 >/proc/sys/net/ipv6/fib_multipath_hash_policy
 "
         );

@@ -815,6 +815,7 @@ mod tests {
             vpc_uuid: "c33931f2-a26a-4e61-b85c-4e95a2ec431b".into(),
             firewall: None,
             lb_type: LB_TYPE_REGIONAL.into(),
+            network_stack: "IPV4".into(),
             x_droplet_health: None,
         }
     }

@@ -10,7 +10,7 @@
 //! | `GET /v2/account` | the account of the token: active (DigitalOcean's CCM's health check) |
 //! | `GET /v2/regions` | the regions of [`catalog::REGIONS`] (DigitalOcean's CCM checks its `REGION` here at start-up) |
 //! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets (the list filtered by `tag_name` or exact `name`): `size` and `region` objects, `networks.v4`/`v6` with netmask and gateway, `vpc_uuid`, `created_at` |
-//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity`; each answer carries **an extension**, `x_droplet_health` (each droplet behind it `healthy`, `unhealthy` or `unknown`, as the data plane's checks left it) |
+//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation, `ipv6` only to a `network_stack: DUALSTACK` one); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity`; each answer carries **an extension**, `x_droplet_health` (each droplet behind it `healthy`, `unhealthy` or `unknown`, as the data plane's checks left it) |
 //! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension** (off with [`SimulatorConfig::routes_extension`]): DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive; a route to a droplet that does not exist, or to a destination that is not a CIDR, is a 422 `unprocessable_entity`; with [`SimulatorConfig::kernel_routes`] the routes carry traffic (the module `route_table`) |
 //!
 //! Any other `/v2` path is DigitalOcean's 404. Lists are paged with `page` / `per_page`
@@ -20,7 +20,8 @@
 //! `Retry-After`. Errors have DigitalOcean's shape, `{"id": "not_found", "message": "...",
 //! "request_id": "..."}`, with the request ID also in `x-request-id`.
 //!
-//! Under `/admin` it creates, deletes, powers off and on droplets, injects faults ([`Faults`]:
+//! Under `/admin` it creates (with a given private IPv4 and unique-local IPv6 address, for a
+//! droplet standing for a test cluster's node), deletes, powers off and on droplets, injects faults ([`Faults`]:
 //! an error rate, latency, bursts of 429, of 503 and of malformed JSON) and reports request
 //! counts (`GET /admin/stats`). It needs no token unless
 //! [`SimulatorConfig::admin_token`] is set; it is reachable from this machine only: the

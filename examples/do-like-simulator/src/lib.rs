@@ -114,7 +114,9 @@ pub struct SimulatorConfig {
     /// [`load_balancer_addresses`](Self::load_balancer_addresses). `::1/128` (one load
     /// balancer, on loopback) or a unique-local range (`fd00::/8`), which needs
     /// [`allow_non_loopback`](Self::allow_non_loopback) and must be local to the simulator's
-    /// network namespace (`ip -6 route add local <range> dev lo`). `None` (the default):
+    /// network namespace (`ip -6 route add local <range> dev lo`) and bindable there: unlike
+    /// IPv4, Linux binds an IPv6 address of a local route only with
+    /// `sysctl -w net.ipv6.ip_nonlocal_bind=1` (per namespace). `None` (the default):
     /// with the data plane on, `DUALSTACK` is refused (422); without it, a dual-stack load
     /// balancer gets an address of 2001:db8:1b::/64 that leads nowhere.
     pub load_balancer_addresses_v6: Option<AddressRangeV6>,

@@ -17,7 +17,9 @@
 //! `--lb-addresses-v6 CIDR` gives dual-stack load balancers (`network_stack: DUALSTACK`) an
 //! IPv6 address of that range too, forwarding like the IPv4 one: `::1/128` (one load
 //! balancer, on loopback) or a unique-local range (`fd00::/8`, e.g. `fd00:77::/112`, with
-//! `--non-loopback on`); it needs `--lb-addresses`.
+//! `--non-loopback on`, routed locally and bindable: `ip -6 route add local <range> dev lo`
+//! and `sysctl -w net.ipv6.ip_nonlocal_bind=1` in the simulator's namespace); it needs
+//! `--lb-addresses`.
 //! `--kernel-routes on` makes the `/v2/x-routes` routes routes of the simulator's network
 //! namespace, to their droplets' private addresses (root in a test network namespace).
 //! Stops on Ctrl-C or SIGTERM.

@@ -416,6 +416,13 @@ fn bind(id: &str, address: IpAddr, rule: Rule, pool: &Arc<Pool>) -> Listener {
             tracing::info!(lb = id, %at, udp = rule.udp, target_port = rule.target_port, "load balancer listening");
             Listener::Serving { _task: Owned(task) }
         }
+        Err(e) if at.is_ipv6() && e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            // Linux binds an IPv6 address of a `local` route only with this sysctl.
+            tracing::warn!(lb = id, %at, error = %e, "cannot bind the load balancer's IPv6 address (is it routed locally, `ip -6 route add local <range> dev lo`, with `sysctl -w net.ipv6.ip_nonlocal_bind=1`?); retrying");
+            Listener::Unbound {
+                since: Instant::now(),
+            }
+        }
         Err(e) => {
             tracing::warn!(lb = id, %at, error = %e, "cannot bind the load balancer's address; retrying");
             Listener::Unbound {

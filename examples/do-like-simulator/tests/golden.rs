@@ -307,6 +307,37 @@ async fn load_balancers_have_digitaloceans_shape() {
     sim.shutdown().await;
 }
 
+/// The fixture's load balancer made dual-stack (`network_stack: DUALSTACK`, as DigitalOcean's
+/// CCM asks for a `REGIONAL` one by default): the same shape, its stack as asked, and an
+/// `ipv6` address (a string, as the fixture's) once active; the fixture's IPV4 one has none
+/// here (its `ipv6` is an empty string).
+#[tokio::test]
+async fn a_dual_stack_load_balancer_has_digitaloceans_shape_and_an_ipv6_address() {
+    let sim = start().await;
+    let want = fixture(LB);
+    let lb: LoadBalancerObject = serde_json::from_value(want["load_balancer"].clone()).unwrap();
+    let mut request = serde_json::to_value(lb.to_request()).unwrap();
+    request["network_stack"] = "DUALSTACK".into();
+    let resp = call(&sim, Method::POST, "/v2/load_balancers", Some(&request)).await;
+    assert_eq!(resp.status(), 202);
+    let created: Value = resp.json().await.unwrap();
+    let id = created["load_balancer"]["id"].as_str().unwrap().to_owned();
+    let got = get(&sim, &format!("/v2/load_balancers/{id}")).await;
+    assert_same_shape(&want, &got);
+    let got = &got["load_balancer"];
+    assert_eq!(got["network_stack"], "DUALSTACK");
+    let ipv6: std::net::Ipv6Addr = got["ipv6"].as_str().unwrap().parse().unwrap();
+    assert!(!ipv6.is_unspecified(), "{got}");
+    request["network_stack"] = "IPV4".into();
+    request["name"] = "ipv4-only".into();
+    let resp = call(&sim, Method::POST, "/v2/load_balancers", Some(&request)).await;
+    let created: Value = resp.json().await.unwrap();
+    let id = created["load_balancer"]["id"].as_str().unwrap().to_owned();
+    let got = get(&sim, &format!("/v2/load_balancers/{id}")).await;
+    assert_eq!(got["load_balancer"]["ipv6"], "", "{got}");
+    sim.shutdown().await;
+}
+
 /// A load balancer as DigitalOcean's CCM asks for one by default: `REGIONAL_NETWORK`, a rule
 /// from port 80 to itself.
 fn network_lb(target_port: u16, with_type: bool) -> Value {

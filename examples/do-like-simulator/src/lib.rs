@@ -792,19 +792,26 @@ fn activate_due(data: &mut Data, ranges: Ranges<'_>) {
 }
 
 /// Gives each active dual-stack load balancer without an IPv6 address one (of `ranges.v6`
-/// with the data plane, else of 2001:db8:1b::/64), and takes it from the others. One that
-/// turns dual-stack when the range is exhausted (or missing) stays without, and is logged.
+/// with the data plane, else of 2001:db8:1b::/64), and takes it from the others. With the
+/// data plane, an address outside the range (a state file of another run) is replaced, and
+/// a load balancer for which the range has none left (or that has no range) is `errored`,
+/// as an exhausted IPv4 range leaves it.
 fn assign_ipv6(data: &mut Data, ranges: Ranges<'_>) {
     let mut used: Vec<std::net::Ipv6Addr> = Vec::new();
     let mut wanting = Vec::new();
     for (id, lb) in &mut data.load_balancers {
         let wants = lb.status == "active" && lb.is_dual_stack();
-        if !wants {
-            lb.ipv6.clear();
-        } else if lb.ipv6.is_empty() {
-            wanting.push(id.clone());
-        } else if let Ok(ip) = lb.ipv6.parse() {
-            used.push(ip);
+        let kept =
+            lb.ipv6.parse::<std::net::Ipv6Addr>().ok().filter(|ip| {
+                ranges.v4.is_none() || ranges.v6.is_some_and(|range| range.contains(*ip))
+            });
+        match (wants, kept) {
+            (false, _) => lb.ipv6.clear(),
+            (true, Some(ip)) => used.push(ip),
+            (true, None) => {
+                lb.ipv6.clear();
+                wanting.push(id.clone());
+            }
         }
     }
     for id in wanting {
@@ -828,6 +835,7 @@ fn assign_ipv6(data: &mut Data, ranges: Ranges<'_>) {
             }
             None => {
                 tracing::warn!(lb = %id, "no IPv6 load balancer address left for a dual-stack load balancer");
+                lb.status = "errored".into();
             }
         }
     }

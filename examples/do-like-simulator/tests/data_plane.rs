@@ -294,7 +294,8 @@ async fn addresses(sim: &RunningSimulator, id: &str) -> (String, String) {
 /// it gets `::1` when it turns active and carries TCP and UDP from IPv6 clients to its
 /// droplet's private IPv4 address, as well as from its IPv4 address. Turned back to IPV4 by
 /// an update it loses the address and stops listening there; turned dual-stack again while
-/// active it gets it back at once. ::1/128 rather than an fd00::/8 range: a unique-local
+/// active it gets it back at once; a second dual-stack one finds the range exhausted and is
+/// `errored`. ::1/128 rather than an fd00::/8 range: a unique-local
 /// range must be routed locally (`ip -6 route add local … dev lo`), which needs a network
 /// namespace of the test's own (root); `::1` is on loopback wherever tests run, and one
 /// address is all one load balancer needs.
@@ -367,6 +368,21 @@ async fn a_dual_stack_load_balancer_carries_ipv6_clients_to_ipv4_droplets() {
     unnamed.as_object_mut().unwrap().remove("network_stack");
     update_lb(&api, &id, &unnamed).await;
     assert_eq!(addresses(&sim, &id).await.1, "::1");
+    // A second dual-stack load balancer: ::1/128 has no address left for it, so it is
+    // `errored`, as an exhausted IPv4 range leaves one; the first keeps its address.
+    let mut second = body("DUALSTACK");
+    second["name"] = "second".into();
+    let second = create_lb(&api, &second).await;
+    eventually("the second errored", Duration::from_secs(5), || async {
+        let lbs = h.load_balancers();
+        let lb = lbs.iter().find(|l| l.id == second).ok_or("gone")?;
+        (lb.status == "errored" && lb.ipv6.is_empty())
+            .then_some(())
+            .ok_or(format!("{lb:?}"))
+    })
+    .await;
+    assert_eq!(addresses(&sim, &id).await.1, "::1");
+    assert_eq!(tcp_answer(tcp6).await.unwrap(), "a");
     a.stop();
     sim.shutdown().await;
 }

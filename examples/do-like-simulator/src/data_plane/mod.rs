@@ -158,6 +158,13 @@ impl AddressRangeV6 {
         self.len() == 0
     }
 
+    /// Whether `ip` is one of the addresses it hands out.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        let (base, ip) = (u128::from(self.network), u128::from(ip));
+        let first = base + u128::from(self.prefix_len < 128);
+        (first..first + u128::from(self.len())).contains(&ip)
+    }
+
     /// The first address of the range not in `used`, if any is left (at most
     /// `used.len() + 1` tries).
     pub(crate) fn first_free(&self, used: &[Ipv6Addr]) -> Option<Ipv6Addr> {
@@ -556,8 +563,15 @@ mod tests {
         assert_eq!(last.len(), 1);
         assert_eq!(last.first_free(&[]), Some(a("fd00:77::ffff")));
         assert_eq!(last.first_free(&[a("fd00:77::ffff")]), None);
+        assert!(r.contains(a("fd00:77::1")) && r.contains(a("fd00:77::ffff")));
+        assert!(
+            !r.contains(a("fd00:77::")),
+            "the anycast address is not handed out"
+        );
+        assert!(!r.contains(a("fd00:77::1:0")) && !r.contains(a("fd00:78::1")));
         let lo: AddressRangeV6 = "::1/128".parse().unwrap();
         assert!(lo.is_loopback());
+        assert!(lo.contains(Ipv6Addr::LOCALHOST) && !lo.contains(a("::2")));
         assert_eq!(
             lo.first_free(&[]),
             Some(Ipv6Addr::LOCALHOST),

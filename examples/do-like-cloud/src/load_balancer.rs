@@ -69,7 +69,8 @@ use ccm_core::provider::{
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::annotations::{
-    ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID, LbSettings, disowned, read,
+    ANNOTATION_LOAD_BALANCER_ID, ANNOTATION_NETWORK_STACK, LEGACY_ANNOTATION_LOAD_BALANCER_ID,
+    LbSettings, disowned, read,
 };
 use crate::api::{
     ForwardingRule, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LoadBalancerObject,
@@ -510,6 +511,16 @@ impl DoLikeCloud {
         // said as DigitalOcean's CCM says it: by the type, with plain rules.
         let network = settings.regional_network;
         let passthrough = network || ports().any(|p| p.node_port.unwrap_or_default() == 0);
+        if settings.dual_stack && passthrough {
+            // `REGIONAL_NETWORK` with DUALSTACK is refused with the annotations; this is the
+            // Service without node ports, whose passthrough rules carry IPv4 packets only.
+            return Err(CloudError::msg(format!(
+                "annotation {ANNOTATION_NETWORK_STACK}: DUALSTACK needs node ports: service {} \
+                 has none (allocateLoadBalancerNodePorts: false), and its load balancer's \
+                 passthrough rules carry IPv4 packets only",
+                service_key(service)
+            )));
+        }
         let mut rules = Vec::new();
         for port in ports() {
             let protocol = port.protocol.as_deref();

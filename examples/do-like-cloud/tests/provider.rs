@@ -537,6 +537,25 @@ async fn a_service_without_node_ports_gets_passthrough_rules_until_it_has_them()
             ..port(53, "UDP", 0)
         },
     ]);
+    // Dual-stack it cannot be: passthrough rules carry IPv4 packets only. Nothing is made.
+    let mut dual = svc.clone();
+    dual.metadata.annotations = Some(
+        [(
+            ccm_do_like_cloud::ANNOTATION_NETWORK_STACK.to_owned(),
+            "DUALSTACK".to_owned(),
+        )]
+        .into(),
+    );
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &dual, &nodes)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(ccm_do_like_cloud::ANNOTATION_NETWORK_STACK) && err.contains("node ports"),
+        "{err}"
+    );
+    assert!(sim.handle().load_balancers().is_empty());
     lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
         .await
         .unwrap();

@@ -343,31 +343,10 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for CheckedLb {
     }
 }
 
-/// A 422 when `req` asks for a dual-stack load balancer that the data plane could not give
-/// an IPv6 address: it is on without an IPv6 range.
-fn refuse_dual_stack_without_range(
-    h: &SimulatorHandle,
-    req: &LoadBalancerRequest,
-) -> Option<Response> {
-    let ranges = h.ranges();
-    (req.network_stack.as_deref() == Some(ccm_do_like_cloud::api::NETWORK_STACK_DUALSTACK)
-        && ranges.v4.is_some()
-        && ranges.v6.is_none())
-    .then(|| {
-        unprocessable(
-            "network_stack DUALSTACK: this simulator has no IPv6 load balancer addresses \
-             (start it with --lb-addresses-v6)",
-        )
-    })
-}
-
 pub(super) async fn create_lb(
     State(h): State<SimulatorHandle>,
     CheckedLb(b): CheckedLb,
 ) -> Response {
-    if let Some(refused) = refuse_dual_stack_without_range(&h, &b) {
-        return refused;
-    }
     let mut inner = h.inner();
     inner.data.next_id += 1;
     let id = format!("4de7ac8b-495b-4884-9a69-{:012x}", inner.data.next_id);
@@ -419,9 +398,6 @@ pub(super) async fn update_lb(
         if let Err(message) = validate::load_balancer(&b) {
             return unprocessable(&message);
         }
-    }
-    if let Some(refused) = refuse_dual_stack_without_range(&h, &b) {
-        return refused;
     }
     *lb = lb_object(id.clone(), b, Some(lb));
     // A new network stack: an IPv6 address given or taken at once.

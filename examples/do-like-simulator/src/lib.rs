@@ -117,8 +117,9 @@ pub struct SimulatorConfig {
     /// network namespace (`ip -6 route add local <range> dev lo`) and bindable there: unlike
     /// IPv4, Linux binds an IPv6 address of a local route only with
     /// `sysctl -w net.ipv6.ip_nonlocal_bind=1` (per namespace). `None` (the default):
-    /// with the data plane on, `DUALSTACK` is refused (422); without it, a dual-stack load
-    /// balancer gets an address of 2001:db8:1b::/64 that leads nowhere.
+    /// with the data plane on, a dual-stack load balancer gets no IPv6 address (as a
+    /// `REGIONAL_NETWORK` one never does); without it, one of 2001:db8:1b::/64 that leads
+    /// nowhere.
     pub load_balancer_addresses_v6: Option<AddressRangeV6>,
     /// Whether the routes of `/v2/x-routes` carry traffic: each is a route of the
     /// simulator's network namespace to the target droplet's private address, kept in step
@@ -794,13 +795,16 @@ fn activate_due(data: &mut Data, ranges: Ranges<'_>) {
 /// Gives each active dual-stack load balancer without an IPv6 address one (of `ranges.v6`
 /// with the data plane, else of 2001:db8:1b::/64), and takes it from the others. With the
 /// data plane, an address outside the range (a state file of another run) is replaced, and
-/// a load balancer for which the range has none left (or that has no range) is `errored`,
-/// as an exhausted IPv4 range leaves it.
+/// a load balancer for which the range has none left is `errored`, as an exhausted IPv4
+/// range leaves it. None is given with the data plane on but no IPv6 range, nor to a
+/// passthrough load balancer (`REGIONAL_NETWORK`): its packets reach the droplets
+/// unchanged, and they have no IPv6 address here to take them.
 fn assign_ipv6(data: &mut Data, ranges: Ranges<'_>) {
     let mut used: Vec<std::net::Ipv6Addr> = Vec::new();
     let mut wanting = Vec::new();
+    let can_give = ranges.v4.is_none() || ranges.v6.is_some();
     for (id, lb) in &mut data.load_balancers {
-        let wants = lb.status == "active" && lb.is_dual_stack();
+        let wants = lb.status == "active" && lb.is_dual_stack() && !lb.is_passthrough() && can_give;
         let kept =
             lb.ipv6.parse::<std::net::Ipv6Addr>().ok().filter(|ip| {
                 ranges.v4.is_none() || ranges.v6.is_some_and(|range| range.contains(*ip))
@@ -817,7 +821,7 @@ fn assign_ipv6(data: &mut Data, ranges: Ranges<'_>) {
     for id in wanting {
         let ip = match (ranges.v4, ranges.v6) {
             (Some(_), Some(range)) => range.first_free(&used),
-            (Some(_), None) => None,
+            (Some(_), None) => None, // not wanting: see `can_give`
             (None, _) => {
                 data.next_id += 1;
                 Some(std::net::Ipv6Addr::from(

@@ -32,7 +32,9 @@
 use ccm_core::provider::{CloudError, CloudResult, echo};
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 
-use crate::api::{HealthCheck, LbFirewall, StickySessions};
+use crate::api::{
+    HealthCheck, LbFirewall, NETWORK_STACK_DUALSTACK, NETWORK_STACK_IPV4, StickySessions,
+};
 
 /// The LB's ID, used for lookup when present (only an LB this Service owns is used).
 pub const ANNOTATION_LOAD_BALANCER_ID: &str = "kubernetes.digitalocean.com/load-balancer-id";
@@ -149,7 +151,12 @@ pub const ANNOTATION_TYPE: &str = "service.beta.kubernetes.io/do-loadbalancer-ty
 /// `EXTERNAL` (the default, and the only network of this cloud's load balancers); `INTERNAL`
 /// is refused.
 pub const ANNOTATION_NETWORK: &str = "service.beta.kubernetes.io/do-loadbalancer-network";
-/// `IPV4` (the default here); `DUALSTACK` is refused: this cloud's load balancers are IPv4.
+/// `IPV4` (the default here) or `DUALSTACK`: the load balancer gets an IPv6 address too
+/// (the API's `ipv6`, listed in the Service's ingress after the IPv4 one) and forwards from
+/// both to the droplets' private IPv4 addresses, as DigitalOcean's `network_stack`. Only
+/// with `REGIONAL` ([`ANNOTATION_TYPE`]): this cloud's network load balancers pass IPv4
+/// packets only. DigitalOcean's CCM defaults `REGIONAL` load balancers to `DUALSTACK`;
+/// here the default is `IPV4` (docs/do-like-cloud.md says why).
 pub const ANNOTATION_NETWORK_STACK: &str =
     "service.beta.kubernetes.io/do-loadbalancer-network-stack";
 /// A reserved (BYOIP) address for the LB: refused, this cloud has no reserved addresses.
@@ -273,6 +280,8 @@ pub(crate) struct LbSettings {
     pub http2_ports: Vec<u16>,
     /// `REGIONAL_NETWORK` ([`ANNOTATION_TYPE`]): passthrough rules to the Service's ports.
     pub regional_network: bool,
+    /// [`ANNOTATION_NETWORK_STACK`] is `DUALSTACK`: an IPv6 address too.
+    pub dual_stack: bool,
 }
 
 /// Whether [`ANNOTATION_DISOWN`] is true: the provider leaves the Service's LB alone.
@@ -335,11 +344,6 @@ fn refuse_what_this_cloud_lacks(service: &Service) -> CloudResult<()> {
     one_of(service, ANNOTATION_NETWORK, &["EXTERNAL"], "EXTERNAL").map_err(|_| {
         CloudError::msg(format!(
             "annotation {ANNOTATION_NETWORK}: this cloud's load balancers are EXTERNAL only"
-        ))
-    })?;
-    one_of(service, ANNOTATION_NETWORK_STACK, &["IPV4"], "IPV4").map_err(|_| {
-        CloudError::msg(format!(
-            "annotation {ANNOTATION_NETWORK_STACK}: this cloud's load balancers are IPV4 only"
         ))
     })?;
     Ok(())
@@ -686,6 +690,14 @@ impl LbSettings {
                 )));
             }
         };
+        let dual_stack = network_stack(service)? == NETWORK_STACK_DUALSTACK;
+        if dual_stack && regional_network {
+            return Err(CloudError::msg(format!(
+                "annotation {ANNOTATION_NETWORK_STACK}: DUALSTACK needs \
+                 {ANNOTATION_TYPE}: REGIONAL; this cloud's REGIONAL_NETWORK load balancers \
+                 pass IPv4 packets only"
+            )));
+        }
         let http_ports = port_list(service, ANNOTATION_HTTP_PORTS)?;
         let http2_ports = port_list(service, ANNOTATION_HTTP2_PORTS)?;
         let mut tls_ports = port_list(service, ANNOTATION_TLS_PORTS)?;
@@ -840,7 +852,23 @@ impl LbSettings {
             http_ports,
             http2_ports,
             regional_network,
+            dual_stack,
         })
+    }
+}
+
+/// [`ANNOTATION_NETWORK_STACK`]: `IPV4` (the default) or `DUALSTACK`, exactly as
+/// DigitalOcean spells them (its CCM compares them case-sensitively too).
+fn network_stack(service: &Service) -> CloudResult<&'static str> {
+    match text(service, ANNOTATION_NETWORK_STACK)? {
+        None => Ok(NETWORK_STACK_IPV4),
+        Some((_, NETWORK_STACK_IPV4)) => Ok(NETWORK_STACK_IPV4),
+        Some((_, NETWORK_STACK_DUALSTACK)) => Ok(NETWORK_STACK_DUALSTACK),
+        Some((name, v)) => Err(invalid(
+            name,
+            v,
+            &format!("allowed: {NETWORK_STACK_IPV4}, {NETWORK_STACK_DUALSTACK}"),
+        )),
     }
 }
 

@@ -69,11 +69,12 @@ use ccm_core::provider::{
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::annotations::{
-    ANNOTATION_LOAD_BALANCER_ID, LEGACY_ANNOTATION_LOAD_BALANCER_ID, LbSettings, disowned, read,
+    ANNOTATION_LOAD_BALANCER_ID, ANNOTATION_NETWORK_STACK, LEGACY_ANNOTATION_LOAD_BALANCER_ID,
+    LbSettings, disowned, read,
 };
 use crate::api::{
     ForwardingRule, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LoadBalancerObject,
-    LoadBalancerRequest, SeenLoadBalancer,
+    LoadBalancerRequest, NETWORK_STACK_DUALSTACK, NETWORK_STACK_IPV4, SeenLoadBalancer,
 };
 use crate::{DoLikeCloud, cloud_error};
 
@@ -257,6 +258,9 @@ fn differences(lb: &LoadBalancerObject, desired: &LoadBalancerRequest) -> Vec<St
         r.size = None;
         r.size_unit = None;
         r.vpc_uuid = None;
+        // An API that does not say has an IPv4 load balancer.
+        r.network_stack
+            .get_or_insert_with(|| NETWORK_STACK_IPV4.to_owned());
         r.forwarding_rules.sort();
         r.droplet_ids.sort_unstable();
         r.droplet_ids.dedup();
@@ -301,6 +305,8 @@ fn service_key(service: &Service) -> String {
 /// addressed to it, which kube-proxy must take: `VIP`. DigitalOcean's CCM sets no `ipMode`;
 /// docs/do-like-cloud.md says why we differ.
 ///
+/// A dual-stack load balancer's IPv6 address (`ipv6`) follows its IPv4 one.
+///
 /// With a `hostname` ([`ANNOTATION_HOSTNAME`](crate::annotations::ANNOTATION_HOSTNAME)), the
 /// ingress is that name instead, once the LB is active, as DigitalOcean's CCM writes it.
 fn status(lb: &LoadBalancerObject, hostname: Option<String>) -> LoadBalancerStatus {
@@ -311,11 +317,17 @@ fn status(lb: &LoadBalancerObject, hostname: Option<String>) -> LoadBalancerStat
                 hostname: Some(hostname),
                 ..LoadBalancerIngress::default()
             }],
-            None => vec![LoadBalancerIngress {
-                ip: Some(lb.ip.clone()),
-                ip_mode: Some(if passthrough { "VIP" } else { "Proxy" }.to_owned()),
-                ..LoadBalancerIngress::default()
-            }],
+            // The IPv4 address first, then the IPv6 one when there is one (a dual-stack
+            // load balancer), as DigitalOcean's CCM lists them.
+            None => [&lb.ip, &lb.ipv6]
+                .into_iter()
+                .filter(|ip| !ip.is_empty())
+                .map(|ip| LoadBalancerIngress {
+                    ip: Some(ip.clone()),
+                    ip_mode: Some(if passthrough { "VIP" } else { "Proxy" }.to_owned()),
+                    ..LoadBalancerIngress::default()
+                })
+                .collect(),
         }),
     }
 }
@@ -499,6 +511,16 @@ impl DoLikeCloud {
         // said as DigitalOcean's CCM says it: by the type, with plain rules.
         let network = settings.regional_network;
         let passthrough = network || ports().any(|p| p.node_port.unwrap_or_default() == 0);
+        if settings.dual_stack && passthrough {
+            // `REGIONAL_NETWORK` with DUALSTACK is refused with the annotations; this is the
+            // Service without node ports, whose passthrough rules carry IPv4 packets only.
+            return Err(CloudError::msg(format!(
+                "annotation {ANNOTATION_NETWORK_STACK}: DUALSTACK needs node ports: service {} \
+                 has none (allocateLoadBalancerNodePorts: false), and its load balancer's \
+                 passthrough rules carry IPv4 packets only",
+                service_key(service)
+            )));
+        }
         let mut rules = Vec::new();
         for port in ports() {
             let protocol = port.protocol.as_deref();
@@ -589,6 +611,16 @@ impl DoLikeCloud {
                     LB_TYPE_REGIONAL_NETWORK
                 } else {
                     LB_TYPE_REGIONAL
+                }
+                .to_owned(),
+            ),
+            // Always said, as DigitalOcean's CCM says it: removing the annotation turns a
+            // dual-stack load balancer back to IPv4 (an absent field would keep its stack).
+            network_stack: Some(
+                if settings.dual_stack {
+                    NETWORK_STACK_DUALSTACK
+                } else {
+                    NETWORK_STACK_IPV4
                 }
                 .to_owned(),
             ),
@@ -815,6 +847,7 @@ mod tests {
             vpc_uuid: "c33931f2-a26a-4e61-b85c-4e95a2ec431b".into(),
             firewall: None,
             lb_type: LB_TYPE_REGIONAL.into(),
+            network_stack: "IPV4".into(),
             x_droplet_health: None,
         }
     }
@@ -871,6 +904,50 @@ mod tests {
             status(&routed, None).ingress.unwrap()[0].ip_mode.as_deref(),
             Some("VIP")
         );
+    }
+
+    #[test]
+    fn a_dual_stack_lb_lists_its_ipv4_then_its_ipv6_address() {
+        let mut dual = lb("a1", &[]);
+        dual.network_stack = "DUALSTACK".into();
+        dual.forwarding_rules = vec![rule("tcp", 80, "tcp")];
+        dual.ipv6 = "fd00:77::1".into();
+        assert_eq!(
+            status(&dual, None).ingress,
+            None,
+            "not before the IPv4 address: the load balancer is not active"
+        );
+        dual.ip = "10.88.64.1".into();
+        let ingress = status(&dual, None).ingress.unwrap();
+        let ips: Vec<_> = ingress.iter().map(|i| i.ip.as_deref()).collect();
+        assert_eq!(ips, [Some("10.88.64.1"), Some("fd00:77::1")]);
+        assert!(
+            ingress
+                .iter()
+                .all(|i| i.ip_mode.as_deref() == Some("Proxy"))
+        );
+        let named = status(&dual, Some("lb.example.com".into()))
+            .ingress
+            .unwrap();
+        assert_eq!(named.len(), 1, "a hostname stands for both");
+        dual.ipv6.clear();
+        assert_eq!(status(&dual, None).ingress.unwrap().len(), 1, "IPv4 only");
+    }
+
+    #[test]
+    fn a_network_stack_change_is_an_update_and_an_unsaid_one_is_ipv4() {
+        let mut have = lb("a1", &[]);
+        have.forwarding_rules = vec![rule("tcp", 80, "tcp")];
+        let mut want = have.to_request();
+        want.network_stack = Some("DUALSTACK".into());
+        assert_eq!(
+            differences(&have, &want),
+            ["network_stack: \"IPV4\" → \"DUALSTACK\""]
+        );
+        want.network_stack = Some("IPV4".into());
+        assert!(up_to_date(&have, &want));
+        have.network_stack.clear();
+        assert!(up_to_date(&have, &want), "an API that does not say: IPV4");
     }
 
     #[test]

@@ -139,6 +139,7 @@ async fn the_provider_reads_digitaloceans_load_balancers_and_errors() {
         ("name", lb.name.clone().into()),
         ("ip", lb.ip.clone().into()),
         ("ipv6", lb.ipv6.clone().into()),
+        ("network_stack", lb.network_stack.clone().into()),
         ("size", lb.size.clone().into()),
         ("size_unit", lb.size_unit.into()),
         ("status", lb.status.clone().into()),

@@ -537,6 +537,25 @@ async fn a_service_without_node_ports_gets_passthrough_rules_until_it_has_them()
             ..port(53, "UDP", 0)
         },
     ]);
+    // Dual-stack it cannot be: passthrough rules carry IPv4 packets only. Nothing is made.
+    let mut dual = svc.clone();
+    dual.metadata.annotations = Some(
+        [(
+            ccm_do_like_cloud::ANNOTATION_NETWORK_STACK.to_owned(),
+            "DUALSTACK".to_owned(),
+        )]
+        .into(),
+    );
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &dual, &nodes)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(ccm_do_like_cloud::ANNOTATION_NETWORK_STACK) && err.contains("node ports"),
+        "{err}"
+    );
+    assert!(sim.handle().load_balancers().is_empty());
     lb.ensure_load_balancer(CLUSTER, &svc, &nodes)
         .await
         .unwrap();
@@ -1506,5 +1525,154 @@ async fn a_group_service_ignores_a_stale_id_annotation_and_is_never_annotated() 
         Vec::<String>::new(),
         "nothing written on the group"
     );
+    sim.shutdown().await;
+}
+
+/// A Service with `do-loadbalancer-network-stack: DUALSTACK` against the simulator's data
+/// plane with `::1/128` for IPv6: its ingress lists the load balancer's IPv4 address, then
+/// its IPv6 one, and a client of the IPv6 address reaches the droplet's server (at its
+/// private IPv4 address). The droplet, given an IPv6 address as a dual-stack node's, is
+/// reported with both families. Without the annotation again the load balancer is IPv4: one
+/// ingress address. A bad value is an error naming the annotation, and nothing is written.
+#[tokio::test]
+async fn a_dual_stack_service_gets_both_addresses_and_ipv6_clients_reach_the_droplet() {
+    use ccm_do_like_cloud::{
+        ANNOTATION_HEALTH_CHECK_HEALTHY, ANNOTATION_HEALTH_CHECK_INTERVAL,
+        ANNOTATION_HEALTH_CHECK_PROTOCOL, ANNOTATION_NETWORK_STACK,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let droplet_ip = std::net::Ipv4Addr::new(127, 0, 0, 42);
+    let node_port = ccm_test::net::free_port_on(&[droplet_ip]);
+    let backend = tokio::net::TcpListener::bind((droplet_ip, node_port))
+        .await
+        .unwrap();
+    let server = tokio::spawn(async move {
+        while let Ok((mut s, _)) = backend.accept().await {
+            let _ = s.write_all(b"web").await;
+        }
+    });
+    // The entry port: free on ::1, where the load balancer's IPv6 address is.
+    let entry_port = std::net::TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let sim = sim_with(|cfg| {
+        cfg.load_balancer_addresses = Some("127.77.42.0/29".parse().unwrap());
+        cfg.load_balancer_addresses_v6 = Some("::1/128".parse().unwrap());
+    })
+    .await;
+    let node_v6: std::net::Ipv6Addr = "fd00:42::2".parse().unwrap();
+    let d = sim
+        .handle()
+        .create_droplet_with("n1", "s", "nyc1", Some(droplet_ip), Some(node_v6));
+    let nodes = vec![Arc::new(node(
+        "n1",
+        Some(format!("digitalocean://{}", d.id)),
+    ))];
+    let cloud = provider(&sim);
+    let p: Arc<dyn CloudProvider> = cloud.clone();
+    let meta = resolve_instances(&p)
+        .unwrap()
+        .instance_metadata(&nodes[0])
+        .await
+        .unwrap()
+        .unwrap();
+    let addresses: Vec<(&str, &str)> = meta
+        .node_addresses
+        .iter()
+        .map(|a| (a.type_.as_str(), a.address.as_str()))
+        .collect();
+    assert!(
+        addresses.contains(&("InternalIP", "127.0.0.42")),
+        "{addresses:?}"
+    );
+    assert!(
+        addresses.contains(&("ExternalIP", "fd00:42::2")),
+        "{addresses:?}"
+    );
+
+    let lb = lb_of(&cloud);
+    let with_stack = |stack: Option<&str>| {
+        let mut annotations = vec![
+            (ANNOTATION_OVERRIDE_HEALTH_CHECK, "true"),
+            (ANNOTATION_HEALTH_CHECK_PROTOCOL, "tcp"),
+            (ANNOTATION_HEALTH_CHECK_INTERVAL, "3"),
+            (ANNOTATION_HEALTH_CHECK_HEALTHY, "2"),
+        ];
+        annotations.extend(stack.map(|s| (ANNOTATION_NETWORK_STACK, s)));
+        let mut svc = service("dual", "eeeeeeee-0000-0000-0000-000000000042", &annotations);
+        let port = &mut svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0];
+        port.port = entry_port.into();
+        port.node_port = Some(node_port.into());
+        svc
+    };
+    let ensure = |svc: Service| {
+        let nodes = nodes.clone();
+        async move {
+            ccm_test::eventually("an active load balancer", Duration::from_secs(10), || {
+                let (svc, nodes) = (svc.clone(), nodes.clone());
+                async move {
+                    let status = lb
+                        .ensure_load_balancer(CLUSTER, &svc, &nodes)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let ips: Vec<String> = status
+                        .ingress
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|i| i.ip)
+                        .collect();
+                    if ips.is_empty() {
+                        Err("no ingress yet".to_owned())
+                    } else {
+                        Ok(ips)
+                    }
+                }
+            })
+            .await
+        }
+    };
+
+    let ips = ensure(with_stack(Some("DUALSTACK"))).await;
+    assert_eq!(ips, ["127.77.42.1", "::1"], "IPv4, then IPv6");
+    let made = &sim.handle().load_balancers()[0];
+    assert_eq!(
+        made.network_stack, "DUALSTACK",
+        "as the API's network_stack"
+    );
+    let at = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, entry_port));
+    ccm_test::eventually(
+        "an IPv6 client answered by the droplet",
+        Duration::from_secs(15),
+        || async {
+            let mut s = tokio::net::TcpStream::connect(at)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut answer = String::new();
+            tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut answer))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            (answer == "web").then_some(()).ok_or(answer)
+        },
+    )
+    .await;
+
+    // A bad value: the error names the annotation; the load balancer stays as it is.
+    sim.handle().reset_request_counts();
+    let err = lb
+        .ensure_load_balancer(CLUSTER, &with_stack(Some("IPv6")), &nodes)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(ANNOTATION_NETWORK_STACK), "{err}");
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 0);
+
+    // The annotation removed: IPv4 again, one ingress address.
+    let ips = ensure(with_stack(None)).await;
+    assert_eq!(ips, ["127.77.42.1"]);
+    assert_eq!(sim.handle().load_balancers()[0].network_stack, "IPV4");
+    server.abort();
     sim.shutdown().await;
 }

@@ -99,17 +99,31 @@ pub(super) struct CreateDroplet {
     /// [`SimulatorHandle::create_droplet_at`]); `POST /v2/droplets` refuses it.
     #[serde(default)]
     private_ip_address: Option<std::net::Ipv4Addr>,
+    /// Admin only: the public IPv6 address of a machine that exists, unique-local
+    /// (`fd00::/8`; see [`SimulatorHandle::create_droplet_with`]); `POST /v2/droplets`
+    /// refuses it.
+    #[serde(default)]
+    ipv6_address: Option<std::net::Ipv6Addr>,
 }
 
 pub(super) fn make_droplet(h: &SimulatorHandle, body: CreateDroplet) -> Response {
     if body.name.is_empty() {
         return unprocessable("name is required");
     }
-    let d = h.create_droplet_at(
+    if let Some(ip) = body.ipv6_address
+        && ip.octets()[0] != 0xfd
+    {
+        return unprocessable(format!(
+            "ipv6_address {ip} is not unique-local: a droplet's given IPv6 address must be \
+             in fd00::/8"
+        ));
+    }
+    let d = h.create_droplet_with(
         &body.name,
         body.size.as_deref().unwrap_or("s-2vcpu-4gb"),
         body.region.as_deref().unwrap_or("nyc1"),
         body.private_ip_address,
+        body.ipv6_address,
     );
     (StatusCode::ACCEPTED, Json(json!({"droplet": d}))).into_response()
 }
@@ -126,6 +140,9 @@ pub(super) async fn create_droplet(
     };
     if b.private_ip_address.is_some() {
         return unprocessable("private_ip_address is not an attribute of a droplet request");
+    }
+    if b.ipv6_address.is_some() {
+        return unprocessable("ipv6_address is not an attribute of a droplet request");
     }
     match b.region.as_deref() {
         None | Some("") => return unprocessable("region is required"),
@@ -283,6 +300,13 @@ pub(super) fn lb_object(
             .lb_type
             .or_else(|| was.map(|w| w.lb_type.clone()))
             .unwrap_or_else(|| ccm_do_like_cloud::api::LB_TYPE_REGIONAL.to_owned()),
+        network_stack: req
+            .network_stack
+            .or_else(|| {
+                was.map(|w| w.network_stack.clone())
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| ccm_do_like_cloud::api::NETWORK_STACK_IPV4.to_owned()),
         // Added to each answer (`SimulatorHandle::shown`), never stored.
         x_droplet_health: None,
     }
@@ -330,7 +354,7 @@ pub(super) async fn create_lb(
     inner.data.load_balancers.insert(id.clone(), lb.clone());
     let at = now_ms() + h.shared.config.lb_activation_delay.as_millis() as u64;
     inner.data.lb_activate_at.insert(id, at);
-    activate_due(&mut inner.data, h.range());
+    activate_due(&mut inner.data, h.ranges());
     h.persist(&inner);
     let lb = inner.data.load_balancers.get(&lb.id).cloned().unwrap_or(lb);
     drop(inner);
@@ -340,7 +364,7 @@ pub(super) async fn create_lb(
 
 pub(super) async fn get_lb(State(h): State<SimulatorHandle>, Path(id): Path<String>) -> Response {
     let mut inner = h.inner();
-    activate_due(&mut inner.data, h.range());
+    activate_due(&mut inner.data, h.ranges());
     let Some(lb) = inner.data.load_balancers.get(&id).cloned() else {
         return not_found();
     };
@@ -354,23 +378,33 @@ pub(super) async fn update_lb(
     CheckedLb(b): CheckedLb,
 ) -> Response {
     let mut inner = h.inner();
-    activate_due(&mut inner.data, h.range());
+    activate_due(&mut inner.data, h.ranges());
     let Some(lb) = inner.data.load_balancers.get_mut(&id) else {
         return not_found();
     };
     if lb.region.slug != b.region {
         return unprocessable("the region of a load balancer cannot be changed");
     }
-    // An update that names no type keeps the load balancer's, whose rules it must fit.
+    // An update that names no type (or network stack) keeps the load balancer's, which
+    // its rules must fit.
     let mut b = b;
-    if b.lb_type.is_none() {
-        b.lb_type = Some(lb.lb_type.clone()).filter(|t| !t.is_empty());
+    if b.lb_type.is_none() || b.network_stack.is_none() {
+        if b.lb_type.is_none() {
+            b.lb_type = Some(lb.lb_type.clone()).filter(|t| !t.is_empty());
+        }
+        if b.network_stack.is_none() {
+            b.network_stack = Some(lb.network_stack.clone()).filter(|t| !t.is_empty());
+        }
         if let Err(message) = validate::load_balancer(&b) {
             return unprocessable(&message);
         }
     }
     *lb = lb_object(id.clone(), b, Some(lb));
-    let lb = lb.clone();
+    // A new network stack: an IPv6 address given or taken at once.
+    activate_due(&mut inner.data, h.ranges());
+    let Some(lb) = inner.data.load_balancers.get(&id).cloned() else {
+        return not_found();
+    };
     h.persist(&inner);
     drop(inner);
     Json(json!({"load_balancer": h.shown_one(lb)})).into_response()

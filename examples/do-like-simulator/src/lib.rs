@@ -10,7 +10,7 @@
 //! | `GET /v2/account` | the account of the token: active (DigitalOcean's CCM's health check) |
 //! | `GET /v2/regions` | the regions of [`catalog::REGIONS`] (DigitalOcean's CCM checks its `REGION` here at start-up) |
 //! | `GET/POST /v2/droplets`, `GET/DELETE /v2/droplets/{id}` | droplets (the list filtered by `tag_name` or exact `name`): `size` and `region` objects, `networks.v4`/`v6` with netmask and gateway, `vpc_uuid`, `created_at` |
-//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity`; each answer carries **an extension**, `x_droplet_health` (each droplet behind it `healthy`, `unhealthy` or `unknown`, as the data plane's checks left it) |
+//! | `GET/POST /v2/load_balancers`, `GET/PUT/DELETE /v2/load_balancers/{id}` | load balancers (`new` → `active` after a delay; the IPs are assigned on activation, `ipv6` only to a `network_stack: DUALSTACK` one); requests are checked as DigitalOcean does, a refusal is a 422 `unprocessable_entity`; each answer carries **an extension**, `x_droplet_health` (each droplet behind it `healthy`, `unhealthy` or `unknown`, as the data plane's checks left it) |
 //! | `GET/POST /v2/x-routes`, `DELETE /v2/x-routes/{id}` | **an extension** (off with [`SimulatorConfig::routes_extension`]): DigitalOcean has no route tables (its VPCs route pod traffic through the CNI); the simulator adds one so that the route controller has something to drive; a route to a droplet that does not exist, or to a destination that is not a CIDR, is a 422 `unprocessable_entity`; with [`SimulatorConfig::kernel_routes`] the routes carry traffic (the module `route_table`) |
 //!
 //! Any other `/v2` path is DigitalOcean's 404. Lists are paged with `page` / `per_page`
@@ -20,7 +20,8 @@
 //! `Retry-After`. Errors have DigitalOcean's shape, `{"id": "not_found", "message": "...",
 //! "request_id": "..."}`, with the request ID also in `x-request-id`.
 //!
-//! Under `/admin` it creates, deletes, powers off and on droplets, injects faults ([`Faults`]:
+//! Under `/admin` it creates (with a given private IPv4 and unique-local IPv6 address, for a
+//! droplet standing for a test cluster's node), deletes, powers off and on droplets, injects faults ([`Faults`]:
 //! an error rate, latency, bursts of 429, of 503 and of malformed JSON) and reports request
 //! counts (`GET /admin/stats`). It needs no token unless
 //! [`SimulatorConfig::admin_token`] is set; it is reachable from this machine only: the
@@ -45,7 +46,7 @@ mod http;
 mod route_table;
 mod validate;
 
-pub use data_plane::AddressRange;
+pub use data_plane::{AddressRange, AddressRangeV6};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -108,6 +109,18 @@ pub struct SimulatorConfig {
     /// [`allow_non_loopback`](Self::allow_non_loopback), and the range must be local to the
     /// simulator's network namespace (`ip route add local <range> dev lo`).
     pub load_balancer_addresses: Option<AddressRange>,
+    /// The range dual-stack load balancers' IPv6 addresses come from (`network_stack:
+    /// DUALSTACK`): each listens there too, with the same rules and targets. Needs
+    /// [`load_balancer_addresses`](Self::load_balancer_addresses). `::1/128` (one load
+    /// balancer, on loopback) or a unique-local range (`fd00::/8`), which needs
+    /// [`allow_non_loopback`](Self::allow_non_loopback) and must be local to the simulator's
+    /// network namespace (`ip -6 route add local <range> dev lo`) and bindable there: unlike
+    /// IPv4, Linux binds an IPv6 address of a local route only with
+    /// `sysctl -w net.ipv6.ip_nonlocal_bind=1` (per namespace). `None` (the default):
+    /// with the data plane on, a dual-stack load balancer gets no IPv6 address (as a
+    /// `REGIONAL_NETWORK` one never does); without it, one of 2001:db8:1b::/64 that leads
+    /// nowhere.
+    pub load_balancer_addresses_v6: Option<AddressRangeV6>,
     /// Whether the routes of `/v2/x-routes` carry traffic: each is a route of the
     /// simulator's network namespace to the target droplet's private address, kept in step
     /// with the API (see the crate docs). Needs `CAP_NET_ADMIN` there and iproute2's `ip`;
@@ -130,6 +143,7 @@ impl SimulatorConfig {
             rate_limit_window: Duration::from_secs(1),
             routes_extension: true,
             load_balancer_addresses: None,
+            load_balancer_addresses_v6: None,
             kernel_routes: false,
         }
     }
@@ -240,6 +254,18 @@ pub enum SimulatorError {
         "refusing load balancer addresses in {0}: without --non-loopback on they must be loopback"
     )]
     NotLoopbackRange(AddressRange),
+    /// An IPv6 load balancer range that is not `::1/128` (without `allow_non_loopback`).
+    #[error(
+        "refusing IPv6 load balancer addresses in {0}: without --non-loopback on the range \
+         must be ::1/128"
+    )]
+    NotLoopbackRangeV6(AddressRangeV6),
+    /// An IPv6 load balancer range without an IPv4 one (the data plane is off).
+    #[error(
+        "IPv6 load balancer addresses ({0}) need IPv4 ones too (--lb-addresses): a dual-stack \
+         load balancer has both"
+    )]
+    V6WithoutV4(AddressRangeV6),
     /// Binding or reading state failed. The message includes the cause (which is therefore
     /// not also a `source()`, so that printing the chain does not say it twice).
     #[error("{context}: {cause}")]
@@ -282,6 +308,14 @@ impl RunningSimulator {
             && !config.allow_non_loopback
         {
             return Err(SimulatorError::NotLoopbackRange(range));
+        }
+        if let Some(range) = config.load_balancer_addresses_v6 {
+            if config.load_balancer_addresses.is_none() {
+                return Err(SimulatorError::V6WithoutV4(range));
+            }
+            if !range.is_loopback() && !config.allow_non_loopback {
+                return Err(SimulatorError::NotLoopbackRangeV6(range));
+            }
         }
         let mut data = Data::default();
         if let Some(path) = &config.state_file
@@ -417,8 +451,8 @@ impl SimulatorHandle {
         }
     }
 
-    /// Creates a running droplet with a private and a public IPv4 address and an IPv6 one,
-    /// in the region's default VPC. A size or region the catalogue does not know is taken as
+    /// Creates a running droplet with a private and a public IPv4 address and an IPv6 one
+    /// (of 2001:db8::/64, a record that leads nowhere), in the region's default VPC. A size or region the catalogue does not know is taken as
     /// given (the admin interface's leniency; `POST /v2/droplets` refuses them).
     pub fn create_droplet(&self, name: &str, size_slug: &str, region: &str) -> Droplet {
         self.create_droplet_at(name, size_slug, region, None)
@@ -433,6 +467,21 @@ impl SimulatorHandle {
         size_slug: &str,
         region: &str,
         private_ip: Option<std::net::Ipv4Addr>,
+    ) -> Droplet {
+        self.create_droplet_with(name, size_slug, region, private_ip, None)
+    }
+
+    /// [`create_droplet_at`](Self::create_droplet_at) with this public IPv6 address too,
+    /// instead of a made-up one: a droplet standing for a dual-stack machine that exists (a
+    /// test cluster's node with that IPv6 address, which the provider reports as an
+    /// `ExternalIP`, as DigitalOcean's CCM reports a droplet's public IPv6 address).
+    pub fn create_droplet_with(
+        &self,
+        name: &str,
+        size_slug: &str,
+        region: &str,
+        private_ip: Option<std::net::Ipv4Addr>,
+        ipv6: Option<std::net::Ipv6Addr>,
     ) -> Droplet {
         let mut inner = self.inner();
         inner.data.next_id += 1;
@@ -484,11 +533,19 @@ impl SimulatorHandle {
                         kind: "public".into(),
                     },
                 ],
-                v6: vec![NetworkV6 {
-                    ip_address: format!("2001:db8::{n:x}"),
-                    netmask: 64,
-                    gateway: "2001:db8::1".into(),
-                    kind: "public".into(),
+                v6: vec![match ipv6 {
+                    Some(ip) => NetworkV6 {
+                        ip_address: ip.to_string(),
+                        netmask: 64,
+                        gateway: String::new(),
+                        kind: "public".into(),
+                    },
+                    None => NetworkV6 {
+                        ip_address: format!("2001:db8::{n:x}"),
+                        netmask: 64,
+                        gateway: "2001:db8::1".into(),
+                        kind: "public".into(),
+                    },
                 }],
             },
             tags: Vec::new(),
@@ -529,12 +586,16 @@ impl SimulatorHandle {
     /// All load balancers (activating those due).
     pub fn load_balancers(&self) -> Vec<LoadBalancerObject> {
         let mut inner = self.inner();
-        activate_due(&mut inner.data, self.range());
+        activate_due(&mut inner.data, self.ranges());
         inner.data.load_balancers.values().cloned().collect()
     }
 
-    fn range(&self) -> Option<&AddressRange> {
-        self.shared.config.load_balancer_addresses.as_ref()
+    /// The data plane's address ranges: IPv4 (`None`: the data plane is off), IPv6.
+    fn ranges(&self) -> Ranges<'_> {
+        Ranges {
+            v4: self.shared.config.load_balancer_addresses.as_ref(),
+            v6: self.shared.config.load_balancer_addresses_v6.as_ref(),
+        }
     }
 
     /// What the data plane should run: each active load balancer's spec, by ID.
@@ -549,7 +610,7 @@ impl SimulatorHandle {
     fn data_plane_specs(&self) -> BTreeMap<String, data_plane::LbSpec> {
         let mut inner = self.inner();
         let before = inner.data.lb_activate_at.len();
-        activate_due(&mut inner.data, self.range());
+        activate_due(&mut inner.data, self.ranges());
         if inner.data.lb_activate_at.len() != before {
             self.persist(&inner);
         }
@@ -679,10 +740,19 @@ impl SimulatorHandle {
     }
 }
 
+/// The data plane's address ranges (see [`SimulatorHandle::ranges`]).
+#[derive(Clone, Copy, Debug)]
+struct Ranges<'a> {
+    v4: Option<&'a AddressRange>,
+    v6: Option<&'a AddressRangeV6>,
+}
+
 /// Turns the load balancers whose activation is due `active` and gives them addresses:
-/// from `range` when the data plane is on (an exhausted range leaves one `errored`), else
-/// from 198.18.0.0/15 and 2001:db8:1b::/64.
-fn activate_due(data: &mut Data, range: Option<&AddressRange>) {
+/// from the ranges when the data plane is on (an exhausted range leaves one `errored`), else
+/// from 198.18.0.0/15 and, for a dual-stack one, 2001:db8:1b::/64. Then gives each active
+/// dual-stack load balancer without an IPv6 address one, and takes it from those no longer
+/// dual-stack (an update changed their `network_stack`).
+fn activate_due(data: &mut Data, ranges: Ranges<'_>) {
     let now = now_ms();
     let due: Vec<String> = data
         .lb_activate_at
@@ -694,7 +764,7 @@ fn activate_due(data: &mut Data, range: Option<&AddressRange>) {
         data.lb_activate_at.remove(&id);
         data.next_id += 1;
         let n = data.next_id;
-        if let Some(range) = range {
+        if let Some(range) = ranges.v4 {
             let used: Vec<std::net::Ipv4Addr> = data
                 .load_balancers
                 .values()
@@ -717,7 +787,60 @@ fn activate_due(data: &mut Data, range: Option<&AddressRange>) {
             lb.status = "active".into();
             // Unique while fewer than 64000 IDs were handed out.
             lb.ip = format!("198.18.{}.{}", (n / 250) % 256, n % 250 + 2);
-            lb.ipv6 = format!("2001:db8:1b::{n:x}");
+        }
+    }
+    assign_ipv6(data, ranges);
+}
+
+/// Gives each active dual-stack load balancer without an IPv6 address one (of `ranges.v6`
+/// with the data plane, else of 2001:db8:1b::/64), and takes it from the others. With the
+/// data plane, an address outside the range (a state file of another run) is replaced, and
+/// a load balancer for which the range has none left is `errored`, as an exhausted IPv4
+/// range leaves it. None is given with the data plane on but no IPv6 range, nor to a
+/// passthrough load balancer (`REGIONAL_NETWORK`): its packets reach the droplets
+/// unchanged, and they have no IPv6 address here to take them.
+fn assign_ipv6(data: &mut Data, ranges: Ranges<'_>) {
+    let mut used: Vec<std::net::Ipv6Addr> = Vec::new();
+    let mut wanting = Vec::new();
+    let can_give = ranges.v4.is_none() || ranges.v6.is_some();
+    for (id, lb) in &mut data.load_balancers {
+        let wants = lb.status == "active" && lb.is_dual_stack() && !lb.is_passthrough() && can_give;
+        let kept =
+            lb.ipv6.parse::<std::net::Ipv6Addr>().ok().filter(|ip| {
+                ranges.v4.is_none() || ranges.v6.is_some_and(|range| range.contains(*ip))
+            });
+        match (wants, kept) {
+            (false, _) => lb.ipv6.clear(),
+            (true, Some(ip)) => used.push(ip),
+            (true, None) => {
+                lb.ipv6.clear();
+                wanting.push(id.clone());
+            }
+        }
+    }
+    for id in wanting {
+        let ip = match (ranges.v4, ranges.v6) {
+            (Some(_), Some(range)) => range.first_free(&used),
+            (Some(_), None) => None, // not wanting: see `can_give`
+            (None, _) => {
+                data.next_id += 1;
+                Some(std::net::Ipv6Addr::from(
+                    0x2001_0db8_001b_0000_0000_0000_0000_0000_u128 | u128::from(data.next_id),
+                ))
+            }
+        };
+        let Some(lb) = data.load_balancers.get_mut(&id) else {
+            continue;
+        };
+        match ip {
+            Some(ip) => {
+                used.push(ip);
+                lb.ipv6 = ip.to_string();
+            }
+            None => {
+                tracing::warn!(lb = %id, "no IPv6 load balancer address left for a dual-stack load balancer");
+                lb.status = "errored".into();
+            }
         }
     }
 }

@@ -14,6 +14,12 @@
 //! `--lb-addresses CIDR` turns on the data plane: load balancers get addresses of that range
 //! (loopback, e.g. `127.77.0.0/24`, unless `--non-loopback on`) and forward traffic to their
 //! droplets.
+//! `--lb-addresses-v6 CIDR` gives dual-stack load balancers (`network_stack: DUALSTACK`) an
+//! IPv6 address of that range too, forwarding like the IPv4 one: `::1/128` (one load
+//! balancer, on loopback) or a unique-local range (`fd00::/8`, e.g. `fd00:77::/112`, with
+//! `--non-loopback on`, routed locally and bindable: `ip -6 route add local <range> dev lo`
+//! and `sysctl -w net.ipv6.ip_nonlocal_bind=1` in the simulator's namespace); it needs
+//! `--lb-addresses`.
 //! `--kernel-routes on` makes the `/v2/x-routes` routes routes of the simulator's network
 //! namespace, to their droplets' private addresses (root in a test network namespace).
 //! Stops on Ctrl-C or SIGTERM.
@@ -31,7 +37,7 @@ fn usage() -> ExitCode {
         "usage: do-like-api-simulator [--version] [--listen 127.0.0.1:PORT] [--token-file FILE] \
          [--admin-token-file FILE] [--state-file FILE] [--lb-activation-ms MS] \
          [--rate-limit N] [--droplets N] [--routes-extension on|off] [--non-loopback on|off] \
-         [--lb-addresses CIDR] [--kernel-routes on|off]\n\
+         [--lb-addresses CIDR] [--lb-addresses-v6 CIDR] [--kernel-routes on|off]\n\
          The token is read from --token-file or $DO_LIKE_TOKEN; /admin needs the token in \
          --admin-token-file when it is given."
     );
@@ -93,6 +99,9 @@ async fn main() -> ExitCode {
             "--lb-addresses" => value
                 .parse()
                 .map(|v| config.load_balancer_addresses = Some(v)),
+            "--lb-addresses-v6" => value
+                .parse()
+                .map(|v| config.load_balancer_addresses_v6 = Some(v)),
             _ => {
                 eprintln!("error: unknown flag {flag}");
                 return usage();

@@ -13,7 +13,7 @@
 
 use ccm_do_like_cloud::api::{
     ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LbFirewall,
-    LoadBalancerRequest, StickySessions,
+    LoadBalancerRequest, NETWORK_STACK_DUALSTACK, NETWORK_STACK_IPV4, StickySessions,
 };
 
 use crate::catalog;
@@ -98,6 +98,19 @@ pub(crate) fn load_balancer(req: &LoadBalancerRequest) -> Result<(), String> {
             return Err(format!(
                 "type {other:?} is not valid: must be {LB_TYPE_REGIONAL} or \
                  {LB_TYPE_REGIONAL_NETWORK} (this cloud has no GLOBAL load balancers)"
+            ));
+        }
+    }
+    // DigitalOcean accepts DUALSTACK for either type (its CCM asks for it for a
+    // REGIONAL_NETWORK one when every node has IPv6); what the simulator can give it is the
+    // data plane's business (crate docs), not the request's.
+    match req.network_stack.as_deref() {
+        None | Some(NETWORK_STACK_IPV4 | NETWORK_STACK_DUALSTACK) => {}
+        Some(other) => {
+            return Err(format!(
+                "network_stack {:?} is not valid: must be {NETWORK_STACK_IPV4} or \
+                 {NETWORK_STACK_DUALSTACK}",
+                other.chars().take(64).collect::<String>()
             ));
         }
     }
@@ -366,16 +379,29 @@ pub(crate) mod tests {
     #[test]
     fn what_digitalocean_refuses_is_refused() {
         assert_eq!(load_balancer(&good()), Ok(()));
+        for stack in [NETWORK_STACK_IPV4, NETWORK_STACK_DUALSTACK] {
+            let mut r = good();
+            r.network_stack = Some(stack.into());
+            assert_eq!(load_balancer(&r), Ok(()), "{stack}");
+            // Also for a network load balancer, as DigitalOcean's CCM may ask.
+            r.lb_type = Some(LB_TYPE_REGIONAL_NETWORK.into());
+            r.forwarding_rules = vec![ForwardingRule::new("tcp", 80, 80)];
+            assert_eq!(load_balancer(&r), Ok(()), "REGIONAL_NETWORK {stack}");
+        }
         // Both sizes, when they agree, as godo's `AsRequest` sends them.
         let mut both = good();
         both.size = Some("lb-medium".into());
         both.size_unit = Some(3);
         assert_eq!(load_balancer(&both), Ok(()));
         type Change = fn(&mut LoadBalancerRequest);
-        let cases: [(Change, &str); 22] = [
+        let cases: [(Change, &str); 23] = [
             (
                 |r| r.lb_type = Some("GLOBAL".into()),
                 "type \"GLOBAL\" is not valid: must be REGIONAL or REGIONAL_NETWORK",
+            ),
+            (
+                |r| r.network_stack = Some("dualstack".into()),
+                "network_stack \"dualstack\" is not valid: must be IPV4 or DUALSTACK",
             ),
             (
                 // A network load balancer's rule to a node port: it forwards to the entry port.

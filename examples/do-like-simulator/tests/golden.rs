@@ -26,7 +26,7 @@ const EXTENSIONS: [&str; 1] = ["load_balancer.x_droplet_health"];
 
 /// Fields of DigitalOcean's answers the simulator does not serve (docs/do-like-cloud.md
 /// lists them); everything else in a fixture must be in its answer.
-const NOT_SIMULATED: [&str; 14] = [
+const NOT_SIMULATED: [&str; 13] = [
     "droplet.kernel",
     "droplet.backup_ids",
     "droplet.next_backup_window",
@@ -38,7 +38,6 @@ const NOT_SIMULATED: [&str; 14] = [
     "load_balancer.disable_lets_encrypt_dns_records",
     "load_balancer.project_id",
     "load_balancer.network",
-    "load_balancer.network_stack",
     "load_balancer.firewall",
     "load_balancer.tls_cipher_policy",
 ];
@@ -297,6 +296,7 @@ async fn load_balancers_have_digitaloceans_shape() {
         "redirect_http_to_https",
         "enable_proxy_protocol",
         "type",
+        "network_stack",
     ];
     assert_same_values("load_balancer", &want, &got, &fields);
     assert_same_shape(&fixture(LBS), &get(&sim, "/v2/load_balancers").await);
@@ -304,6 +304,37 @@ async fn load_balancers_have_digitaloceans_shape() {
         get(&sim, "/v2/load_balancers").await["meta"],
         fixture(LBS)["meta"]
     );
+    sim.shutdown().await;
+}
+
+/// The fixture's load balancer made dual-stack (`network_stack: DUALSTACK`, as DigitalOcean's
+/// CCM asks for a `REGIONAL` one by default): the same shape, its stack as asked, and an
+/// `ipv6` address (a string, as the fixture's) once active; the fixture's IPV4 one has none
+/// here (its `ipv6` is an empty string).
+#[tokio::test]
+async fn a_dual_stack_load_balancer_has_digitaloceans_shape_and_an_ipv6_address() {
+    let sim = start().await;
+    let want = fixture(LB);
+    let lb: LoadBalancerObject = serde_json::from_value(want["load_balancer"].clone()).unwrap();
+    let mut request = serde_json::to_value(lb.to_request()).unwrap();
+    request["network_stack"] = "DUALSTACK".into();
+    let resp = call(&sim, Method::POST, "/v2/load_balancers", Some(&request)).await;
+    assert_eq!(resp.status(), 202);
+    let created: Value = resp.json().await.unwrap();
+    let id = created["load_balancer"]["id"].as_str().unwrap().to_owned();
+    let got = get(&sim, &format!("/v2/load_balancers/{id}")).await;
+    assert_same_shape(&want, &got);
+    let got = &got["load_balancer"];
+    assert_eq!(got["network_stack"], "DUALSTACK");
+    let ipv6: std::net::Ipv6Addr = got["ipv6"].as_str().unwrap().parse().unwrap();
+    assert!(!ipv6.is_unspecified(), "{got}");
+    request["network_stack"] = "IPV4".into();
+    request["name"] = "ipv4-only".into();
+    let resp = call(&sim, Method::POST, "/v2/load_balancers", Some(&request)).await;
+    let created: Value = resp.json().await.unwrap();
+    let id = created["load_balancer"]["id"].as_str().unwrap().to_owned();
+    let got = get(&sim, &format!("/v2/load_balancers/{id}")).await;
+    assert_eq!(got["load_balancer"]["ipv6"], "", "{got}");
     sim.shutdown().await;
 }
 

@@ -443,7 +443,7 @@ fn bad_values_name_their_annotation() {
 fn what_this_cloud_lacks_is_refused_naming_the_annotation_and_why() {
     /// Annotations, the one the error names, and a word of why.
     type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
-    let cases: [Case<'_>; 9] = [
+    let cases: [Case<'_>; 11] = [
         (
             &[(ANNOTATION_HTTP3_PORT, "443")],
             ANNOTATION_HTTP3_PORT,
@@ -476,9 +476,22 @@ fn what_this_cloud_lacks_is_refused_naming_the_annotation_and_why() {
             "EXTERNAL only",
         ),
         (
-            &[(ANNOTATION_NETWORK_STACK, "DUALSTACK")],
+            &[(ANNOTATION_NETWORK_STACK, "dualstack")],
             ANNOTATION_NETWORK_STACK,
-            "IPV4 only",
+            "allowed: IPV4, DUALSTACK",
+        ),
+        (
+            &[(ANNOTATION_NETWORK_STACK, "IPV6")],
+            ANNOTATION_NETWORK_STACK,
+            "allowed: IPV4, DUALSTACK",
+        ),
+        (
+            &[
+                (ANNOTATION_NETWORK_STACK, "DUALSTACK"),
+                (ANNOTATION_TYPE, "REGIONAL_NETWORK"),
+            ],
+            ANNOTATION_NETWORK_STACK,
+            "pass IPv4 packets only",
         ),
         (
             &[(ANNOTATION_TYPE, "GLOBAL")],
@@ -613,4 +626,32 @@ fn every_digitalocean_annotation_is_in_the_provider_and_the_docs() {
         assert!(documented.insert(name), "{name} twice");
     }
     assert_eq!(documented, ours.iter().copied().collect());
+}
+
+#[test]
+fn the_network_stack_is_ipv4_unless_dualstack_is_asked_for() {
+    let stack = |annotations: &[(&str, &str)]| {
+        LbSettings::from_service(&svc(annotations))
+            .unwrap()
+            .dual_stack
+    };
+    assert!(
+        !stack(&[]),
+        "IPV4 by default (DigitalOcean's CCM: DUALSTACK for REGIONAL)"
+    );
+    assert!(!stack(&[(ANNOTATION_NETWORK_STACK, "IPV4")]));
+    assert!(!stack(&[(ANNOTATION_NETWORK_STACK, "")]), "empty is absent");
+    assert!(stack(&[(ANNOTATION_NETWORK_STACK, "DUALSTACK")]));
+    assert!(stack(&[
+        (ANNOTATION_NETWORK_STACK, "DUALSTACK"),
+        (ANNOTATION_TYPE, "REGIONAL"),
+    ]));
+    let long = "D".repeat(300);
+    let err = LbSettings::from_service(&svc(&[(ANNOTATION_NETWORK_STACK, long.as_str())]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(ANNOTATION_NETWORK_STACK) && err.len() < 400,
+        "{err}"
+    );
 }

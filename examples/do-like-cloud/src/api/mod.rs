@@ -13,6 +13,6 @@ pub use self::lb_index::{DropletHealthCount, SeenLoadBalancer};
 pub use self::types::{
     DROPLET_HEALTHY, DROPLET_UNHEALTHY, DROPLET_UNKNOWN, Droplet, DropletHealth, ErrorBody,
     ForwardingRule, HealthCheck, LB_TYPE_REGIONAL, LB_TYPE_REGIONAL_NETWORK, LbFirewall, Links,
-    LoadBalancerObject, LoadBalancerRequest, Meta, NetworkV4, NetworkV6, Networks, Pages, Region,
-    Size, StickySessions, XRoute,
+    LoadBalancerObject, LoadBalancerRequest, Meta, NETWORK_STACK_DUALSTACK, NETWORK_STACK_IPV4,
+    NetworkV4, NetworkV6, Networks, Pages, Region, Size, StickySessions, XRoute,
 };

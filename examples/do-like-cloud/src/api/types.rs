@@ -341,6 +341,11 @@ pub struct LoadBalancerRequest {
     /// load balancer's own when absent on update.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub lb_type: Option<String>,
+    /// [`NETWORK_STACK_IPV4`] (an IPv4 address only) or [`NETWORK_STACK_DUALSTACK`] (an
+    /// IPv6 address too, `ipv6` in the answer); the load balancer's own when absent on
+    /// update, `IPV4` when absent on create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_stack: Option<String>,
 }
 
 /// A load balancer as the API shows it.
@@ -353,7 +358,8 @@ pub struct LoadBalancerObject {
     /// Its public IPv4 address; empty until it is active.
     #[serde(default)]
     pub ip: String,
-    /// Its public IPv6 address, if any.
+    /// Its IPv6 address: set once it is active when its `network_stack` is
+    /// [`NETWORK_STACK_DUALSTACK`], empty otherwise.
     #[serde(default)]
     pub ipv6: String,
     /// Its size slug, when it was sized by slug.
@@ -404,6 +410,10 @@ pub struct LoadBalancerObject {
     /// `REGIONAL` or `REGIONAL_NETWORK` (see [`LoadBalancerRequest::lb_type`]).
     #[serde(rename = "type", default, skip_serializing_if = "String::is_empty")]
     pub lb_type: String,
+    /// [`NETWORK_STACK_IPV4`] or [`NETWORK_STACK_DUALSTACK`]; empty from an API that does
+    /// not say (read as `IPV4`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network_stack: String,
     /// **An extension of the simulator's, not DigitalOcean's:** how each droplet behind it
     /// stands in its health check, as its data plane sees it. `None` from an API without
     /// the extension (DigitalOcean's own).
@@ -439,6 +449,18 @@ impl LoadBalancerObject {
     }
 }
 
+impl LoadBalancerObject {
+    /// Whether it is dual-stack: its `network_stack` is [`NETWORK_STACK_DUALSTACK`].
+    pub fn is_dual_stack(&self) -> bool {
+        self.network_stack == NETWORK_STACK_DUALSTACK
+    }
+}
+
+/// The network stack of a load balancer with an IPv4 address only, the default.
+pub const NETWORK_STACK_IPV4: &str = "IPV4";
+/// The network stack of a load balancer with an IPv4 and an IPv6 address.
+pub const NETWORK_STACK_DUALSTACK: &str = "DUALSTACK";
+
 /// The type of a proxying load balancer, the default.
 pub const LB_TYPE_REGIONAL: &str = "REGIONAL";
 /// The type of a network (passthrough) load balancer; DigitalOcean's CCM's default.
@@ -469,6 +491,7 @@ impl LoadBalancerObject {
             vpc_uuid: (!self.vpc_uuid.is_empty()).then(|| self.vpc_uuid.clone()),
             firewall: self.firewall.clone(),
             lb_type: (!self.lb_type.is_empty()).then(|| self.lb_type.clone()),
+            network_stack: (!self.network_stack.is_empty()).then(|| self.network_stack.clone()),
         }
     }
 }

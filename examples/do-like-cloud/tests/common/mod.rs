@@ -176,7 +176,22 @@ impl CloudApi {
 
     /// Creates a droplet standing for the machine at `address`; its ID.
     pub(crate) async fn droplet(&self, name: &str, address: std::net::Ipv4Addr) -> u64 {
-        let body = serde_json::json!({"name": name, "private_ip_address": address.to_string()});
+        self.dual_stack_droplet(name, address, None).await
+    }
+
+    /// [`droplet`](Self::droplet) with the machine's IPv6 address too (unique-local,
+    /// `fd00::/8`), which the provider reports as the Node's `ExternalIP`, as DigitalOcean's
+    /// CCM reports a droplet's public IPv6 address: for a dual-stack node.
+    pub(crate) async fn dual_stack_droplet(
+        &self,
+        name: &str,
+        address: std::net::Ipv4Addr,
+        ipv6: Option<std::net::Ipv6Addr>,
+    ) -> u64 {
+        let mut body = serde_json::json!({"name": name, "private_ip_address": address.to_string()});
+        if let Some(ipv6) = ipv6 {
+            body["ipv6_address"] = ipv6.to_string().into();
+        }
         let created = self
             .send(
                 reqwest::Method::POST,

@@ -62,32 +62,35 @@ struct Target {
     open: usize,
 }
 
-/// One firewall network: an IPv4 network, or an IPv6 rule (which no IPv4 client matches).
+/// One firewall network: an IPv4 or an IPv6 network and its prefix length (a client of the
+/// other family never matches it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Net {
-    /// The network and its prefix length; `None` for an IPv6 rule.
-    v4: Option<(u32, u8)>,
+enum Net {
+    V4(u32, u8),
+    V6(u128, u8),
 }
 
 impl Net {
-    /// Every IPv4 address.
-    const ANY: Self = Self { v4: Some((0, 0)) };
-
     /// From `ip:<address>` or `cidr:<network>/<len>` (already validated by the API).
     fn parse(rule: &str) -> Option<Self> {
         match ccm_do_like_cloud::api::LbFirewall::source(rule).ok()? {
-            (std::net::IpAddr::V4(v4), len) => Some(Self {
-                v4: Some((u32::from(v4), len)),
-            }),
-            (std::net::IpAddr::V6(_), _) => Some(Self { v4: None }),
+            (std::net::IpAddr::V4(v4), len) => Some(Self::V4(u32::from(v4), len)),
+            (std::net::IpAddr::V6(v6), len) => Some(Self::V6(u128::from(v6), len)),
         }
     }
 
-    fn contains(&self, ip: Ipv4Addr) -> bool {
-        self.v4.is_some_and(|(net, len)| {
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-            u32::from(ip) & mask == net & mask
-        })
+    fn contains(&self, ip: std::net::IpAddr) -> bool {
+        match (*self, ip) {
+            (Self::V4(net, len), std::net::IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                u32::from(ip) & mask == net & mask
+            }
+            (Self::V6(net, len), std::net::IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                u128::from(ip) & mask == net & mask
+            }
+            _ => false,
+        }
     }
 }
 
@@ -107,7 +110,7 @@ impl Firewall {
         Self {
             // No allow rules: every client a deny rule does not match.
             allow: if allow.is_empty() {
-                vec![Net::ANY]
+                vec![Net::V4(0, 0), Net::V6(0, 0)]
             } else {
                 nets(allow)
             },
@@ -117,10 +120,14 @@ impl Firewall {
 
     /// Whether `client` may connect.
     pub(crate) fn admits(&self, client: std::net::IpAddr) -> bool {
-        let std::net::IpAddr::V4(ip) = client else {
-            return false; // the data plane is IPv4 only
+        // A dual-stack load balancer's IPv6 clients arrive as such; an IPv4-mapped address
+        // (an IPv4 client of an IPv6 socket) is judged as the IPv4 address it is.
+        let client = match client {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, std::net::IpAddr::V4),
+            v4 => v4,
         };
-        !self.deny.iter().any(|n| n.contains(ip)) && self.allow.iter().any(|n| n.contains(ip))
+        !self.deny.iter().any(|n| n.contains(client))
+            && self.allow.iter().any(|n| n.contains(client))
     }
 }
 
@@ -487,7 +494,24 @@ mod tests {
         let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
         let open = Firewall::from_api(None);
         assert!(open.admits(ip("10.88.0.1")));
-        assert!(!open.admits(ip("2001:db8::1")), "IPv4 only");
+        assert!(
+            open.admits(ip("fd00:77::9")),
+            "no rules: IPv6 clients of a dual-stack load balancer too"
+        );
+        let v6 = Firewall::from_api(Some(&api(&["cidr:fd00:77::/64"], &["ip:fd00:77::66"])));
+        assert!(v6.admits(ip("fd00:77::9")));
+        assert!(!v6.admits(ip("fd00:77::66")), "denied");
+        assert!(!v6.admits(ip("fd00:78::9")), "outside the allowed network");
+        assert!(
+            !v6.admits(ip("10.88.0.1")),
+            "an IPv6 rule matches no IPv4 client"
+        );
+        let mapped = Firewall::from_api(Some(&api(&["ip:10.88.0.1"], &[])));
+        assert!(
+            mapped.admits(ip("::ffff:10.88.0.1")),
+            "an IPv4-mapped client is its IPv4 address"
+        );
+        assert!(!mapped.admits(ip("fd00::1")));
         let ranges = Firewall::from_api(Some(&api(&["cidr:10.244.1.5/32", "ip:10.88.0.11"], &[])));
         assert!(ranges.admits(ip("10.244.1.5")));
         assert!(ranges.admits(ip("10.88.0.11")));

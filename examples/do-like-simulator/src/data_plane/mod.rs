@@ -9,6 +9,12 @@
 //! and the check without dropping the listeners, a deleted load balancer stops listening at
 //! once and its open connections end.
 //!
+//! A dual-stack load balancer (`network_stack: DUALSTACK`, with
+//! [`SimulatorConfig::load_balancer_addresses_v6`](crate::SimulatorConfig::load_balancer_addresses_v6)
+//! set) also gets an address of that IPv6 range and listens on it too, with the same rules,
+//! the same targets (still their private IPv4 addresses: like DigitalOcean's dual-stack load
+//! balancers, it proxies IPv6 clients to droplets over IPv4) and the same health checks.
+//!
 //! The forwarders live in the simulator's own process, as tasks: one process owns the
 //! address range (binding is one `bind` per rule, with no address to add per load balancer
 //! when the range is routed locally, `ip route add local <range> dev lo`), a load balancer
@@ -22,7 +28,7 @@ mod passthrough;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +121,107 @@ impl fmt::Display for AddressRange {
     }
 }
 
+/// An IPv6 range dual-stack load balancers' IPv6 addresses are taken from: a unique-local
+/// range (in `fd00::/8`) with a prefix length of 96..=128, e.g. `fd00:77::/112`, or the
+/// loopback address alone, `::1/128`. Global addresses are refused: the simulator's traffic
+/// stays on loopback or in a test's network namespaces. Its first address (the subnet's
+/// anycast address) is not handed out, unless the range is one address (a `/128`: that
+/// address, e.g. `::1`, for one load balancer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressRangeV6 {
+    network: Ipv6Addr,
+    prefix_len: u8,
+}
+
+impl AddressRangeV6 {
+    /// The range's network address.
+    pub fn network(&self) -> Ipv6Addr {
+        self.network
+    }
+
+    /// Whether it is the loopback address `::1` (alone).
+    pub fn is_loopback(&self) -> bool {
+        self.network.is_loopback()
+    }
+
+    /// How many addresses it hands out.
+    pub fn len(&self) -> u32 {
+        match self.prefix_len {
+            128 => 1,
+            // 96..=127: at most 2^32 - 1.
+            n => u32::MAX >> (n - 96),
+        }
+    }
+
+    /// Whether it hands out none (never).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `ip` is one of the addresses it hands out.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        let (base, ip) = (u128::from(self.network), u128::from(ip));
+        let first = base + u128::from(self.prefix_len < 128);
+        (first..first + u128::from(self.len())).contains(&ip)
+    }
+
+    /// The first address of the range not in `used`, if any is left (at most
+    /// `used.len() + 1` tries).
+    pub(crate) fn first_free(&self, used: &[Ipv6Addr]) -> Option<Ipv6Addr> {
+        let base = u128::from(self.network);
+        let first = u128::from(self.prefix_len < 128);
+        (0..u128::from(self.len()))
+            .map(|i| Ipv6Addr::from(base + first + i))
+            .find(|a| !used.contains(a))
+    }
+}
+
+impl FromStr for AddressRangeV6 {
+    type Err = String;
+
+    /// `fdxx:…/n` with `n` in 96..=128 and no host bits set, or `::1/128`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (ip, len) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not a CIDR (like fd00:77::/112)"))?;
+        let network: Ipv6Addr = ip
+            .parse()
+            .map_err(|_| format!("{ip:?} is not an IPv6 address"))?;
+        let prefix_len: u8 = len
+            .parse()
+            .ok()
+            .filter(|n| (96..=128).contains(n))
+            .ok_or_else(|| format!("the prefix length {len:?} must be 96..=128"))?;
+        let mask = u128::MAX
+            .checked_shl(128 - u32::from(prefix_len))
+            .unwrap_or(0);
+        if u128::from(network) & !mask != 0 {
+            return Err(format!(
+                "{s} has host bits set; the network is {}/{prefix_len}",
+                Ipv6Addr::from(u128::from(network) & mask)
+            ));
+        }
+        let unique_local = network.octets()[0] == 0xfd;
+        let loopback = network.is_loopback() && prefix_len == 128;
+        if !(unique_local || loopback) {
+            return Err(format!(
+                "{s} is not unique-local: IPv6 load balancer addresses must be in fd00::/8 \
+                 (or ::1/128), never global"
+            ));
+        }
+        Ok(Self {
+            network,
+            prefix_len,
+        })
+    }
+}
+
+impl fmt::Display for AddressRangeV6 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix_len)
+    }
+}
+
 /// A forwarding rule as the data plane runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Rule {
@@ -127,6 +234,8 @@ pub(crate) struct Rule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LbSpec {
     address: Ipv4Addr,
+    /// A dual-stack load balancer's IPv6 address, listened on with the same rules.
+    address_v6: Option<Ipv6Addr>,
     /// Whether it is `REGIONAL_NETWORK` or its rules are `x_passthrough`: packets are
     /// routed to a healthy target unchanged ([`passthrough`]) instead of proxied.
     passthrough: bool,
@@ -137,7 +246,8 @@ pub(crate) struct LbSpec {
     firewall: Firewall,
 }
 
-/// The data plane's view of `lb`: `None` unless it is `active` with an IPv4 address.
+/// The data plane's view of `lb`: `None` unless it is `active` with an IPv4 address; its
+/// IPv6 address is listened on when it is dual-stack and has one.
 pub(crate) fn spec_of(lb: &LoadBalancerObject, droplets: &[Droplet]) -> Option<LbSpec> {
     if lb.status != "active" {
         return None;
@@ -173,6 +283,11 @@ pub(crate) fn spec_of(lb: &LoadBalancerObject, droplets: &[Droplet]) -> Option<L
     let passthrough = lb.is_passthrough();
     Some(LbSpec {
         address,
+        address_v6: lb
+            .is_dual_stack()
+            .then(|| lb.ipv6.parse().ok())
+            .flatten()
+            .filter(|_| !passthrough),
         passthrough,
         rules,
         check,
@@ -214,7 +329,8 @@ enum Listener {
 struct RunningLb {
     spec: LbSpec,
     pool: Arc<Pool>,
-    listeners: BTreeMap<Rule, Listener>,
+    /// By address (IPv4, and IPv6 when dual-stack) and rule.
+    listeners: BTreeMap<(IpAddr, Rule), Listener>,
     /// For a passthrough load balancer: the task keeping its route.
     _route: Option<Owned>,
     checkers: BTreeMap<Ipv4Addr, Owned>,
@@ -248,17 +364,26 @@ impl RunningLb {
         self.pool.set_firewall(spec.firewall.clone());
         self.pool.set_targets(&spec.targets);
         // A passthrough load balancer listens on nothing: its address is routed.
-        let listened: &[Rule] = if spec.passthrough { &[] } else { &spec.rules };
-        self.listeners.retain(|rule, _| listened.contains(rule));
-        for rule in listened {
-            let retry = match self.listeners.get(rule) {
+        let rules: &[Rule] = if spec.passthrough { &[] } else { &spec.rules };
+        let addresses = [
+            Some(IpAddr::V4(spec.address)),
+            spec.address_v6.map(IpAddr::V6),
+        ];
+        let listened: Vec<(IpAddr, Rule)> = addresses
+            .into_iter()
+            .flatten()
+            .flat_map(|a| rules.iter().map(move |r| (a, *r)))
+            .collect();
+        self.listeners.retain(|key, _| listened.contains(key));
+        for key in listened {
+            let retry = match self.listeners.get(&key) {
                 None => true,
                 Some(Listener::Unbound { since }) => since.elapsed() >= RETRY_BIND,
                 Some(Listener::Serving { .. }) => false,
             };
             if retry {
-                let listener = bind(id, spec.address, *rule, &self.pool);
-                self.listeners.insert(*rule, listener);
+                let listener = bind(id, key.0, key.1, &self.pool);
+                self.listeners.insert(key, listener);
             }
         }
         if check_changed {
@@ -279,7 +404,7 @@ impl RunningLb {
 
 /// Binds one rule's socket and starts serving it (in the reconciler's own task: a bind
 /// does not block).
-fn bind(id: &str, address: Ipv4Addr, rule: Rule, pool: &Arc<Pool>) -> Listener {
+fn bind(id: &str, address: IpAddr, rule: Rule, pool: &Arc<Pool>) -> Listener {
     let at = SocketAddr::from((address, rule.entry_port));
     let pool = Arc::clone(pool);
     let bound = if rule.udp {
@@ -297,6 +422,13 @@ fn bind(id: &str, address: Ipv4Addr, rule: Rule, pool: &Arc<Pool>) -> Listener {
         Ok(task) => {
             tracing::info!(lb = id, %at, udp = rule.udp, target_port = rule.target_port, "load balancer listening");
             Listener::Serving { _task: Owned(task) }
+        }
+        Err(e) if at.is_ipv6() && e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            // Linux binds an IPv6 address of a `local` route only with this sysctl.
+            tracing::warn!(lb = id, %at, error = %e, "cannot bind the load balancer's IPv6 address (is it routed locally, `ip -6 route add local <range> dev lo`, with `sysctl -w net.ipv6.ip_nonlocal_bind=1`?); retrying");
+            Listener::Unbound {
+                since: Instant::now(),
+            }
         }
         Err(e) => {
             tracing::warn!(lb = id, %at, error = %e, "cannot bind the load balancer's address; retrying");
@@ -411,6 +543,60 @@ mod tests {
         }
     }
 
+    #[test]
+    fn ipv6_ranges_are_unique_local_or_loopback_and_hand_out_free_addresses() {
+        let r: AddressRangeV6 = "fd00:77::/112".parse().unwrap();
+        assert_eq!(r.to_string(), "fd00:77::/112");
+        assert_eq!(r.len(), 65535);
+        assert!(!r.is_loopback());
+        let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        assert_eq!(
+            r.first_free(&[]),
+            Some(a("fd00:77::1")),
+            "not the anycast address"
+        );
+        assert_eq!(
+            r.first_free(&[a("fd00:77::1"), a("fd00:77::3")]),
+            Some(a("fd00:77::2"))
+        );
+        let last: AddressRangeV6 = "fd00:77::fffe/127".parse().unwrap();
+        assert_eq!(last.len(), 1);
+        assert_eq!(last.first_free(&[]), Some(a("fd00:77::ffff")));
+        assert_eq!(last.first_free(&[a("fd00:77::ffff")]), None);
+        assert!(r.contains(a("fd00:77::1")) && r.contains(a("fd00:77::ffff")));
+        assert!(
+            !r.contains(a("fd00:77::")),
+            "the anycast address is not handed out"
+        );
+        assert!(!r.contains(a("fd00:77::1:0")) && !r.contains(a("fd00:78::1")));
+        let lo: AddressRangeV6 = "::1/128".parse().unwrap();
+        assert!(lo.is_loopback());
+        assert!(lo.contains(Ipv6Addr::LOCALHOST) && !lo.contains(a("::2")));
+        assert_eq!(
+            lo.first_free(&[]),
+            Some(Ipv6Addr::LOCALHOST),
+            "the one address"
+        );
+        assert_eq!(lo.first_free(&[Ipv6Addr::LOCALHOST]), None);
+        let wide: AddressRangeV6 = "fd00::/96".parse().unwrap();
+        assert_eq!(wide.len(), u32::MAX);
+        for bad in [
+            "fd00:77::",
+            "fd00:77::1/112",
+            "fd00::/64",
+            "2001:db8::/112",
+            "fc00::/112",
+            "fe80::/112",
+            "::1/127",
+            "::/128",
+            "10.0.0.0/24",
+            "x/112",
+            "fd00::/129",
+        ] {
+            assert!(bad.parse::<AddressRangeV6>().is_err(), "{bad}");
+        }
+    }
+
     fn droplet(id: u64, ip: &str, tags: &[&str]) -> Droplet {
         Droplet {
             id,
@@ -473,6 +659,29 @@ mod tests {
         );
         assert_eq!(spec.check.http_path.as_deref(), Some("/healthz"));
         assert_eq!(spec.algorithm, Algorithm::RoundRobin);
+    }
+
+    #[test]
+    fn a_dual_stack_lb_listens_on_its_ipv6_address_too_with_the_same_targets() {
+        let droplets = [droplet(1, "10.88.0.11", &[])];
+        let mut dual = lb();
+        dual.ipv6 = "fd00:77::1".into();
+        assert_eq!(
+            spec_of(&dual, &droplets).unwrap().address_v6,
+            None,
+            "an IPv4 load balancer's stray ipv6 is not listened on"
+        );
+        dual.network_stack = "DUALSTACK".into();
+        let spec = spec_of(&dual, &droplets).unwrap();
+        assert_eq!(spec.address_v6, Some("fd00:77::1".parse().unwrap()));
+        assert_eq!(spec.address, Ipv4Addr::new(10, 88, 64, 1));
+        assert_eq!(spec.targets, [Ipv4Addr::new(10, 88, 0, 11)], "over IPv4");
+        dual.ipv6.clear();
+        assert_eq!(
+            spec_of(&dual, &droplets).unwrap().address_v6,
+            None,
+            "not before it has one"
+        );
     }
 
     #[test]

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 use ccm_test::cluster::{CONTROL_PLANE_LABEL, PAUSE_IMAGE, PodNetwork, UNINITIALIZED_TAINT};
 use ccm_test::fixtures::taint_keys;
 use ccm_test::{Cluster, eventually};
-use common::{process_alive, run_child, wait_nothing_left};
+use common::{process_alive, remove_uninitialized_taint, run_child, wait_nothing_left};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -133,19 +132,7 @@ async fn initialise_as_registered(cluster: &Cluster, nodes: &Api<Node>) {
             "{}",
             node.name()
         );
-        let taints: Vec<_> = object
-            .spec
-            .unwrap()
-            .taints
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| t.key != UNINITIALIZED_TAINT)
-            .collect();
-        let patch = serde_json::json!({"spec": {"taints": taints}});
-        nodes
-            .patch(node.name(), &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .unwrap();
+        remove_uninitialized_taint(nodes, node.name()).await;
     }
 }
 

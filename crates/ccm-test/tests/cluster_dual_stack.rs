@@ -5,15 +5,19 @@
 //! `RequireDualStack` Service's IPv6 ClusterIP through kube-proxy (ip6tables) to a Pod on
 //! the other.
 
+mod common;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use ccm_test::cluster::{PodNetwork, UNINITIALIZED_TAINT, WEB_IMAGE};
+use ccm_test::cluster::{PodNetwork, WEB_IMAGE};
 use ccm_test::net::http_get_over;
 use ccm_test::{Cluster, eventually};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
+
+use common::remove_uninitialized_taint;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -47,20 +51,7 @@ async fn a_dual_stack_cluster_carries_both_families() {
 
     // As a CCM would: the taint removed (the addresses are the kubelet's here).
     for node in cluster.nodes() {
-        let object = nodes.get(node.name()).await.unwrap();
-        let taints: Vec<_> = object
-            .spec
-            .unwrap()
-            .taints
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| t.key != UNINITIALIZED_TAINT)
-            .collect();
-        let patch = serde_json::json!({"spec": {"taints": taints}});
-        nodes
-            .patch(node.name(), &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .unwrap();
+        remove_uninitialized_taint(&nodes, node.name()).await;
     }
     for node in cluster.nodes() {
         let v6 = node.address_v6().expect("a dual-stack node's IPv6 address");

@@ -285,27 +285,19 @@ fn diagnostics(cluster: &Cluster) -> String {
             "-l",
             "app=cloud-controller-manager",
         ]),
-        run(&[
-            "logs",
-            "-n",
-            "kube-system",
-            "-l",
-            "app=cloud-controller-manager",
-            "--tail=60",
-            "--prefix",
-        ]),
-        run(&[
-            "logs",
-            "-n",
-            "kube-system",
-            "-l",
-            "app=cloud-controller-manager",
-            "--tail=60",
-            "--prefix",
-            "--previous",
-        ]),
     ]
     .concat();
+    // The running containers' logs, and those of the ones before them (a restart).
+    for previous in [None, Some("--previous")] {
+        let selector = ["-n", "kube-system", "-l", "app=cloud-controller-manager"];
+        let args: Vec<&str> = ["logs"]
+            .into_iter()
+            .chain(selector)
+            .chain(["--tail=60", "--prefix"])
+            .chain(previous)
+            .collect();
+        text += &run(&args);
+    }
     for node in cluster.nodes() {
         let log = cluster.log(&format!("kubelet-{}", node.name()));
         let tail: Vec<&str> = log.lines().rev().take(60).collect();

@@ -1,5 +1,6 @@
-//! Shared by the clean-up tests of the control plane (`cleanup.rs`) and of the cluster
-//! (`cluster.rs`).
+//! Shared by the clean-up tests of the control plane (`cleanup.rs`) and the cluster tests
+//! (`cluster.rs`, `cluster_dual_stack.rs`).
+#![allow(dead_code, reason = "each test binary uses a part of it")]
 
 use std::time::Duration;
 
@@ -50,4 +51,27 @@ pub(crate) async fn wait_nothing_left(
         }
     })
     .await;
+}
+
+/// Removes the `uninitialized` taint from the Node `name`, as a cloud-controller-manager
+/// would once it has initialised it.
+pub(crate) async fn remove_uninitialized_taint(
+    nodes: &kube::Api<k8s_openapi::api::core::v1::Node>,
+    name: &str,
+) {
+    let object = nodes.get(name).await.unwrap();
+    let taints: Vec<_> = object
+        .spec
+        .unwrap()
+        .taints
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != ccm_test::cluster::UNINITIALIZED_TAINT)
+        .collect();
+    let patch = serde_json::json!({"spec": {"taints": taints}});
+    let params = kube::api::PatchParams::default();
+    nodes
+        .patch(name, &params, &kube::api::Patch::Merge(patch))
+        .await
+        .unwrap();
 }

@@ -16,6 +16,9 @@
 #   scripts/e2e-upstream.sh [--suite S]            # every spec of the suite
 #   scripts/e2e-upstream.sh --subset [--suite S]   # the fixed list CI runs (every suite's)
 #   scripts/e2e-upstream.sh [--suite S] --focus RE # the specs whose name matches RE
+#   scripts/e2e-upstream.sh --suite zones --nodes 7  # a bigger cluster than the suite's: with
+#                                        # 7, two schedulable nodes per zone, which the
+#                                        # multi-node Traffic Distribution specs need
 #   scripts/e2e-upstream.sh --manifest FILE --image ARCHIVE ...
 #                                        # another CCM (scripts/peer-digitalocean.sh --e2e):
 #                                        # FILE instead of our release manifest, with
@@ -43,6 +46,7 @@ subset_networking=(
 
 suites=()
 subset=false
+nodes=""
 focus=()
 other=()
 ccm=""
@@ -51,11 +55,13 @@ while [ $# -gt 0 ]; do
     --suite) suites=("${2:?--suite needs loadbalancers, zones or networking}"); shift 2 ;;
     --suite=*) suites=("${1#--suite=}"); shift ;;
     --subset) subset=true; shift ;;
+    --nodes) nodes="${2:?--nodes needs a number}"; shift 2 ;;
+    --nodes=*) nodes="${1#--nodes=}"; shift ;;
     --focus) focus=("${2:?--focus needs a regular expression}"); shift 2 ;;
     --focus=*) focus=("${1#--focus=}"); shift ;;
     --manifest) other+=(--manifest "${2:?--manifest needs a file}"); ccm="$2"; shift 2 ;;
     --image) other+=(--image "${2:?--image needs an OCI archive}"); shift 2 ;;
-    -h|--help) sed -n '2,28p' "scripts/$(basename "$0")"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "scripts/$(basename "$0")"; exit 0 ;;
     *) echo "e2e-upstream.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -172,6 +178,8 @@ for suite in "${suites[@]}"; do
       rows='Networking Granular Checks: Pods'
       timeout=60m ;;
   esac
+  # (ccm-local-cluster takes the last --nodes.)
+  if [ -n "$nodes" ]; then cluster+=(--nodes "$nodes"); what="$what, $nodes nodes"; fi
   if $subset; then
     run_focus=("${subset_focus[@]}")
     timeout=30m

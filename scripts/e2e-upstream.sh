@@ -172,7 +172,7 @@ for suite in "${suites[@]}"; do
       cluster=(--provider do-like --nodes 3 --pod-routes cloud)
       what="a 3-node cluster with the do-like provider, Pod routes by its CCM"
       suite_focus=('\[sig-network\] Networking Granular Checks: Pods')
-      # The cluster tier's nodes have no SCTP (the sctp module is not loaded for them).
+      # No SCTP here (the project machine's kernel has none: CONFIG_IP_SCTP unset).
       skip=('\[Feature:SCTPConnectivity\]')
       subset_focus=("${subset_networking[@]}")
       rows='Networking Granular Checks: Pods'

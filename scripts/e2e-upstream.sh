@@ -23,7 +23,7 @@
 #                                        # another CCM (scripts/peer-digitalocean.sh --e2e):
 #                                        # FILE instead of our release manifest, with
 #                                        # ${CLOUD_API_URL} and ${CLOUD_API_TOKEN} set
-#                                        # (loadbalancers only)
+#                                        # (the loadbalancers suite only)
 #
 # Ends with one line per suite: `e2e: N passed, M failed, K skipped`; exits non-zero if any
 # failed. The JUnit reports and every cluster process's log stay in the folders it prints.
@@ -65,13 +65,15 @@ while [ $# -gt 0 ]; do
     *) echo "e2e-upstream.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+# Another CCM (--manifest) is judged by the LoadBalancers specs only: the zones suite is the
+# fake cloud's, and the networking suite needs a CCM that drives the simulator's routes.
 if [ ${#suites[@]} = 0 ]; then
-  if $subset; then suites=(loadbalancers zones networking); else suites=(loadbalancers); fi
+  if $subset && [ ${#other[@]} = 0 ]; then suites=(loadbalancers zones networking); else suites=(loadbalancers); fi
 fi
 for suite in "${suites[@]}"; do
   case "$suite" in
-    loadbalancers|networking) ;;
-    zones) [ ${#other[@]} = 0 ] || { echo "e2e-upstream.sh: --manifest/--image are for the DO-like suites" >&2; exit 2; } ;;
+    loadbalancers) ;;
+    zones|networking) [ ${#other[@]} = 0 ] || { echo "e2e-upstream.sh: --manifest/--image are for the loadbalancers suite" >&2; exit 2; } ;;
     *) echo "e2e-upstream.sh: --suite: loadbalancers, zones or networking, not '$suite'" >&2; exit 2 ;;
   esac
 done

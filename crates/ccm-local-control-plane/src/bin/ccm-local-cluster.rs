@@ -572,24 +572,31 @@ fn fake_cloud_config(nodes: &[(&str, String)], zones: usize) -> String {
     config
 }
 
+/// The fake release manifest's cloud-config, which `--zones` replaces.
+const FAKE_CLOUD_CONFIG: &str = "  cloud.yaml: |\n    nodesAreInstances: true\n";
+
 /// The fake release manifest with its cloud-config ([`fake_cloud_config`]) spreading the
 /// cluster's nodes over `zones` zones.
 fn with_zones(manifest: &str, cluster: &Cluster, zones: usize) -> Result<String, String> {
-    const DEFAULT: &str = "  cloud.yaml: |\n    nodesAreInstances: true\n";
-    if !manifest.contains(DEFAULT) {
-        return Err(format!(
-            "--zones: the fake release manifest has no cloud-config {DEFAULT:?} to replace"
-        ));
-    }
     let nodes: Vec<(&str, String)> = cluster
         .nodes()
         .iter()
         .map(|n| (n.name(), n.address().to_string()))
         .collect();
     let config = fake_cloud_config(&nodes, zones);
-    let indented: String = config.lines().map(|l| format!("    {l}\n")).collect();
     println!("Zones (the fake cloud's cloud-config):\n{config}");
-    Ok(manifest.replace(DEFAULT, &format!("  cloud.yaml: |\n{indented}")))
+    zoned_manifest(manifest, &config)
+}
+
+/// `manifest` with [`FAKE_CLOUD_CONFIG`] replaced by `config`; an error if it has none.
+fn zoned_manifest(manifest: &str, config: &str) -> Result<String, String> {
+    if !manifest.contains(FAKE_CLOUD_CONFIG) {
+        return Err(format!(
+            "--zones: the fake release manifest has no cloud-config {FAKE_CLOUD_CONFIG:?} to replace"
+        ));
+    }
+    let indented: String = config.lines().map(|l| format!("    {l}\n")).collect();
+    Ok(manifest.replace(FAKE_CLOUD_CONFIG, &format!("  cloud.yaml: |\n{indented}")))
 }
 
 /// Another CCM's manifest (`--manifest`) with `${CLOUD_API_URL}` and `${CLOUD_API_TOKEN}`
@@ -1022,6 +1029,17 @@ mod tests {
             "{config}"
         );
         assert_eq!(super::zone_name(25), "zone-z");
+
+        // The release manifest has the cloud-config --zones replaces; the instances go into
+        // its ConfigMap's block scalar.
+        let release = super::release_manifest(&super::FAKE, None).unwrap();
+        let zoned = super::zoned_manifest(&release, &config).unwrap();
+        assert!(
+            zoned.contains("  cloud.yaml: |\n    nodesAreInstances: true\n    instances:\n      - {name: cp, zone: zone-a,"),
+            "{zoned}"
+        );
+        let error = super::zoned_manifest("kind: ConfigMap\n", &config).unwrap_err();
+        assert!(error.contains("no cloud-config"), "{error}");
     }
 
     #[test]

@@ -155,8 +155,9 @@ for suite in "${suites[@]}"; do
   skip=()
   case "$suite" in
     loadbalancers)
-      cluster=(--provider do-like --nodes 3)
-      what="a 3-node cluster with ${ccm:-the do-like provider}"
+      n=3
+      cluster=(--provider do-like)
+      what="cluster with ${ccm:-the do-like provider}"
       suite_focus=('\[sig-network\] LoadBalancers')
       subset_focus=("${subset_loadbalancers[@]}")
       rows='LoadBalancers'
@@ -164,15 +165,17 @@ for suite in "${suites[@]}"; do
     zones)
       # The first node is the control plane (tainted): the specs count schedulable nodes
       # only, so 4 nodes give one schedulable node in each of 3 zones.
-      cluster=(--provider fake --nodes 4 --zones 3)
-      what="a 4-node cluster in 3 zones with the fake provider"
+      n=4
+      cluster=(--provider fake --zones 3)
+      what="cluster in 3 zones with the fake provider"
       suite_focus=('\[sig-scheduling\] Multi-AZ Clusters' '\[sig-network\] Traffic Distribution')
       subset_focus=("${subset_zones[@]}")
       rows='Multi-AZ Clusters|Traffic Distribution'
       timeout=60m ;;
     networking)
-      cluster=(--provider do-like --nodes 3 --pod-routes cloud)
-      what="a 3-node cluster with the do-like provider, Pod routes by its CCM"
+      n=3
+      cluster=(--provider do-like --pod-routes cloud)
+      what="cluster with the do-like provider, Pod routes by its CCM"
       suite_focus=('\[sig-network\] Networking Granular Checks: Pods')
       # No SCTP here (the project machine's kernel has none: CONFIG_IP_SCTP unset).
       skip=('\[Feature:SCTPConnectivity\]')
@@ -180,8 +183,8 @@ for suite in "${suites[@]}"; do
       rows='Networking Granular Checks: Pods'
       timeout=60m ;;
   esac
-  # (ccm-local-cluster takes the last --nodes.)
-  if [ -n "$nodes" ]; then cluster+=(--nodes "$nodes"); what="$what, $nodes nodes"; fi
+  cluster+=(--nodes "${nodes:-$n}")
+  what="a ${nodes:-$n}-node $what"
   if $subset; then
     run_focus=("${subset_focus[@]}")
     timeout=30m

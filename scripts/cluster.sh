@@ -12,6 +12,8 @@
 #   scripts/cluster.sh --provider do-like    # the DigitalOcean-like cloud and its simulator
 #   scripts/cluster.sh --once                # print, then stop (used by .ci/run)
 #   scripts/cluster.sh --nodes 3
+#   scripts/cluster.sh --nodes 4 --zones 3   # the fake cloud: workers in zone-a, -b, -c
+#   scripts/cluster.sh --provider do-like --pod-routes cloud   # Pod routes: the CCM's only
 #   scripts/cluster.sh --crate ../acme --values acme-values.yaml   # your provider's CCM
 #   scripts/cluster.sh --image acme.tar --values acme-values.yaml  # ... from its image
 #
@@ -41,7 +43,7 @@ while [ $# -gt 0 ]; do
       args+=("$1" "$(absolute "${2:?$1 needs a path}")"); shift 2 ;;
     --image=*|--manifest=*|--chart=*|--kubeconfig=*)
       args+=("${1%%=*}=$(absolute "${1#*=}")"); shift ;;
-    -h|--help) sed -n '2,20p' "$self"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$self"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds (or finds) what running Kubernetes' own e2e suite against a cluster
-# needs, for the `[sig-network] LoadBalancers` specs:
+# needs, for the specs scripts/e2e-upstream.sh runs (its --suite choices):
 #
 #   e2e.test      `go test -c k8s.io/kubernetes/test/e2e` at $K8S_VERSION,
 #                 static, with the version stamped in (`e2e.test --version`)
@@ -15,6 +15,11 @@
 #                 the small commands (ls, cat, sleep, ...). Not busybox's sh:
 #                 Debian's busybox-static runs its own applets in preference
 #                 to PATH, so `nc`/`wget` in `sh -c` would be busybox's.
+#   pause.tar     OCI archive of registry.k8s.io/pause:<tag> (the tag of
+#                 imageutils.GetPauseImageName() at $K8S_VERSION, which the
+#                 Multi-AZ specs run as their Pods' container): upstream's
+#                 build/pause/linux/pause.c of the same module, gcc -static,
+#                 FROM scratch, user 65535 as upstream's
 #   images.txt    one line per archive: `<file> <image reference>`
 #
 # into ${CCM_CACHE_DIR:-$HOME/.cache/ccm-rs}/e2e-upstream/k8s-vX.Y.Z/ unless
@@ -27,7 +32,7 @@
 #     "$e2e/e2e.test" --version
 #     ctr -n k8s.io images import "$e2e/agnhost.tar"   # on every node
 #
-# Needs Go (see go.mod) and the Go module proxy; and, for the image, root,
+# Needs Go (see go.mod) and the Go module proxy; and, for the images, root, gcc,
 # buildah, and the Debian packages busybox-static (or busybox), dash, curl,
 # wget and netcat-openbsd. Go's own caches ($(go env GOMODCACHE), $(go env GOCACHE))
 # make a second build fast.
@@ -38,9 +43,12 @@ readonly K8S_VERSION=v1.36.3
 # of k8s.io/kubernetes $K8S_VERSION (checked against `e2e.test --list-images`).
 readonly AGNHOST_TAG=2.63.0
 readonly AGNHOST_IMAGE="registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_TAG"
+# registry.k8s.io/pause tag in the same file (configs[Pause]).
+readonly PAUSE_TAG=3.10.2
+readonly PAUSE_IMAGE="registry.k8s.io/pause:$PAUSE_TAG"
 # Bumped whenever what this script puts in the folder changes, so that a cached folder
 # built by an older recipe is not taken for complete.
-readonly RECIPE=2
+readonly RECIPE=3
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -55,7 +63,7 @@ out="$cache/e2e-upstream/k8s-$K8S_VERSION-r$RECIPE"
 stamp="$out/.complete"
 
 has_all() { # has_all DIR
-	[[ -x "$1/e2e.test" && -f "$1/agnhost.tar" && -f "$1/images.txt" ]]
+	[[ -x "$1/e2e.test" && -f "$1/agnhost.tar" && -f "$1/pause.tar" && -f "$1/images.txt" ]]
 }
 
 if [[ -f "$stamp" ]] && has_all "$out"; then
@@ -129,6 +137,8 @@ images="$("$out/e2e.test" --list-images 2>/dev/null)" ||
 	die "$out/e2e.test --list-images failed"
 grep -qxF "$AGNHOST_IMAGE" <<<"$images" ||
 	die "$out/e2e.test --list-images does not list $AGNHOST_IMAGE; update AGNHOST_TAG in $0"
+grep -qxF "$PAUSE_IMAGE" <<<"$images" ||
+	die "$out/e2e.test --list-images does not list $PAUSE_IMAGE; update PAUSE_TAG in $0"
 
 # ---- agnhost image -----------------------------------------------------------
 
@@ -270,10 +280,42 @@ if [[ ! -f "$out/agnhost.tar" ]]; then
 	log "built agnhost.tar in $((SECONDS - start))s ($(du -h "$out/agnhost.tar" | cut -f1))"
 fi
 
-printf '%s %s\n' agnhost.tar "$AGNHOST_IMAGE" >"$tmp/images.txt"
+# ---- pause image --------------------------------------------------------------
+
+if [[ ! -f "$out/pause.tar" ]]; then
+	[[ "$(id -u)" == 0 ]] || die "building the pause image needs root (buildah with the vfs storage driver)"
+	command -v buildah >/dev/null 2>&1 || die "buildah is not installed: apt-get install buildah"
+	command -v gcc >/dev/null 2>&1 || die "gcc is not installed: apt-get install gcc libc6-dev"
+	log "building $PAUSE_IMAGE into $out/pause.tar"
+	start=$SECONDS
+	k8s_src="$(cd "$here" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)" ||
+		die "cannot find the k8s.io/kubernetes module's sources"
+	mkdir -p "$tmp/pause" || die "cannot create $tmp/pause"
+	# As build/pause/Makefile: the version baked in, static.
+	gcc -Os -Wall -Werror -static -s -DVERSION="v$PAUSE_TAG-ccm-rs" \
+		-o "$tmp/pause/pause" "$k8s_src/build/pause/linux/pause.c" >&2 ||
+		die "gcc -static of build/pause/linux/pause.c failed (apt-get install libc6-dev)"
+	cat >"$tmp/pause/Containerfile" <<-'EOF'
+		FROM scratch
+		COPY pause /pause
+		USER 65535:65535
+		ENTRYPOINT ["/pause"]
+	EOF
+	image_id="$(buildah --storage-driver vfs bud --quiet --isolation chroot --layers=false \
+		-t "$PAUSE_IMAGE" "$tmp/pause")" || die "buildah bud of $PAUSE_IMAGE failed (see above)"
+	image_id="$(tail -n1 <<<"$image_id")"
+	buildah --storage-driver vfs push --quiet "$image_id" "oci-archive:$tmp/pause.tar:$PAUSE_IMAGE" >&2 ||
+		die "saving $PAUSE_IMAGE failed"
+	buildah --storage-driver vfs rmi "$image_id" >/dev/null 2>&1 || true
+	image_id=""
+	mv -f "$tmp/pause.tar" "$out/pause.tar" || die "cannot move pause.tar into $out"
+	log "built pause.tar in $((SECONDS - start))s ($(du -h "$out/pause.tar" | cut -f1))"
+fi
+
+printf '%s %s\n' agnhost.tar "$AGNHOST_IMAGE" pause.tar "$PAUSE_IMAGE" >"$tmp/images.txt"
 mv -f "$tmp/images.txt" "$out/images.txt" || die "cannot write $out/images.txt"
 
 has_all "$out" || die "build finished but $out does not hold everything"
-printf 'kubernetes=%s\nagnhost=%s\n' "$K8S_VERSION" "$AGNHOST_IMAGE" >"$stamp"
+printf 'kubernetes=%s\nagnhost=%s\npause=%s\n' "$K8S_VERSION" "$AGNHOST_IMAGE" "$PAUSE_IMAGE" >"$stamp"
 log "done"
 printf '%s\n' "$out"

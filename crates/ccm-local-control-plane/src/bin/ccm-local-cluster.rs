@@ -10,9 +10,18 @@
 //! ```text
 //! ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
 //!                   [--image ARCHIVE]... [--manifest FILE | --values FILE [--chart DIR]]
+//!                   [--zones N (fake)] [--pod-routes cloud (do-like)]
 //!                   [--exec PROGRAM ARGS...]
 //! ccm-local-cluster --image ARCHIVE --values FILE [--chart DIR] [--nodes N] [--once] ...
 //! ```
+//!
+//! `--zones N` (the fake cloud) puts node *i* in zone `zone-<a|b|c…>` number *i* mod N
+//! through the cloud-config it applies (the fake cloud's per-instance `zone`), so that the
+//! CCM's `topology.kubernetes.io/zone` labels spread the schedulable nodes over N zones, for
+//! Kubernetes' multi-zone specs. `--pod-routes cloud` (the DO-like cloud, which is one region
+//! and one zone) leaves the Pod routes between nodes to the CCM's route controller: the
+//! cluster tier adds none ([`ccm_test::cluster::PodRoutes::Cloud`]) and the simulator turns
+//! each route of its API into a route of the cluster's network (`--kernel-routes on`).
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -31,7 +40,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 const USAGE: &str = "\
 usage: ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
                          [--image ARCHIVE]... [--manifest FILE | --values FILE [--chart DIR]]
-                         [--exec PROGRAM ARGS...]
+                         [--zones N] [--pod-routes cloud] [--exec PROGRAM ARGS...]
        ccm-local-cluster --image ARCHIVE --values FILE [--chart DIR] [--nodes N] [--once]
                          [--kubeconfig FILE] [--exec PROGRAM ARGS...]
 
@@ -61,6 +70,15 @@ forward to the Nodes, and a request is sent through one. Needs root.
                      bundled cloud and no workload: the Nodes it initialised and its
                      Pods are printed
   --chart DIR        the chart for --values (default: charts/cloud-controller-manager)
+  --zones N          --provider fake: put node i (0 is the control plane) in zone
+                     zone-<a|b|c...> number i mod N (N from 1 to 26) through the
+                     cloud-config applied with the release manifest, so the CCM's
+                     topology.kubernetes.io/zone labels spread the nodes over N zones
+                     (with --nodes 4 and --zones 3: one schedulable node per zone)
+  --pod-routes cloud --provider do-like: the cluster adds no Pod routes between nodes;
+                     the simulator makes each route of its /v2/x-routes API a route of
+                     the cluster's network (--kernel-routes on), so Pod traffic across
+                     nodes flows only over the CCM's route controller's routes
   --exec PROGRAM...  instead of the workload, run PROGRAM with the rest of the
                      arguments in the cluster's network namespace, with KUBECONFIG
                      naming an admin kubeconfig that works there (and CLOUD_API_URL,
@@ -99,6 +117,10 @@ struct Options {
     manifest: Option<PathBuf>,
     values: Option<PathBuf>,
     chart: Option<PathBuf>,
+    /// `--zones`: how many zones the fake cloud spreads the nodes over (0: not set).
+    zones: usize,
+    /// `--pod-routes cloud`: the CCM's routes carry Pod traffic between nodes.
+    cloud_routes: bool,
     exec: Vec<String>,
 }
 
@@ -111,6 +133,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut manifest = None;
     let mut values = None;
     let mut chart = None;
+    let mut zones = 0;
+    let mut cloud_routes = false;
     let mut exec = Vec::new();
     while let Some(arg) = args.next() {
         if arg == "--exec" {
@@ -151,6 +175,18 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--manifest" => manifest = Some(PathBuf::from(value("--manifest")?)),
             "--values" => values = Some(PathBuf::from(value("--values")?)),
             "--chart" => chart = Some(PathBuf::from(value("--chart")?)),
+            "--zones" => {
+                zones = value("--zones")?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=26).contains(n))
+                    .ok_or("--zones: a number from 1 to 26")?;
+            }
+            "--pod-routes" => match value("--pod-routes")?.as_str() {
+                "cloud" => cloud_routes = true,
+                "cluster" => cloud_routes = false,
+                other => return Err(format!("--pod-routes: cloud or cluster, not {other:?}")),
+            },
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -159,6 +195,17 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     }
     if chart.is_some() && values.is_none() {
         return Err("--chart is the chart of --values".to_owned());
+    }
+    let bundled_release = values.is_none() && manifest.is_none();
+    if zones > 0 && !(provider.is_some_and(|p| std::ptr::eq(p, &FAKE)) && bundled_release) {
+        return Err(
+            "--zones sets the fake cloud's zones in its release manifest: \
+             --provider fake, without --manifest or --values"
+                .to_owned(),
+        );
+    }
+    if cloud_routes && !provider.is_some_and(|p| std::ptr::eq(p, &DO_LIKE)) {
+        return Err("--pod-routes cloud needs a cloud with routes: --provider do-like".to_owned());
     }
     if provider.is_none() {
         if values.is_none() {
@@ -185,6 +232,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         manifest,
         values,
         chart,
+        zones,
+        cloud_routes,
         exec,
     })
 }
@@ -228,6 +277,9 @@ async fn run(options: &Options) -> Result<u8, String> {
     let provider = options.provider;
     let started = std::time::Instant::now();
     let mut builder = Cluster::builder().nodes(options.nodes);
+    if options.cloud_routes {
+        builder = builder.pod_routes(ccm_test::cluster::PodRoutes::Cloud);
+    }
     if let (Some(provider), None) = (provider, &options.manifest) {
         let archive = ccm_test::image::archive(&workspace(), provider.image);
         if !archive.is_file() {
@@ -261,7 +313,7 @@ async fn run(options: &Options) -> Result<u8, String> {
 
     let do_like = provider.is_some_and(|p| std::ptr::eq(p, &DO_LIKE));
     let url = if do_like {
-        Some(start_simulator(&cluster).await?)
+        Some(start_simulator(&cluster, options.cloud_routes).await?)
     } else {
         None
     };
@@ -276,7 +328,10 @@ async fn run(options: &Options) -> Result<u8, String> {
         }
         (None, None, Some(provider)) => {
             println!("Applying releases/v{VERSION}/{}:", provider.manifest);
-            let manifest = release_manifest(provider, url.as_deref())?;
+            let mut manifest = release_manifest(provider, url.as_deref())?;
+            if options.zones > 0 {
+                manifest = with_zones(&manifest, &cluster, options.zones)?;
+            }
             print!("{}", cluster.apply(&manifest).map_err(|e| e.to_string())?);
         }
         (None, None, None) => unreachable!("parse() requires --provider or --values"),
@@ -496,6 +551,54 @@ fn release_manifest(provider: &Provider, url: Option<&str>) -> Result<String, St
     Ok(manifest)
 }
 
+/// The name of zone `i` (`zone-a`, `zone-b`, …, `zone-z`).
+fn zone_name(i: usize) -> String {
+    let letter = b'a' + u8::try_from(i % 26).unwrap_or(0);
+    format!("zone-{}", char::from(letter))
+}
+
+/// The fake cloud's cloud-config with every node an instance of its own zone: node `i` in
+/// zone `i mod zones`, its addresses the node's own (InternalIP and Hostname, as the fake
+/// cloud would take from the kubelet).
+fn fake_cloud_config(nodes: &[(&str, String)], zones: usize) -> String {
+    let mut config = "nodesAreInstances: true\ninstances:\n".to_owned();
+    for (i, (name, address)) in nodes.iter().enumerate() {
+        config.push_str(&format!(
+            "  - {{name: {name}, zone: {}, addresses: [{{type: InternalIP, address: \"{address}\"}}, \
+             {{type: Hostname, address: {name}}}]}}\n",
+            zone_name(i % zones.max(1))
+        ));
+    }
+    config
+}
+
+/// The fake release manifest's cloud-config, which `--zones` replaces.
+const FAKE_CLOUD_CONFIG: &str = "  cloud.yaml: |\n    nodesAreInstances: true\n";
+
+/// The fake release manifest with its cloud-config ([`fake_cloud_config`]) spreading the
+/// cluster's nodes over `zones` zones.
+fn with_zones(manifest: &str, cluster: &Cluster, zones: usize) -> Result<String, String> {
+    let nodes: Vec<(&str, String)> = cluster
+        .nodes()
+        .iter()
+        .map(|n| (n.name(), n.address().to_string()))
+        .collect();
+    let config = fake_cloud_config(&nodes, zones);
+    println!("Zones (the fake cloud's cloud-config):\n{config}");
+    zoned_manifest(manifest, &config)
+}
+
+/// `manifest` with [`FAKE_CLOUD_CONFIG`] replaced by `config`; an error if it has none.
+fn zoned_manifest(manifest: &str, config: &str) -> Result<String, String> {
+    if !manifest.contains(FAKE_CLOUD_CONFIG) {
+        return Err(format!(
+            "--zones: the fake release manifest has no cloud-config {FAKE_CLOUD_CONFIG:?} to replace"
+        ));
+    }
+    let indented: String = config.lines().map(|l| format!("    {l}\n")).collect();
+    Ok(manifest.replace(FAKE_CLOUD_CONFIG, &format!("  cloud.yaml: |\n{indented}")))
+}
+
 /// Another CCM's manifest (`--manifest`) with `${CLOUD_API_URL}` and `${CLOUD_API_TOKEN}`
 /// replaced by the simulator's URL and token; an error if it names them and there is no
 /// simulator (the fake provider).
@@ -675,9 +778,10 @@ spec:
     )
 }
 
-/// Starts the DO-like API simulator in the cluster's namespace, registers each node as a
-/// droplet with the node's address, and returns the API's URL as the nodes reach it.
-async fn start_simulator(cluster: &Cluster) -> Result<String, String> {
+/// Starts the DO-like API simulator in the cluster's namespace (with `kernel_routes`, its
+/// routes routes of that namespace: `--kernel-routes on`), registers each node as a droplet
+/// with the node's address, and returns the API's URL as the nodes reach it.
+async fn start_simulator(cluster: &Cluster, kernel_routes: bool) -> Result<String, String> {
     let binary = workspace().join(format!("target/images/context/{SIMULATOR}/{SIMULATOR}"));
     if !binary.is_file() {
         return Err(format!(
@@ -704,6 +808,10 @@ async fn start_simulator(cluster: &Cluster) -> Result<String, String> {
                 format!("--lb-addresses={LOAD_BALANCER_CIDR}"),
                 format!("--token-file={}", token.display()),
                 format!("--admin-token-file={}", admin_token.display()),
+                format!(
+                    "--kernel-routes={}",
+                    if kernel_routes { "on" } else { "off" }
+                ),
             ],
         )
         .map_err(|e| e.to_string())?;
@@ -869,6 +977,69 @@ mod tests {
             let error = parse(args(bad)).err().unwrap();
             assert!(error.contains(says), "{bad:?}: {error}");
         }
+    }
+
+    #[test]
+    fn zones_are_the_fake_clouds_and_cloud_routes_the_do_like_clouds() {
+        let options = parse(args(&["--provider=fake", "--nodes=4", "--zones", "3"])).unwrap();
+        assert_eq!((options.zones, options.cloud_routes), (3, false));
+        let options = parse(args(&["--provider=do-like", "--pod-routes=cloud"])).unwrap();
+        assert_eq!((options.zones, options.cloud_routes), (0, true));
+        for (bad, says) in [
+            (&["--provider=do-like", "--zones=3"][..], "--provider fake"),
+            (
+                &["--provider=fake", "--zones=3", "--manifest=m.yaml"][..],
+                "without --manifest",
+            ),
+            (&["--provider=fake", "--zones=0"][..], "1 to 26"),
+            (&["--provider=fake", "--zones=27"][..], "1 to 26"),
+            (
+                &["--provider=fake", "--pod-routes=cloud"][..],
+                "--provider do-like",
+            ),
+            (
+                &["--provider=do-like", "--pod-routes=vpc"][..],
+                "cloud or cluster",
+            ),
+        ] {
+            let error = parse(args(bad)).err().unwrap();
+            assert!(error.contains(says), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn node_i_is_in_zone_i_mod_n_with_its_own_addresses() {
+        let nodes: Vec<(&str, String)> = ["cp", "w1", "w2", "w3"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (*n, format!("10.88.0.{}", 10 + i)))
+            .collect();
+        let config = super::fake_cloud_config(&nodes, 3);
+        let zones: Vec<&str> = config
+            .lines()
+            .filter_map(|l| l.split("zone: ").nth(1)?.split(',').next())
+            .collect();
+        assert_eq!(zones, ["zone-a", "zone-b", "zone-c", "zone-a"], "{config}");
+        assert!(config.starts_with("nodesAreInstances: true\ninstances:\n"));
+        assert!(
+            config.contains(
+                "- {name: w2, zone: zone-c, addresses: [{type: InternalIP, address: \"10.88.0.12\"}, \
+                 {type: Hostname, address: w2}]}"
+            ),
+            "{config}"
+        );
+        assert_eq!(super::zone_name(25), "zone-z");
+
+        // The release manifest has the cloud-config --zones replaces; the instances go into
+        // its ConfigMap's block scalar.
+        let release = super::release_manifest(&super::FAKE, None).unwrap();
+        let zoned = super::zoned_manifest(&release, &config).unwrap();
+        assert!(
+            zoned.contains("  cloud.yaml: |\n    nodesAreInstances: true\n    instances:\n      - {name: cp, zone: zone-a,"),
+            "{zoned}"
+        );
+        let error = super::zoned_manifest("kind: ConfigMap\n", &config).unwrap_err();
+        assert!(error.contains("no cloud-config"), "{error}");
     }
 
     #[test]

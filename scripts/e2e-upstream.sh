@@ -12,6 +12,12 @@
 #   networking     [sig-network] Networking Granular Checks: Pods (common/network/networking.go):
 #                  the DO-like cloud, 3 nodes, Pod traffic across nodes only over the
 #                  CCM's routes (ccm-local-cluster --pod-routes cloud); SCTP left out
+#   dualstack      [sig-network] [Feature:IPv6DualStack] (network/dual_stack.go): the DO-like
+#                  cloud, 3 nodes, an IPv4/IPv6 cluster (ccm-local-cluster --dual-stack
+#                  --pod-routes cloud: node addresses of both families from the cloud, Pod
+#                  routes of both families by the CCM); SCTP left out
+#   loadbalancers-dualstack
+#                  the LoadBalancers specs again, in that dual-stack cluster
 #
 #   scripts/e2e-upstream.sh [--suite S]            # every spec of the suite
 #   scripts/e2e-upstream.sh --subset [--suite S]   # the fixed list CI runs (every suite's)
@@ -43,6 +49,9 @@ subset_zones=(
 subset_networking=(
   '\[sig-network\] Networking Granular Checks: Pods should function for intra-pod communication: http'
 )
+subset_dualstack=(
+  '\[Feature:IPv6DualStack\] should have at least one dual-stack node'
+)
 
 suites=()
 subset=false
@@ -52,7 +61,7 @@ other=()
 ccm=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --suite) suites=("${2:?--suite needs loadbalancers, zones or networking}"); shift 2 ;;
+    --suite) suites=("${2:?--suite needs loadbalancers, zones, networking, dualstack or loadbalancers-dualstack}"); shift 2 ;;
     --suite=*) suites=("${1#--suite=}"); shift ;;
     --subset) subset=true; shift ;;
     --nodes) nodes="${2:?--nodes needs a number}"; shift 2 ;;
@@ -68,13 +77,13 @@ done
 # Another CCM (--manifest) is judged by the LoadBalancers specs only: the zones suite is the
 # fake cloud's, and the networking suite needs a CCM that drives the simulator's routes.
 if [ ${#suites[@]} = 0 ]; then
-  if $subset && [ ${#other[@]} = 0 ]; then suites=(loadbalancers zones networking); else suites=(loadbalancers); fi
+  if $subset && [ ${#other[@]} = 0 ]; then suites=(loadbalancers zones networking dualstack); else suites=(loadbalancers); fi
 fi
 for suite in "${suites[@]}"; do
   case "$suite" in
     loadbalancers) ;;
-    zones|networking) [ ${#other[@]} = 0 ] || { echo "e2e-upstream.sh: --manifest/--image are for the loadbalancers suite" >&2; exit 2; } ;;
-    *) echo "e2e-upstream.sh: --suite: loadbalancers, zones or networking, not '$suite'" >&2; exit 2 ;;
+    zones|networking|dualstack|loadbalancers-dualstack) [ ${#other[@]} = 0 ] || { echo "e2e-upstream.sh: --manifest/--image are for the loadbalancers suite" >&2; exit 2; } ;;
+    *) echo "e2e-upstream.sh: --suite: loadbalancers, zones, networking, dualstack or loadbalancers-dualstack, not '$suite'" >&2; exit 2 ;;
   esac
 done
 if $subset && [ ${#focus[@]} != 0 ]; then
@@ -182,6 +191,23 @@ for suite in "${suites[@]}"; do
       subset_focus=("${subset_networking[@]}")
       rows='Networking Granular Checks: Pods'
       timeout=60m ;;
+    dualstack)
+      n=3
+      cluster=(--provider do-like --dual-stack --pod-routes cloud)
+      what="dual-stack cluster with the do-like provider, Pod routes by its CCM"
+      suite_focus=('\[Feature:IPv6DualStack\]')
+      skip=('\[Feature:SCTPConnectivity\]')
+      subset_focus=("${subset_dualstack[@]}")
+      rows='IPv6DualStack'
+      timeout=60m ;;
+    loadbalancers-dualstack)
+      n=3
+      cluster=(--provider do-like --dual-stack --pod-routes cloud)
+      what="dual-stack cluster with the do-like provider"
+      suite_focus=('\[sig-network\] LoadBalancers')
+      subset_focus=("${subset_loadbalancers[@]}")
+      rows='LoadBalancers'
+      timeout=90m ;;
   esac
   cluster+=(--nodes "${nodes:-$n}")
   what="a ${nodes:-$n}-node $what"

@@ -10,7 +10,7 @@
 //! ```text
 //! ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
 //!                   [--image ARCHIVE]... [--manifest FILE | --values FILE [--chart DIR]]
-//!                   [--zones N (fake)] [--pod-routes cloud (do-like)]
+//!                   [--zones N (fake)] [--pod-routes cloud (do-like)] [--dual-stack (do-like)]
 //!                   [--exec PROGRAM ARGS...]
 //! ccm-local-cluster --image ARCHIVE --values FILE [--chart DIR] [--nodes N] [--once] ...
 //! ```
@@ -22,6 +22,10 @@
 //! and one zone) leaves the Pod routes between nodes to the CCM's route controller: the
 //! cluster tier adds none ([`ccm_test::cluster::PodRoutes::Cloud`]) and the simulator turns
 //! each route of its API into a route of the cluster's network (`--kernel-routes on`).
+//! `--dual-stack` (the DO-like cloud) starts an IPv4/IPv6 cluster
+//! ([`ccm_test::ClusterBuilder::dual_stack`]): each droplet has its node's IPv6 address too,
+//! the CCM gets both cluster CIDRs, and the simulator gives `DUALSTACK` load balancers an
+//! IPv6 address of [`ccm_test::cluster::LOAD_BALANCER_CIDR_V6`].
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -40,7 +44,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 const USAGE: &str = "\
 usage: ccm-local-cluster --provider fake|do-like [--nodes N] [--once] [--kubeconfig FILE]
                          [--image ARCHIVE]... [--manifest FILE | --values FILE [--chart DIR]]
-                         [--zones N] [--pod-routes cloud] [--exec PROGRAM ARGS...]
+                         [--zones N] [--pod-routes cloud] [--dual-stack]
+                         [--exec PROGRAM ARGS...]
        ccm-local-cluster --image ARCHIVE --values FILE [--chart DIR] [--nodes N] [--once]
                          [--kubeconfig FILE] [--exec PROGRAM ARGS...]
 
@@ -79,6 +84,10 @@ forward to the Nodes, and a request is sent through one. Needs root.
                      the simulator makes each route of its /v2/x-routes API a route of
                      the cluster's network (--kernel-routes on), so Pod traffic across
                      nodes flows only over the CCM's route controller's routes
+  --dual-stack       --provider do-like: an IPv4/IPv6 cluster (unique-local IPv6
+                     addresses inside the run's namespaces): each droplet has its
+                     node's IPv6 address too, the CCM gets both cluster CIDRs, and
+                     DUALSTACK load balancers an IPv6 address that forwards
   --exec PROGRAM...  instead of the workload, run PROGRAM with the rest of the
                      arguments in the cluster's network namespace, with KUBECONFIG
                      naming an admin kubeconfig that works there (and CLOUD_API_URL,
@@ -121,6 +130,8 @@ struct Options {
     zones: usize,
     /// `--pod-routes cloud`: the CCM's routes carry Pod traffic between nodes.
     cloud_routes: bool,
+    /// `--dual-stack`: an IPv4/IPv6 cluster.
+    dual_stack: bool,
     exec: Vec<String>,
 }
 
@@ -135,6 +146,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut chart = None;
     let mut zones = 0;
     let mut cloud_routes = false;
+    let mut dual_stack = false;
     let mut exec = Vec::new();
     while let Some(arg) = args.next() {
         if arg == "--exec" {
@@ -187,6 +199,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
                 "cluster" => cloud_routes = false,
                 other => return Err(format!("--pod-routes: cloud or cluster, not {other:?}")),
             },
+            "--dual-stack" => dual_stack = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -201,6 +214,13 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         return Err(
             "--zones sets the fake cloud's zones in its release manifest: \
              --provider fake, without --manifest or --values"
+                .to_owned(),
+        );
+    }
+    if dual_stack && !(provider.is_some_and(|p| std::ptr::eq(p, &DO_LIKE)) && bundled_release) {
+        return Err(
+            "--dual-stack gives the DO-like cloud's release manifest both cluster CIDRs: \
+             --provider do-like, without --manifest or --values"
                 .to_owned(),
         );
     }
@@ -234,6 +254,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         chart,
         zones,
         cloud_routes,
+        dual_stack,
         exec,
     })
 }
@@ -280,6 +301,7 @@ async fn run(options: &Options) -> Result<u8, String> {
     if options.cloud_routes {
         builder = builder.pod_routes(ccm_test::cluster::PodRoutes::Cloud);
     }
+    builder = builder.dual_stack(options.dual_stack);
     if let (Some(provider), None) = (provider, &options.manifest) {
         let archive = ccm_test::image::archive(&workspace(), provider.image);
         if !archive.is_file() {
@@ -313,7 +335,7 @@ async fn run(options: &Options) -> Result<u8, String> {
 
     let do_like = provider.is_some_and(|p| std::ptr::eq(p, &DO_LIKE));
     let url = if do_like {
-        Some(start_simulator(&cluster, options.cloud_routes).await?)
+        Some(start_simulator(&cluster, options.cloud_routes, options.dual_stack).await?)
     } else {
         None
     };
@@ -331,6 +353,9 @@ async fn run(options: &Options) -> Result<u8, String> {
             let mut manifest = release_manifest(provider, url.as_deref())?;
             if options.zones > 0 {
                 manifest = with_zones(&manifest, &cluster, options.zones)?;
+            }
+            if options.dual_stack {
+                manifest = with_dual_stack_cluster_cidr(&manifest)?;
             }
             print!("{}", cluster.apply(&manifest).map_err(|e| e.to_string())?);
         }
@@ -549,6 +574,25 @@ fn release_manifest(provider: &Provider, url: Option<&str>) -> Result<String, St
             );
     }
     Ok(manifest)
+}
+
+/// The release manifest's `--cluster-cidr` flag, which `--dual-stack` extends.
+const CLUSTER_CIDR_FLAG: &str = "- --cluster-cidr=10.244.0.0/16\n";
+
+/// The DO-like release manifest with both of a dual-stack cluster's CIDRs in the CCM's
+/// `--cluster-cidr` (its route controller then routes both families).
+fn with_dual_stack_cluster_cidr(manifest: &str) -> Result<String, String> {
+    use ccm_test::cluster::{CLUSTER_CIDR, CLUSTER_CIDR_V6};
+    if manifest.matches(CLUSTER_CIDR_FLAG).count() != 1 {
+        return Err(format!(
+            "--dual-stack: the release manifest has no one {:?} to extend",
+            CLUSTER_CIDR_FLAG.trim()
+        ));
+    }
+    Ok(manifest.replace(
+        CLUSTER_CIDR_FLAG,
+        &format!("- --cluster-cidr={CLUSTER_CIDR},{CLUSTER_CIDR_V6}\n"),
+    ))
 }
 
 /// The name of zone `i` (`zone-a`, `zone-b`, …, `zone-z`).
@@ -779,9 +823,14 @@ spec:
 }
 
 /// Starts the DO-like API simulator in the cluster's namespace (with `kernel_routes`, its
-/// routes routes of that namespace: `--kernel-routes on`), registers each node as a droplet
-/// with the node's address, and returns the API's URL as the nodes reach it.
-async fn start_simulator(cluster: &Cluster, kernel_routes: bool) -> Result<String, String> {
+/// routes routes of that namespace: `--kernel-routes on`; with `dual_stack`, IPv6 addresses
+/// for dual-stack load balancers), registers each node as a droplet with the node's
+/// address (addresses), and returns the API's URL as the nodes reach it.
+async fn start_simulator(
+    cluster: &Cluster,
+    kernel_routes: bool,
+    dual_stack: bool,
+) -> Result<String, String> {
     let binary = workspace().join(format!("target/images/context/{SIMULATOR}/{SIMULATOR}"));
     if !binary.is_file() {
         return Err(format!(
@@ -798,6 +847,12 @@ async fn start_simulator(cluster: &Cluster, kernel_routes: bool) -> Result<Strin
     let token = write("do-like-token", TOKEN)?;
     let admin_token = write("do-like-admin-token", ADMIN_TOKEN)?;
     let address = SocketAddr::from((cluster.gateway_address(), SIMULATOR_PORT));
+    let v6_range = dual_stack.then(|| {
+        format!(
+            "--lb-addresses-v6={}",
+            ccm_test::cluster::LOAD_BALANCER_CIDR_V6
+        )
+    });
     cluster
         .start_process(
             SIMULATOR,
@@ -812,12 +867,19 @@ async fn start_simulator(cluster: &Cluster, kernel_routes: bool) -> Result<Strin
                     "--kernel-routes={}",
                     if kernel_routes { "on" } else { "off" }
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(v6_range)
+            .collect::<Vec<_>>(),
         )
         .map_err(|e| e.to_string())?;
     for node in cluster.nodes() {
+        let ipv6 = node
+            .address_v6()
+            .map(|v6| format!(r#","ipv6_address":"{v6}""#))
+            .unwrap_or_default();
         let body = format!(
-            r#"{{"name":"{}","private_ip_address":"{}"}}"#,
+            r#"{{"name":"{}","private_ip_address":"{}"{ipv6}}}"#,
             node.name(),
             node.address()
         );
@@ -918,7 +980,9 @@ async fn wait_for_stop() {
 mod tests {
     use std::path::PathBuf;
 
-    use super::{TOKEN, other_manifest, parse};
+    use super::{
+        DO_LIKE, TOKEN, other_manifest, parse, release_manifest, with_dual_stack_cluster_cidr,
+    };
 
     fn args(list: &[&str]) -> impl Iterator<Item = String> {
         list.iter()
@@ -1059,6 +1123,30 @@ mod tests {
             super::yaml_list(&["ccm-control-plane", "ccm-worker"]),
             r#"["ccm-control-plane", "ccm-worker"]"#
         );
+    }
+
+    #[test]
+    fn dual_stack_is_the_do_like_clouds_and_gives_its_ccm_both_cluster_cidrs() {
+        let options = parse(args(&["--provider=do-like", "--dual-stack"])).unwrap();
+        assert!(options.dual_stack);
+        assert!(!parse(args(&["--provider=do-like"])).unwrap().dual_stack);
+        for bad in [
+            &["--provider=fake", "--dual-stack"][..],
+            &["--provider=do-like", "--dual-stack", "--manifest=m.yaml"][..],
+        ] {
+            let error = parse(args(bad)).err().unwrap();
+            assert!(
+                error.contains("--provider do-like, without"),
+                "{bad:?}: {error}"
+            );
+        }
+        let manifest = release_manifest(&DO_LIKE, Some("http://10.88.0.1:8080")).unwrap();
+        let dual = with_dual_stack_cluster_cidr(&manifest).unwrap();
+        assert!(
+            dual.contains("- --cluster-cidr=10.244.0.0/16,fd00:10:244::/56\n"),
+            "the release manifest's flag, extended"
+        );
+        assert!(with_dual_stack_cluster_cidr("kind: Deployment\n").is_err());
     }
 
     #[test]

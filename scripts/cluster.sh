@@ -14,6 +14,7 @@
 #   scripts/cluster.sh --nodes 3
 #   scripts/cluster.sh --nodes 4 --zones 3   # the fake cloud: workers in zone-a, -b, -c
 #   scripts/cluster.sh --provider do-like --pod-routes cloud   # Pod routes: the CCM's only
+#   scripts/cluster.sh --provider do-like --dual-stack         # IPv4/IPv6 nodes, Pods, LBs
 #   scripts/cluster.sh --crate ../acme --values acme-values.yaml   # your provider's CCM
 #   scripts/cluster.sh --image acme.tar --values acme-values.yaml  # ... from its image
 #

@@ -163,10 +163,16 @@ for suite in "${suites[@]}"; do
   # are its specs.
   skip=()
   case "$suite" in
-    loadbalancers)
+    loadbalancers|loadbalancers-dualstack)
       n=3
-      cluster=(--provider do-like)
-      what="cluster with ${ccm:-the do-like provider}"
+      if [ "$suite" = loadbalancers ]; then
+        cluster=(--provider do-like)
+        what="cluster with ${ccm:-the do-like provider}"
+      else
+        # The same specs in the dualstack suite's cluster.
+        cluster=(--provider do-like --dual-stack --pod-routes cloud)
+        what="dual-stack cluster with the do-like provider"
+      fi
       suite_focus=('\[sig-network\] LoadBalancers')
       subset_focus=("${subset_loadbalancers[@]}")
       rows='LoadBalancers'
@@ -200,14 +206,6 @@ for suite in "${suites[@]}"; do
       subset_focus=("${subset_dualstack[@]}")
       rows='IPv6DualStack'
       timeout=60m ;;
-    loadbalancers-dualstack)
-      n=3
-      cluster=(--provider do-like --dual-stack --pod-routes cloud)
-      what="dual-stack cluster with the do-like provider"
-      suite_focus=('\[sig-network\] LoadBalancers')
-      subset_focus=("${subset_loadbalancers[@]}")
-      rows='LoadBalancers'
-      timeout=90m ;;
   esac
   cluster+=(--nodes "${nodes:-$n}")
   what="a ${nodes:-$n}-node $what"

@@ -210,21 +210,22 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         return Err("--chart is the chart of --values".to_owned());
     }
     let bundled_release = values.is_none() && manifest.is_none();
-    if zones > 0 && !(provider.is_some_and(|p| std::ptr::eq(p, &FAKE)) && bundled_release) {
+    let is = |cloud: &Provider| provider.is_some_and(|p| std::ptr::eq(p, cloud));
+    if zones > 0 && !(is(&FAKE) && bundled_release) {
         return Err(
             "--zones sets the fake cloud's zones in its release manifest: \
              --provider fake, without --manifest or --values"
                 .to_owned(),
         );
     }
-    if dual_stack && !(provider.is_some_and(|p| std::ptr::eq(p, &DO_LIKE)) && bundled_release) {
+    if dual_stack && !(is(&DO_LIKE) && bundled_release) {
         return Err(
             "--dual-stack gives the DO-like cloud's release manifest both cluster CIDRs: \
              --provider do-like, without --manifest or --values"
                 .to_owned(),
         );
     }
-    if cloud_routes && !provider.is_some_and(|p| std::ptr::eq(p, &DO_LIKE)) {
+    if cloud_routes && !is(&DO_LIKE) {
         return Err("--pod-routes cloud needs a cloud with routes: --provider do-like".to_owned());
     }
     if provider.is_none() {

@@ -17,6 +17,7 @@
 pub(crate) mod fields;
 pub mod go_metrics;
 pub(crate) mod priority;
+pub mod protobuf;
 pub mod service_account;
 
 use parking_lot::Mutex;

@@ -58,6 +58,12 @@ pub enum Change<K> {
 
 type Handler<K> = Box<dyn Fn(&Change<K>) + Send + Sync>;
 
+/// Starts a watcher of its own instead of kube's (JSON) one: the protobuf watcher.
+type WatcherFn<K> = fn(
+    Api<K>,
+    watcher::Config,
+) -> futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>;
+
 /// Whether the watch works: when it started failing and why, `None` while it works.
 #[derive(Debug, Default)]
 struct WatchHealth {
@@ -80,6 +86,7 @@ where
     api: Api<K>,
     config: watcher::Config,
     transform: fn(&mut K),
+    protobuf: Option<WatcherFn<K>>,
 }
 
 impl<K> Clone for Informer<K>
@@ -98,6 +105,7 @@ where
             api: self.api.clone(),
             config: self.config.clone(),
             transform: self.transform,
+            protobuf: self.protobuf,
         }
     }
 }
@@ -123,7 +131,22 @@ where
             api,
             config,
             transform,
+            protobuf: None,
         }
+    }
+
+    /// Lists and watches in protobuf rather than JSON (see [`crate::client::protobuf`]):
+    /// the API server encodes each change once for every watcher of the same encoding, and
+    /// the other watchers of Nodes and Services (kubelets, kube-controller-manager, the
+    /// scheduler, kube-proxy) speak protobuf. The same events either way.
+    #[must_use]
+    pub fn with_protobuf(mut self) -> Self
+    where
+        K: crate::client::protobuf::Protobuf,
+    {
+        self.protobuf =
+            Some(|api, config| Box::pin(crate::client::protobuf::watch::watcher(api, config)));
+        self
     }
 
     /// The cache. It is empty until the first list completes; see
@@ -252,7 +275,11 @@ where
         &self,
     ) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + use<K> {
         let transform = self.transform;
-        watcher::watcher(self.api.clone(), self.config.clone()).map(move |ev| {
+        let events = match self.protobuf {
+            Some(start) => start(self.api.clone(), self.config.clone()),
+            None => watcher::watcher(self.api.clone(), self.config.clone()).boxed(),
+        };
+        events.map(move |ev| {
             ev.map(|ev| match ev {
                 Event::Apply(mut o) => {
                     transform(&mut o);

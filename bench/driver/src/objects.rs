@@ -75,16 +75,28 @@ pub(crate) fn node_has_route(node: &Node) -> bool {
         && node_condition(node, "NetworkUnavailable").is_some_and(|(status, _)| status == "False")
 }
 
-/// A stream of "how many objects are done", from a watch of `api`.
+/// A stream of "how many objects are done", from a watch of `api` (in protobuf or JSON).
 pub(crate) fn watch_done<K>(
     api: Api<K>,
     is_done: fn(&K) -> bool,
+    protobuf: bool,
 ) -> impl futures::Stream<Item = usize> + Send
 where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K: kube::Resource
+        + ccm_runtime::client::protobuf::Protobuf
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
 {
     let mut done: HashSet<String> = HashSet::new();
-    watcher(api, watcher::Config::default()).filter_map(move |event| {
+    let events = if protobuf {
+        ccm_runtime::client::protobuf::watcher(api, watcher::Config::default()).boxed()
+    } else {
+        watcher(api, watcher::Config::default()).boxed()
+    };
+    events.filter_map(move |event| {
         let changed = match event {
             Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
                 let name = obj.meta().name.clone().unwrap_or_default();

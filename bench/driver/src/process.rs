@@ -59,6 +59,9 @@ impl Process {
             "--bind-address=127.0.0.1".to_owned(),
             format!("--secure-port={port}"),
         ];
+        if let Some(content_type) = &opts.content_type {
+            args.push(format!("--kube-api-content-type={content_type}"));
+        }
         let https = name == "go";
         if https {
             // Go serves HTTPS with delegated authn/authz; without the authn/authz

@@ -154,6 +154,16 @@ pub(crate) struct Settings {
     pub(crate) burst: u32,
     pub(crate) workers: u32,
     pub(crate) latency_ms: u64,
+    /// The driver's watch encoding (`json` in runs before it was recorded).
+    #[serde(default = "json")]
+    pub(crate) driver_watch: String,
+    /// Both CCMs' `--kube-api-content-type`, if set.
+    #[serde(default)]
+    pub(crate) content_type: Option<String>,
+}
+
+fn json() -> String {
+    "json".to_owned()
 }
 
 /// The machine.
@@ -891,6 +901,8 @@ mod tests {
                 burst: 30,
                 workers: 1,
                 latency_ms: 5,
+                driver_watch: "protobuf".into(),
+                content_type: None,
             },
             machine: Machine {
                 cpus: 2,

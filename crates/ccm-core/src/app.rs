@@ -15,9 +15,9 @@ pub use ccm_runtime::app::clap;
 #[doc(inline)]
 pub use ccm_runtime::app::{
     AppError, CLOUD_NODE_CONTROLLER, CLOUD_NODE_LIFECYCLE_CONTROLLER, Capability,
-    CloudControllerManager, Controller, ControllerContext, ControllerFuture, FlagError, Health,
-    LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options, ProviderFlags,
-    SERVICE_LB_CONTROLLER, ServingOptions,
+    CloudControllerManager, ContentType, Controller, ControllerContext, ControllerFuture,
+    FlagError, Health, LeaderElectionOptions, LogFormat, NODE_ROUTE_CONTROLLER, Options,
+    ProviderFlags, SERVICE_LB_CONTROLLER, ServingOptions,
 };
 /// Which Nodes are this cloud's, as the controllers ask it
 /// ([`ControllerContext::node_ownership`]).

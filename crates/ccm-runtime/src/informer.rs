@@ -144,8 +144,7 @@ where
     where
         K: crate::client::protobuf::Protobuf,
     {
-        self.protobuf =
-            Some(|api, config| Box::pin(crate::client::protobuf::watch::watcher(api, config)));
+        self.protobuf = Some(|api, config| Box::pin(crate::client::protobuf::watcher(api, config)));
         self
     }
 

@@ -90,6 +90,12 @@ fn values(flag: &GoFlag) -> (Vec<&'static str>, Vec<&'static str>) {
     match (flag.name.as_str(), flag.kind.as_str()) {
         // Validated by Go right after parsing (logsapi); the registered formats.
         ("logging-format", _) => (vec!["text", "json"], vec!["yaml", "", "Text"]),
+        // Go takes any string and fails at its first request with one it cannot encode;
+        // ours refuses it at startup (docs/app.md).
+        ("kube-api-content-type", _) => (
+            vec!["application/vnd.kubernetes.protobuf", "application/json"],
+            vec!["abc", "", "application/yaml"],
+        ),
         (_, "duration") => (
             vec![
                 "0",

@@ -29,7 +29,7 @@ use super::kubeconfig::kube_config;
 use super::leader::{
     LeaderElectionConfig, LeaderElector, LeaderHealthz, LeadershipEnd, MAX_TOLERABLE_EXPIRED_LEASE,
 };
-use super::options::{BinaryVersion, FlagError, LogFormat, Options, PrintRequest};
+use super::options::{BinaryVersion, ContentType, FlagError, LogFormat, Options, PrintRequest};
 use super::provider_flags::{CommandExtensions, ProviderFlags};
 use super::selection::ControllerSelection;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
@@ -616,16 +616,20 @@ async fn lead(work: LeaderWork, cancel: CancellationToken) -> Result<(), AppErro
         )
         .await
         .map_err(AppError::Initialize)?;
-    let nodes = Informer::new(
+    let mut nodes = Informer::new(
         Api::<Node>::all(client.clone()),
         watcher::Config::default(),
         trim_node,
     );
-    let services = Informer::new(
+    let mut services = Informer::new(
         Api::<Service>::all(client.clone()),
         watcher::Config::default(),
         trim_service,
     );
+    if options.kube_api_content_type == ContentType::Protobuf {
+        nodes = nodes.with_protobuf();
+        services = services.with_protobuf();
+    }
     // Checked at start (`Options::validate`); one value for every controller, so each
     // skipped Node is logged once, and forgotten when it is deleted.
     let node_ownership = options.node_ownership()?;

@@ -20,7 +20,7 @@ pub use self::builtin::{
 };
 pub use self::controller::{Capability, Controller, ControllerContext, ControllerFuture};
 pub use self::manager::{AppError, CloudControllerManager};
-pub use self::options::{FlagError, LeaderElectionOptions, LogFormat, Options};
+pub use self::options::{ContentType, FlagError, LeaderElectionOptions, LogFormat, Options};
 pub use self::provider_flags::ProviderFlags;
 pub use self::selection::ControllerSelection;
 pub use crate::serving::{EndpointServer, Health, ServeOptions, Serving, ServingOptions};

@@ -21,6 +21,28 @@ use crate::flags::duration::parse_go_duration;
 use crate::flags::feature_gates::FeatureGates;
 use crate::flags::goflag::{self, VersionFlag};
 
+/// The encoding of the CCM's requests to the API server (`--kube-api-content-type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContentType {
+    /// `application/vnd.kubernetes.protobuf`: Nodes and Services are listed and watched in
+    /// protobuf (see [`crate::client::protobuf`]); the rest is JSON. Go's default.
+    #[default]
+    Protobuf,
+    /// `application/json`: every request.
+    Json,
+}
+
+fn content_type(s: &str) -> Result<ContentType, String> {
+    match s {
+        crate::client::protobuf::MEDIA_TYPE => Ok(ContentType::Protobuf),
+        "application/json" => Ok(ContentType::Json),
+        _ => Err(format!(
+            "must be {} or application/json, got {s:?}",
+            crate::client::protobuf::MEDIA_TYPE
+        )),
+    }
+}
+
 fn duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
@@ -111,6 +133,17 @@ pub struct Options {
         help_heading = "Kubernetes API"
     )]
     pub kube_api_burst: i32,
+    /// Content type of requests sent to the API server: with
+    /// `application/vnd.kubernetes.protobuf` (Go's default) the Node and Service informers
+    /// list and watch in protobuf; `application/json` keeps every request JSON.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        value_parser = content_type,
+        default_value = crate::client::protobuf::MEDIA_TYPE,
+        help_heading = "Kubernetes API"
+    )]
+    pub kube_api_content_type: ContentType,
 
     /// Controllers to enable: '*' enables all on-by-default controllers, 'foo' enables the
     /// controller named foo, '-foo' disables it. Names: cloud-node-controller,
@@ -359,9 +392,6 @@ pub(crate) struct IgnoredFlags {
     /// Ignored: only for Go's in-tree volume plugins.
     #[arg(long, value_name = "NAME", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
     external_cloud_volume_plugin: Option<String>,
-    /// Ignored: requests are JSON.
-    #[arg(long, value_name = "TYPE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
-    kube_api_content_type: Option<String>,
     /// Ignored: leader migration is not supported.
     #[arg(long, value_name = "FILE", value_parser = goflag::any_string, help_heading = IGNORED_HEADING)]
     leader_migration_config: Option<String>,
@@ -460,10 +490,6 @@ const IGNORED: &[(&str, &str)] = &[
         "the endpoints are served over HTTP/1.1",
     ),
     (
-        "--kube-api-content-type",
-        "requests to the API server are JSON",
-    ),
-    (
         "--leader-migration-config",
         "leader migration is not supported",
     ),
@@ -513,10 +539,6 @@ impl IgnoredFlags {
             (
                 "--external-cloud-volume-plugin",
                 self.external_cloud_volume_plugin.is_some(),
-            ),
-            (
-                "--kube-api-content-type",
-                self.kube_api_content_type.is_some(),
             ),
             (
                 "--leader-migration-config",

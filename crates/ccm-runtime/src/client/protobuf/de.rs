@@ -182,9 +182,38 @@ impl<'de> de::Deserializer<'de> for FieldDe<'de> {
         visitor.visit_unit()
     }
 
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        let FieldDe {
+            field,
+            message,
+            depth,
+        } = self;
+        if field.repeated || matches!(field.kind, Kind::Map(_)) {
+            return FieldDe {
+                field,
+                message,
+                depth,
+            }
+            .deserialize_any(visitor);
+        }
+        let value = wire::last(message, field.number)?
+            .ok_or(DecodeError::Malformed("a field that is not there"))?;
+        ValueDe {
+            kind: &field.kind,
+            value,
+            depth,
+        }
+        .deserialize_enum(name, variants, visitor)
+    }
+
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct enum identifier
+        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct identifier
     }
 }
 
@@ -396,9 +425,23 @@ impl<'de> de::Deserializer<'de> for ValueDe<'de> {
         visitor.visit_unit()
     }
 
+    /// A string read into a Rust enum of unit variants (kube's `StatusSummary`), as
+    /// serde_json reads one.
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        match self.kind {
+            Kind::String => visitor.visit_enum(BorrowedStrDeserializer::new(utf8(self.bytes()?)?)),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct enum identifier
+        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct identifier
     }
 }
 

@@ -12,12 +12,14 @@
 mod de;
 mod schema;
 mod schema_types;
-pub(crate) mod watch;
+mod watch;
 mod wire;
 
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::DeserializeOwned;
+
+pub use self::watch::watcher;
 
 use self::schema_types::Message;
 use self::wire::{Fields, Value};

@@ -187,3 +187,59 @@ fn bad_data_is_an_error_not_a_panic() {
     message(&mut bad, 1, |m| put_bytes(m, 1, &[0xff, 0xfe]));
     assert!(decode::<Node>(&envelope("Node", &bad)).is_err());
 }
+
+#[test]
+fn a_watch_error_reads_into_kubes_status() {
+    // what the API server sends in an ERROR event when a watch's resource version expired
+    let mut status = Vec::new();
+    string(&mut status, 2, "Failure");
+    string(&mut status, 3, "too old resource version: 1 (42)");
+    string(&mut status, 4, "Expired");
+    varint(&mut status, 6, 410);
+    let read: kube::core::Status = decode(&envelope("Status", &status)).unwrap();
+    assert_eq!(read.code, 410);
+    assert_eq!(read.reason, "Expired");
+    assert!(read.is_failure());
+}
+
+#[test]
+fn watch_frames_read_as_events_bookmarks_and_errors() {
+    use super::watch::{WatchEvent, watch_event};
+    // the API server frames a WatchEvent without an envelope; its object has one
+    let frame = |kind: &str, object: Vec<u8>| {
+        let mut event = Vec::new();
+        string(&mut event, 1, kind);
+        message(&mut event, 2, |ext| put_bytes(ext, 1, &object));
+        event
+    };
+    let mut node = Vec::new();
+    message(&mut node, 1, |m| {
+        string(m, 1, "worker-1");
+        string(m, 6, "77");
+    });
+    match watch_event::<Node>(&frame("MODIFIED", envelope("Node", &node))).unwrap() {
+        WatchEvent::Object {
+            kind,
+            object,
+            version,
+        } => {
+            assert_eq!((kind.as_str(), version.as_str()), ("MODIFIED", "77"));
+            assert_eq!(object.metadata.name.as_deref(), Some("worker-1"));
+        }
+        _ => panic!("not an object"),
+    }
+    let mut bookmark = Vec::new();
+    message(&mut bookmark, 1, |m| string(m, 6, "99"));
+    assert!(matches!(
+        watch_event::<Node>(&frame("BOOKMARK", envelope("Node", &bookmark))).unwrap(),
+        WatchEvent::Bookmark { version } if version == "99"
+    ));
+    let mut status = Vec::new();
+    string(&mut status, 4, "Expired");
+    varint(&mut status, 6, 410);
+    assert!(matches!(
+        watch_event::<Node>(&frame("ERROR", envelope("Status", &status))).unwrap(),
+        WatchEvent::Error(s) if s.code == 410
+    ));
+    assert!(watch_event::<Node>(&frame("SURPRISE", envelope("Node", &node))).is_err());
+}

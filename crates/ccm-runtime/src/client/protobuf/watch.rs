@@ -47,8 +47,27 @@ enum State<K> {
     Done,
 }
 
-/// A watcher of `api` in protobuf, filtered by `config`.
-pub(crate) fn watcher<K>(
+/// A watcher of `api` in protobuf, filtered by `config`: what kube's
+/// [`watcher`](kube::runtime::watcher()) gives, read in protobuf. A watch the API server ends
+/// is resumed from its last resource version; any error ends the stream (start it over, as
+/// [`Informer`](crate::informer::Informer) does).
+///
+/// ```no_run
+/// # async fn demo(client: kube::Client) {
+/// use ccm_runtime::client::protobuf::watcher;
+/// use futures::StreamExt;
+/// use k8s_openapi::api::core::v1::Node;
+/// use kube::runtime::watcher::{Config, Event};
+///
+/// let mut events = std::pin::pin!(watcher(kube::Api::<Node>::all(client), Config::default()));
+/// while let Some(Ok(event)) = events.next().await {
+///     if let Event::Apply(node) = event {
+///         println!("{:?}", node.metadata.name);
+///     }
+/// }
+/// # }
+/// ```
+pub fn watcher<K>(
     api: Api<K>,
     config: watcher::Config,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
@@ -303,7 +322,7 @@ impl Frames {
     }
 }
 
-enum WatchEvent<K> {
+pub(super) enum WatchEvent<K> {
     Object {
         kind: String,
         object: Box<K>,
@@ -318,7 +337,9 @@ enum WatchEvent<K> {
 /// One frame: a `WatchEvent` (type 1, object 2 whose `raw` (1) is the object in its
 /// envelope). The API server frames the event itself without an envelope (its "raw"
 /// serializer); either is read.
-fn watch_event<K: Protobuf + DeserializeOwned>(frame: &[u8]) -> Result<WatchEvent<K>, kube::Error> {
+pub(super) fn watch_event<K: Protobuf + DeserializeOwned>(
+    frame: &[u8],
+) -> Result<WatchEvent<K>, kube::Error> {
     let event = maybe_unwrap(frame).map_err(decode_error)?;
     let kind = string(event, 1).map_err(decode_error)?;
     let raw = match wire::last(event, 2).map_err(decode_error)? {

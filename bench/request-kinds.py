@@ -23,7 +23,7 @@ time kube-apiserver and etcd spent per request, less what they spend at rest:
   Reads:
     list-json, list-pb 20 lists of all Nodes (the figure is per listed Node)
     watch:ENC,...      watches of all Nodes open in the given encodings (`json`, `pb`;
-                       `watch:` for none) while each Node's label is patched once (JSON
+                       `watch:` for none) while each Node's label is patched 5 times (JSON
                        merge patch); the figure is per patch, so the cost of one more
                        watcher per Node event is the difference between two of them
                        (`watch:pb,json` − `watch:pb`: a JSON watcher beside a protobuf one)
@@ -35,7 +35,7 @@ the server sent is dropped. No library beyond PyYAML.
 Run against a control plane of its own (nothing else may use it: all its CPU is counted):
 
   cargo run -p ccm-local-control-plane -- --kubeconfig /tmp/lcp.kubeconfig &
-  python3 bench/request-kinds.py /tmp/lcp.kubeconfig 1000 [KIND...]
+  python3 bench/request-kinds.py /tmp/lcp.kubeconfig 1000 [KIND... | reversed]
 
 kube-apiserver and etcd are found by process name.
 """
@@ -155,10 +155,13 @@ def event(n, uid):
             "count": 1, "reportingComponent": "cloud-node-controller", "reportingInstance": ""}
 
 RUN = str(int(time.time()))
+WATCH_ROUNDS = 5  # patches per Node in the watch kinds: more events, less noise
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
 ALL = ['jsonpatch-meta', 'put', 'put-pb', 'status-jsonpatch-meta', 'status-smp', 'status-put-pb',
        'event-json', 'event-pb', 'list-json', 'list-pb', 'watch:', 'watch:json', 'watch:pb', 'watch:pb,json', 'watch:pb,pb']
 kinds = sys.argv[3:] or ALL
+if kinds == ['reversed']:
+    kinds = ALL[::-1]
 pool = ThreadPoolExecutor(8)
 rate = idle_rate()
 print(f'# {N} Nodes per kind; kube-apiserver + etcd at rest: {1000 * rate:.1f} CPU ms/s, subtracted', flush=True)
@@ -173,13 +176,71 @@ def watcher(enc, stop, ready):
         if not r.read1(65536): break
     c.close()
 
-for kind in kinds:
+CHUNKS = 10  # each kind's requests in 10 chunks, the kinds taking turns: the server's drift
+# (its garbage collector, etcd's compactions, the growing number of Nodes) falls on all alike
+
+def prepare(kind):
+    """Creates the kind's Nodes; returns what measuring it needs."""
     names = [f'{kind.replace(":", "-").replace(",", "-").rstrip("-")}-{RUN}-{i}' for i in range(N)]
     list(pool.map(lambda n: req('POST', '/api/v1/nodes', node(n)), names))
     cached = {n: req('GET', f'/api/v1/nodes/{n}') for n in names}
     pb = {n: unwrap(req('GET', f'/api/v1/nodes/{n}', accept=PB)) for n in names} if kind.endswith('-pb') else {}
-    index = {n: i for i, n in enumerate(names)}
-    count = N
+    template = None
+    if kind == 'event-pb':
+        made = req('POST', '/api/v1/namespaces/default/events', event(names[0], cached[names[0]]['metadata']['uid']))
+        template = unwrap(req('GET', f'/api/v1/namespaces/default/events/{made["metadata"]["name"]}', accept=PB))
+    return {'names': names, 'cached': cached, 'pb': pb, 'index': {n: i for i, n in enumerate(names)},
+            'template': template}
+
+def one(kind, ctx, n):
+    cur = ctx['cached'][n]; pb = ctx['pb']; index = ctx['index']; template = ctx['template']
+    if kind.startswith('jsonpatch'):
+        ops = [{"op": "add", "path": "/spec/providerID", "value": "fake://" + n}]
+        ops += [{"op": "add", "path": "/metadata/labels/" + k.replace('/', '~1'), "value": v} for k, v in LABELS.items()]
+        ops += [{"op": "test", "path": "/spec/taints", "value": cur["spec"]["taints"]}, {"op": "remove", "path": "/spec/taints"}]
+        req('PATCH', f'/api/v1/nodes/{n}?fieldManager=cloud-node-controller', ops, 'application/json-patch+json',
+            META if kind == 'jsonpatch-meta' else JSON)
+    elif kind == 'merge':
+        body = {"metadata": {"resourceVersion": cur['metadata']['resourceVersion'], "labels": LABELS},
+                "spec": {"providerID": "fake://" + n, "taints": None}}
+        req('PATCH', f'/api/v1/nodes/{n}?fieldManager=cloud-node-controller', body, 'application/merge-patch+json')
+    elif kind == 'put':
+        new = json.loads(json.dumps(cur)); new['spec']['providerID'] = 'fake://' + n
+        new['spec'].pop('taints', None); new['metadata']['labels'].update(LABELS)
+        req('PUT', f'/api/v1/nodes/{n}', new)
+    elif kind == 'put-pb':
+        obj = pb[n]
+        meta = edit(get(obj, 1), add=b''.join(f(11, f(1, k) + f(2, v)) for k, v in LABELS.items()))
+        spec = edit(get(obj, 2), drop={3, 5}, add=f(3, 'fake://' + n))
+        req('PUT', f'/api/v1/nodes/{n}', wrap(edit(obj, drop={1, 2}, add=f(1, meta) + f(2, spec)), 'v1', 'Node'), PB, PB)
+    elif kind == 'status-jsonpatch-meta':
+        # ours: a Node without addresses yet gets them guarded by its resource version
+        ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": cur['metadata']['resourceVersion']},
+               {"op": "add", "path": "/status/addresses", "value": addresses(index[n], n)}]
+        req('PATCH', f'/api/v1/nodes/{n}/status?fieldManager=cloud-node-controller', ops, 'application/json-patch+json', META)
+    elif kind == 'status-smp':
+        a = addresses(index[n], n)
+        body = {"status": {"$setElementOrder/addresses": [{"type": x["type"]} for x in a], "addresses": a}}
+        req('PATCH', f'/api/v1/nodes/{n}/status', body, 'application/strategic-merge-patch+json')
+    elif kind == 'status-put-pb':
+        obj = pb[n]
+        a = b''.join(f(5, f(1, x['type']) + f(2, x['address'])) for x in addresses(index[n], n))
+        status = edit(get(obj, 3), drop={5}, add=a)
+        req('PUT', f'/api/v1/nodes/{n}/status', wrap(edit(obj, drop={3}, add=f(3, status)), 'v1', 'Node'), PB, PB)
+    elif kind == 'event-json':
+        req('POST', '/api/v1/namespaces/default/events', event(n, cur['metadata']['uid']))
+    elif kind == 'event-pb':
+        meta = edit(get(template, 1), drop={1, 5, 6, 8, 17}, add=f(1, f'{n}.{time.time_ns():x}'))
+        req('POST', '/api/v1/namespaces/default/events', wrap(edit(template, drop={1}, add=f(1, meta)), 'v1', 'Event'), PB, PB)
+    elif kind.startswith('watch:'):
+        for round in range(WATCH_ROUNDS):
+            req('PATCH', f'/api/v1/nodes/{n}', {"metadata": {"labels": {"request-kinds": f"patched-{round}"}}},
+                'application/merge-patch+json')
+    else:
+        raise SystemExit(f'request-kinds.py: no kind {kind}')
+
+def measure(kind, ctx, chunk):
+    """Server CPU seconds (less its rate at rest), requests (or Nodes listed), seconds."""
     stop = threading.Event(); threads = []
     if kind.startswith('watch:'):
         encs = [e for e in kind[6:].split(',') if e]
@@ -187,66 +248,32 @@ for kind in kinds:
         threads = [threading.Thread(target=watcher, args=(e, stop, ready), daemon=True) for e in encs]
         for t in threads: t.start()
         for _ in threads: ready.acquire()
-    if kind == 'event-pb':
-        made = req('POST', '/api/v1/namespaces/default/events', event(names[0], cached[names[0]]['metadata']['uid']))
-        template = unwrap(req('GET', f'/api/v1/namespaces/default/events/{made["metadata"]["name"]}', accept=PB))
-    time.sleep(2)
-    def one(n):
-        cur = cached[n]
-        if kind.startswith('jsonpatch'):
-            ops = [{"op": "add", "path": "/spec/providerID", "value": "fake://" + n}]
-            ops += [{"op": "add", "path": "/metadata/labels/" + k.replace('/', '~1'), "value": v} for k, v in LABELS.items()]
-            ops += [{"op": "test", "path": "/spec/taints", "value": cur["spec"]["taints"]}, {"op": "remove", "path": "/spec/taints"}]
-            req('PATCH', f'/api/v1/nodes/{n}?fieldManager=cloud-node-controller', ops, 'application/json-patch+json',
-                META if kind == 'jsonpatch-meta' else JSON)
-        elif kind == 'merge':
-            body = {"metadata": {"resourceVersion": cur['metadata']['resourceVersion'], "labels": LABELS},
-                    "spec": {"providerID": "fake://" + n, "taints": None}}
-            req('PATCH', f'/api/v1/nodes/{n}?fieldManager=cloud-node-controller', body, 'application/merge-patch+json')
-        elif kind == 'put':
-            new = json.loads(json.dumps(cur)); new['spec']['providerID'] = 'fake://' + n
-            new['spec'].pop('taints', None); new['metadata']['labels'].update(LABELS)
-            req('PUT', f'/api/v1/nodes/{n}', new)
-        elif kind == 'put-pb':
-            obj = pb[n]
-            meta = edit(get(obj, 1), add=b''.join(f(11, f(1, k) + f(2, v)) for k, v in LABELS.items()))
-            spec = edit(get(obj, 2), drop={3, 5}, add=f(3, 'fake://' + n))
-            req('PUT', f'/api/v1/nodes/{n}', wrap(edit(obj, drop={1, 2}, add=f(1, meta) + f(2, spec)), 'v1', 'Node'), PB, PB)
-        elif kind == 'status-jsonpatch-meta':
-            ops = [{"op": "test", "path": "/status/addresses", "value": None},
-                   {"op": "add", "path": "/status/addresses", "value": addresses(index[n], n)}]
-            if 'addresses' not in cur.get('status', {}):
-                ops = ops[1:]  # a Node without addresses: nothing to test
-            req('PATCH', f'/api/v1/nodes/{n}/status?fieldManager=cloud-node-controller', ops, 'application/json-patch+json', META)
-        elif kind == 'status-smp':
-            a = addresses(index[n], n)
-            body = {"status": {"$setElementOrder/addresses": [{"type": x["type"]} for x in a], "addresses": a}}
-            req('PATCH', f'/api/v1/nodes/{n}/status', body, 'application/strategic-merge-patch+json')
-        elif kind == 'status-put-pb':
-            obj = pb[n]
-            a = b''.join(f(5, f(1, x['type']) + f(2, x['address'])) for x in addresses(index[n], n))
-            status = edit(get(obj, 3), drop={5}, add=a)
-            req('PUT', f'/api/v1/nodes/{n}/status', wrap(edit(obj, drop={3}, add=f(3, status)), 'v1', 'Node'), PB, PB)
-        elif kind == 'event-json':
-            req('POST', '/api/v1/namespaces/default/events', event(n, cur['metadata']['uid']))
-        elif kind == 'event-pb':
-            meta = edit(get(template, 1), drop={1, 5, 6, 8, 17}, add=f(1, f'{n}.{time.time_ns():x}'))
-            req('POST', '/api/v1/namespaces/default/events', wrap(edit(template, drop={1}, add=f(1, meta)), 'v1', 'Event'), PB, PB)
-        elif kind.startswith('watch:'):
-            req('PATCH', f'/api/v1/nodes/{n}', {"metadata": {"labels": {"request-kinds": "patched"}}}, 'application/merge-patch+json')
-        else:
-            raise SystemExit(f'request-kinds.py: no kind {kind}')
+        time.sleep(1)  # the watch's first events (every Node) sent
+    names = ctx['names'][chunk * N // CHUNKS:(chunk + 1) * N // CHUNKS]
+    count = len(names) * WATCH_ROUNDS if kind.startswith('watch:') else len(names)
     if kind.startswith('list-'):
-        count = 20 * len(req('GET', '/api/v1/nodes')['items'])
+        count = 2 * len(req('GET', '/api/v1/nodes?resourceVersion=0')['items'])
     before = cpu(); t0 = time.time()
     if kind.startswith('list-'):
-        for _ in range(20):
+        for _ in range(2):
             req('GET', '/api/v1/nodes', accept=PB if kind == 'list-pb' else JSON)
     else:
-        list(pool.map(one, names))
+        list(pool.map(lambda n: one(kind, ctx, n), names))
     if threads:
-        time.sleep(1)  # the watchers' last events
+        time.sleep(0.5)  # the watchers' last events
     el = time.time() - t0; used = cpu() - before - rate * el
     stop.set()
-    print(f'{kind:22s} {count:6d} requests (or Nodes listed): {el:6.2f} s wall, '
+    return used, count, el
+
+contexts = {kind: prepare(kind) for kind in kinds}
+time.sleep(2)
+totals = {kind: [0.0, 0, 0.0] for kind in kinds}
+for chunk in range(CHUNKS):
+    order = kinds[chunk % len(kinds):] + kinds[:chunk % len(kinds)]
+    for kind in order:
+        used, count, el = measure(kind, contexts[kind], chunk)
+        t = totals[kind]; t[0] += used; t[1] += count; t[2] += el
+for kind in kinds:
+    used, count, el = totals[kind]
+    print(f'{kind:22s} {count:7d} requests (or Nodes listed): {el:6.2f} s wall, '
           f'server+etcd CPU {1000 * used / count:.3f} ms each', flush=True)

@@ -76,7 +76,7 @@ protobuf! {
     kube::core::Status => META_STATUS,
 }
 
-/// Reads an object as the API server sends it: [`MAGIC`], then a `runtime.Unknown` whose
+/// Reads an object as the API server sends it: `k8s\0`, then a `runtime.Unknown` whose
 /// `raw` (field 2) holds the object's message.
 pub fn decode<K: Protobuf + DeserializeOwned>(body: &[u8]) -> Result<K, DecodeError> {
     decode_message(unwrap(body)?)

@@ -206,9 +206,10 @@ where
         };
         let kind = K::kind(&Default::default()).into_owned();
         let mut retry = Retry::default();
+        let mut protobuf = self.protobuf;
         // Each turn is one watcher, from its first list until it fails.
         'watchers: loop {
-            let stream = self.watcher();
+            let stream = self.watcher(protobuf);
             let mut stream = std::pin::pin!(stream);
             // During a (re-)list: the objects seen so far, with their cached version before it.
             let mut relist: Option<HashMap<ObjectRef<K>, Option<Arc<K>>>> = None;
@@ -240,6 +241,16 @@ where
                     Err(err) => break err,
                 }
             };
+            if protobuf.is_some() && crate::client::protobuf::is_unreadable(&err) {
+                // Never worse than JSON: an answer the schema cannot read (a newer server
+                // writing a field otherwise) must not stop the informer for good.
+                tracing::warn!(
+                    kind,
+                    error = %err,
+                    "the API server's protobuf could not be read; listing and watching in JSON from now on"
+                );
+                protobuf = None;
+            }
             let desync = is_desync(&err);
             let delay = retry.after_error(desync, random_fraction());
             let first = {
@@ -269,12 +280,13 @@ where
         self.synced_tx.send_replace(false);
     }
 
-    /// A watcher from a fresh list, its objects trimmed.
+    /// A watcher from a fresh list, its objects trimmed; in protobuf with `protobuf`.
     fn watcher(
         &self,
+        protobuf: Option<WatcherFn<K>>,
     ) -> impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + use<K> {
         let transform = self.transform;
-        let events = match self.protobuf {
+        let events = match protobuf {
             Some(start) => start(self.api.clone(), self.config.clone()),
             None => watcher::watcher(self.api.clone(), self.config.clone()).boxed(),
         };
@@ -507,6 +519,77 @@ mod tests {
         let mut retry = Retry::default();
         retry.after_error(false, 0.5);
         assert!(retry.after_error(true, 0.5) > Duration::ZERO);
+    }
+
+    /// An API server whose protobuf cannot be read (`garbage` for every protobuf request)
+    /// and whose JSON lists one Node; JSON watches end at once. Counts protobuf requests.
+    fn unreadable_protobuf_server(
+        protobuf_requests: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> kube::Client {
+        use kube::client::Body;
+        kube::Client::new(
+            tower::service_fn(move |req: http::Request<Body>| {
+                let protobuf_requests = protobuf_requests.clone();
+                async move {
+                    let accept = req
+                        .headers()
+                        .get(http::header::ACCEPT)
+                        .map(|v| v.to_str().unwrap_or("").to_owned());
+                    let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+                    let (ctype, body): (&str, Vec<u8>) =
+                        if accept.is_some_and(|a| a.contains("protobuf")) {
+                            protobuf_requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            (
+                                "application/vnd.kubernetes.protobuf",
+                                b"k8s\0\x12\x05short".to_vec(),
+                            )
+                        } else if watch {
+                            ("application/json", Vec::new())
+                        } else {
+                            let list = serde_json::json!({"apiVersion": "v1", "kind": "NodeList",
+                            "metadata": {"resourceVersion": "5"},
+                            "items": [{"metadata": {"name": "n1", "resourceVersion": "5"}}]});
+                            (
+                                "application/json",
+                                serde_json::to_vec(&list).unwrap_or_default(),
+                            )
+                        };
+                    let res = http::Response::builder()
+                        .status(200)
+                        .header(http::header::CONTENT_TYPE, ctype);
+                    res.body(Body::from(body)).map_err(std::io::Error::other)
+                }
+            }),
+            "default",
+        )
+    }
+
+    #[tokio::test]
+    async fn unreadable_protobuf_falls_back_to_json_for_good() {
+        let protobuf_requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let client = unreadable_protobuf_server(protobuf_requests.clone());
+        let informer: Informer<k8s_openapi::api::core::v1::Node> =
+            Informer::new(Api::all(client), watcher::Config::default(), |_| {}).with_protobuf();
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn({
+            let (informer, cancel) = (informer.clone(), cancel.clone());
+            async move { informer.run(cancel).await }
+        });
+        let synced = tokio::time::timeout(Duration::from_secs(10), informer.wait_synced()).await;
+        assert_eq!(
+            synced,
+            Ok(true),
+            "synced in JSON after the protobuf list failed"
+        );
+        assert_eq!(informer.store().state().len(), 1);
+        // one protobuf list, then JSON only
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            protobuf_requests.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        cancel.cancel();
+        let _ = run.await;
     }
 
     #[test]

@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::DeserializeOwned;
 
+pub(crate) use self::watch::is_unreadable;
 pub use self::watch::watcher;
 
 use self::schema_types::Message;

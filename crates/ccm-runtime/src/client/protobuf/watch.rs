@@ -24,6 +24,24 @@ const MAX_FRAME: usize = 16 << 20;
 /// A list page larger than this is an error.
 const MAX_LIST: usize = 1 << 30;
 
+/// The reason of the error a list or watch fails with when the API server's answer could
+/// not be read as protobuf (see [`is_unreadable`]).
+const UNREADABLE: &str = "ProtobufUnreadable";
+
+/// Whether `err` says the API server's answer could not be read as protobuf (a field the
+/// schema reads otherwise than the server writes it, or an answer in JSON), rather than that
+/// the request failed: what [`Informer`](crate::informer::Informer) falls back to JSON on.
+pub(crate) fn is_unreadable(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(s) if s.reason == UNREADABLE)
+        }
+        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => false,
+    }
+}
+
 /// What client-go asks for: protobuf, and JSON for what has no protobuf form.
 const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 
@@ -242,7 +260,7 @@ async fn start_watch(
     if json {
         return Err(kube::Error::Api(Box::new(Status::failure(
             "the API server answered a protobuf watch in JSON",
-            "NotAcceptable",
+            UNREADABLE,
         ))));
     }
     Ok(Frames {
@@ -286,7 +304,7 @@ fn too_large(limit: usize) -> kube::Error {
 }
 
 fn decode_error(e: DecodeError) -> kube::Error {
-    kube::Error::Api(Box::new(Status::failure(&e.to_string(), "ProtobufDecode")))
+    kube::Error::Api(Box::new(Status::failure(&e.to_string(), UNREADABLE)))
 }
 
 /// The frames of a protobuf watch: each a 4-byte big-endian length, then that many bytes.

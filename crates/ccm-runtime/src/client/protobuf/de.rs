@@ -452,28 +452,16 @@ fn utf8(bytes: &[u8]) -> Result<&str, DecodeError> {
 /// `seconds` since the Unix epoch as Go's `metav1.Time` writes it in JSON
 /// (`2006-01-02T15:04:05Z`), or `metav1.MicroTime` with `micros`.
 fn rfc3339(seconds: i64, micros: Option<i32>) -> Result<String, DecodeError> {
-    // Howard Hinnant's days-to-civil, for years 0001 to 9999.
+    // Go's times are of years 0001 to 9999.
     if !(-62_135_596_800..=253_402_300_799).contains(&seconds) {
         return Err(DecodeError::Malformed("a time outside years 1 to 9999"));
     }
-    let days = seconds.div_euclid(86_400);
-    let secs = seconds.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let nanos = micros.map_or(0, |us| us.clamp(0, 999_999) * 1000);
+    let time = k8s_openapi::jiff::Timestamp::new(seconds, nanos)
+        .map_err(|e| DecodeError::Invalid(format!("a time: {e}")))?;
     Ok(match micros {
-        None => format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z"),
-        Some(us) => format!(
-            "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{:06}Z",
-            us.clamp(0, 999_999)
-        ),
+        None => format!("{time:.0}"),
+        Some(_) => format!("{time:.6}"),
     })
 }
 

@@ -221,9 +221,9 @@ where
     let req = request.list(&params).map_err(kube::Error::BuildRequest)?;
     let res = client.send(with_accept(req)).await?;
     let body = body(res, MAX_LIST).await?;
-    let (items, version, cont) =
-        list_items::<K>(unwrap(&body).map_err(decode_error)?).map_err(decode_error)?;
-    Ok((items, version, cont))
+    unwrap(&body)
+        .and_then(list_items::<K>)
+        .map_err(decode_error)
 }
 
 async fn start_watch(
@@ -358,33 +358,35 @@ pub(super) enum WatchEvent<K> {
 pub(super) fn watch_event<K: Protobuf + DeserializeOwned>(
     frame: &[u8],
 ) -> Result<WatchEvent<K>, kube::Error> {
-    let event = maybe_unwrap(frame).map_err(decode_error)?;
-    let kind = string(event, 1).map_err(decode_error)?;
-    let raw = match wire::last(event, 2).map_err(decode_error)? {
-        Some(Value::Bytes(ext)) => match wire::last(ext, 1).map_err(decode_error)? {
+    read_watch_event(frame).map_err(decode_error)
+}
+
+fn read_watch_event<K: Protobuf + DeserializeOwned>(
+    frame: &[u8],
+) -> Result<WatchEvent<K>, DecodeError> {
+    let event = maybe_unwrap(frame)?;
+    let kind = string(event, 1)?;
+    let raw = match wire::last(event, 2)? {
+        Some(Value::Bytes(ext)) => match wire::last(ext, 1)? {
             Some(Value::Bytes(raw)) => raw,
             _ => &[],
         },
         _ => &[],
     };
-    let object = maybe_unwrap(raw).map_err(decode_error)?;
+    let object = maybe_unwrap(raw)?;
     match kind.as_str() {
-        "ADDED" | "MODIFIED" | "DELETED" => {
-            let version = resource_version(object).map_err(decode_error)?;
-            let object = Box::new(decode_message::<K>(object).map_err(decode_error)?);
-            Ok(WatchEvent::Object {
-                kind,
-                object,
-                version,
-            })
-        }
-        "BOOKMARK" => Ok(WatchEvent::Bookmark {
-            version: resource_version(object).map_err(decode_error)?,
+        "ADDED" | "MODIFIED" | "DELETED" => Ok(WatchEvent::Object {
+            version: resource_version(object)?,
+            object: Box::new(decode_message::<K>(object)?),
+            kind,
         }),
-        "ERROR" => Ok(WatchEvent::Error(Box::new(
-            decode_message::<Status>(object).map_err(decode_error)?,
-        ))),
-        _ => Err(decode_error(DecodeError::Malformed("a watch event type"))),
+        "BOOKMARK" => Ok(WatchEvent::Bookmark {
+            version: resource_version(object)?,
+        }),
+        "ERROR" => Ok(WatchEvent::Error(Box::new(decode_message::<Status>(
+            object,
+        )?))),
+        _ => Err(DecodeError::Malformed("a watch event type")),
     }
 }
 

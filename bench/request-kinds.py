@@ -14,7 +14,9 @@ time kube-apiserver and etcd spent per request, less what they spend at rest:
     put-pb             the same PUT in protobuf (Go's `Update` as client-go sends it)
   Node status writes (the addresses), one per Node:
     status-jsonpatch-meta   JSON Patch of nodes/status guarded by a `test` of the old
-                            addresses, metadata answer (ours)
+                            addresses, metadata answer (ours with JSON Node writes)
+    status-jsonpatch-pb     the same, the whole Node answered in protobuf (ours with
+                            protobuf Node writes: the update is made from the answer)
     status-smp         strategic merge patch with `$setElementOrder` (Go's PatchNodeStatus)
     status-put-pb      PUT of nodes/status in protobuf
   Events, one per Node:
@@ -157,7 +159,7 @@ def event(n, uid):
 RUN = str(int(time.time()))
 WATCH_ROUNDS = 5  # patches per Node in the watch kinds: more events, less noise
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-ALL = ['jsonpatch-meta', 'put', 'put-pb', 'status-jsonpatch-meta', 'status-smp', 'status-put-pb',
+ALL = ['jsonpatch-meta', 'put', 'put-pb', 'status-jsonpatch-meta', 'status-jsonpatch-pb', 'status-smp', 'status-put-pb',
        'event-json', 'event-pb', 'list-json', 'list-pb', 'watch:', 'watch:json', 'watch:pb', 'watch:pb,json', 'watch:pb,pb']
 kinds = sys.argv[3:] or ALL
 if kinds == ['reversed']:
@@ -213,11 +215,12 @@ def one(kind, ctx, n):
         meta = edit(get(obj, 1), add=b''.join(f(11, f(1, k) + f(2, v)) for k, v in LABELS.items()))
         spec = edit(get(obj, 2), drop={3, 5}, add=f(3, 'fake://' + n))
         req('PUT', f'/api/v1/nodes/{n}', wrap(edit(obj, drop={1, 2}, add=f(1, meta) + f(2, spec)), 'v1', 'Node'), PB, PB)
-    elif kind == 'status-jsonpatch-meta':
+    elif kind.startswith('status-jsonpatch'):
         # ours: a Node without addresses yet gets them guarded by its resource version
         ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": cur['metadata']['resourceVersion']},
                {"op": "add", "path": "/status/addresses", "value": addresses(index[n], n)}]
-        req('PATCH', f'/api/v1/nodes/{n}/status?fieldManager=cloud-node-controller', ops, 'application/json-patch+json', META)
+        req('PATCH', f'/api/v1/nodes/{n}/status?fieldManager=cloud-node-controller', ops, 'application/json-patch+json',
+            PB if kind.endswith('-pb') else META)
     elif kind == 'status-smp':
         a = addresses(index[n], n)
         body = {"status": {"$setElementOrder/addresses": [{"type": x["type"]} for x in a], "addresses": a}}

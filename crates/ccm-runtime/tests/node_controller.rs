@@ -721,3 +721,203 @@ async fn without_ownership_flags_every_node_is_initialised_as_in_go() {
     start(&h, fast().with_node_ownership(ownership(&[], "")));
     h.wait_node(&unlabelled, WAIT, is_initialized).await;
 }
+
+fn protobuf_writes() -> CloudNodeControllerConfig {
+    fast().with_protobuf_writes(true)
+}
+
+/// The Node as the API server holds it, untyped: every field it has, whether our types
+/// know it or not.
+async fn raw_node(h: &Harness, name: &str) -> serde_json::Value {
+    let nodes: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(h.admin.clone(), &kube::api::ApiResource::erase::<Node>(&()));
+    serde_json::to_value(nodes.get(name).await.expect("get node")).unwrap()
+}
+
+/// `node` without what initialising it writes (and what every write changes).
+fn without_initialisation(mut node: serde_json::Value) -> serde_json::Value {
+    for (part, field) in [
+        ("metadata", "resourceVersion"),
+        ("metadata", "managedFields"),
+        ("metadata", "labels"),
+        ("spec", "providerID"),
+        ("spec", "taints"),
+        ("status", "addresses"),
+    ] {
+        node[part].as_object_mut().unwrap().remove(field);
+    }
+    node
+}
+
+/// Go's Node write, a protobuf update (PUT) of the whole Node, made from the Node's own
+/// protobuf: the Node read back untyped (so whatever field the API server knows is compared,
+/// of any Kubernetes version, known to k8s-openapi or not) is the Node before but for what
+/// initialisation writes.
+#[tokio::test]
+async fn a_protobuf_update_keeps_every_field_of_the_node() {
+    let (h, node, name) = harness_with_node(FakeCloud::nodes_are_instances(), "pb-put").await;
+    let mut raw = serde_json::to_value(&node).unwrap();
+    let extra = json!({
+        "metadata": {
+            "annotations": {"note": "ünïcödé ✓", "json": "{\"a\": [1, 2]}"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                "uid": "0b8a3c52-60b1-4d4a-9b0e-0d3f0e7c1a11", "controller": true, "blockOwnerDeletion": false}],
+        },
+        "spec": {
+            "podCIDR": "10.244.9.0/24", "podCIDRs": ["10.244.9.0/24", "fd00:10:244:9::/64"],
+            "unschedulable": true,
+            "taints": [
+                {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"},
+                {"key": "example.com/kept", "effect": "NoExecute", "timeAdded": "2026-12-06T20:11:52Z"},
+            ],
+        },
+    });
+    for part in ["metadata", "spec"] {
+        for (k, v) in extra[part].as_object().unwrap() {
+            raw[part][k] = v.clone();
+        }
+    }
+    let nodes: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(h.admin.clone(), &kube::api::ApiResource::erase::<Node>(&()));
+    nodes
+        .create(&Default::default(), &serde_json::from_value(raw).unwrap())
+        .await
+        .expect("create");
+    let status = json!({"status": {
+        "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110", "example.com/gpu": "0"},
+        "allocatable": {"cpu": "1500m", "memory": "7.5Gi"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready",
+             "lastHeartbeatTime": "2026-12-06T20:11:52Z", "lastTransitionTime": "2026-12-06T20:00:00Z"}],
+        "addresses": [{"type": "Hostname", "address": "host-1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "6.1.0",
+            "osImage": "Debian", "containerRuntimeVersion": "containerd://2.0.0", "kubeletVersion": "v1.36.3",
+            "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64", "swap": {"capacity": 1_073_741_824_i64}},
+        "images": [{"names": ["registry.k8s.io/pause:3.10.2"], "sizeBytes": 321_000}],
+        "volumesInUse": ["kubernetes.io/csi/a^b"],
+        "runtimeHandlers": [{"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}}],
+        "features": {"supplementalGroupsPolicy": true},
+    }});
+    nodes
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("status");
+    let before = raw_node(&h, &name).await;
+    start(&h, protobuf_writes());
+
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    h.wait_event(&name, REASON_SYNCED, WAIT).await;
+    let after = raw_node(&h, &name).await;
+    assert_eq!(
+        without_initialisation(after.clone()),
+        without_initialisation(before.clone()),
+        "the update kept every field"
+    );
+    // What it wrote: the provider ID, the labels beside the old ones, the taint gone.
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+    for (key, value) in before["metadata"]["labels"].as_object().unwrap() {
+        assert_eq!(&after["metadata"]["labels"][key], value, "{key} kept");
+    }
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
+    assert!(own_taint_keys(&node).contains(&"example.com/kept".to_owned()));
+    assert_eq!(
+        after["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["key"] == "example.com/kept"),
+        Some(
+            &json!({"key": "example.com/kept", "effect": "NoExecute", "timeAdded": "2026-12-06T20:11:52Z"})
+        )
+    );
+    assert_ne!(after["status"]["addresses"], before["status"]["addresses"]);
+    // The status patch, then the update; no Node patch, no re-read.
+    assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
+    assert_eq!(h.api.counters().count("PUT", "nodes"), 1);
+    assert_eq!(h.api.counters().count("PATCH", "nodes"), 0);
+    assert_eq!(h.api.counters().count("POST", "events"), 1);
+    assert_eq!(h.api.counters().count("GET", "nodes"), 0);
+}
+
+/// A protobuf update conflicts with any change to the Node after the status write (as a
+/// kubelet's status report landing between the CCM's two writes): the controller then
+/// writes the guarded JSON Patch, and the change made meanwhile is kept.
+#[tokio::test]
+async fn a_conflicting_protobuf_update_falls_back_to_the_guarded_patch() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let name = create_node(&h, "pb-conflict").await;
+    // The controller's client: before each PUT of a Node, someone else annotates it.
+    let (admin, base) = (h.admin.clone(), h.client.clone());
+    let meddling = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (admin, base) = (admin.clone(), base.clone());
+        async move {
+            if req.method() == http::Method::PUT {
+                let path = req.uri().path().to_owned();
+                let node = path.rsplit('/').next().unwrap_or_default();
+                let annotate =
+                    json!({"metadata": {"annotations": {"example.com/meanwhile": "yes"}}});
+                kube::Api::<Node>::all(admin)
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&annotate))
+                    .await?;
+            }
+            base.send(req).await
+        }
+    });
+    let client = kube::Client::new(meddling, "default");
+    let informer = h.node_informer();
+    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
+    let controller =
+        CloudNodeController::new(client, &provider, informer.clone(), protobuf_writes())
+            .expect("instances supported");
+    h.start_informer(&informer);
+    tokio::spawn(controller.run(h.cancel.clone()));
+
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
+    assert_eq!(
+        node.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("example.com/meanwhile")
+            .map(String::as_str),
+        Some("yes")
+    );
+    h.wait_event(&name, REASON_SYNCED, WAIT).await;
+    // The update conflicted once; the patch went through without a re-read.
+    assert_eq!(h.api.counters().count("PUT", "nodes"), 1);
+    assert_eq!(h.api.counters().count("PATCH", "nodes"), 1);
+    assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
+    assert_eq!(h.api.counters().count("GET", "nodes"), 0);
+}
+
+/// As [`a_concurrent_taint_change_is_not_overwritten`], with protobuf updates: the taint
+/// added while the cloud is asked is kept.
+#[tokio::test]
+async fn a_concurrent_taint_change_is_not_overwritten_by_a_protobuf_update() {
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    h.cloud.set_latency(Duration::from_millis(1500));
+    let name = create_node(&h, "pb-race").await;
+    start(&h, protobuf_writes());
+    eventually("the controller to ask the cloud", WAIT, || async {
+        metadata_calls(&h) > 0
+    })
+    .await;
+    h.nodes()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "add", "path": "/spec/taints/-", "value": {"key": "example.com/added-meanwhile", "effect": "NoSchedule"}}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let node = h.wait_node(&name, WAIT, is_initialized).await;
+    assert_eq!(own_taint_keys(&node), vec!["example.com/added-meanwhile"]);
+    assert_eq!(metadata_calls(&h), 1, "the retry reused the answer");
+    assert_eq!(h.api.counters().count("PUT", "nodes"), 1);
+}

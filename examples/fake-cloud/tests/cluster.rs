@@ -51,6 +51,16 @@ fn node_writes(log: &Path, offset: usize) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The CCM's writes to Nodes (not their status) in the audit log: (verb, response code).
+fn ccm_node_writes(log: &Path) -> Vec<(String, i64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    parse_audit_log(&text)
+        .into_iter()
+        .filter(|e| e.stage == "ResponseComplete" && e.user == CCM_USER && e.subresource.is_empty())
+        .map(|e| (e.verb, e.code))
+        .collect()
+}
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -134,6 +144,30 @@ async fn the_release_manifest_initialises_the_clusters_nodes() {
             .as_ref()
             .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))),
         "the control-plane node keeps its role"
+    );
+    // Each Node was written once: the protobuf update (Go's write, the manifest's default
+    // `--kube-api-content-type`), or the guarded patch after an update conflicted with a
+    // kubelet's status report. The conflicts are what a PUT costs over a patch.
+    let writes = ccm_node_writes(&audit_log);
+    let count = |verb: &str, ok: bool| {
+        writes
+            .iter()
+            .filter(|(v, code)| v == verb && (200..300).contains(code) == ok)
+            .count()
+    };
+    let (updates, conflicts, patches) = (
+        count("update", true),
+        count("update", false),
+        count("patch", true),
+    );
+    eprintln!(
+        "initialising {} Nodes: {updates} updates, {conflicts} refused, {patches} patches",
+        initialised.len()
+    );
+    assert_eq!(updates + patches, initialised.len(), "{writes:?}");
+    assert!(
+        updates > 0,
+        "the Nodes are written as protobuf updates: {writes:?}"
     );
 
     // The CCM's Pods run, and their readiness probes pass through the kubelets.

@@ -6,7 +6,7 @@
 use ccm_provider::BoxError;
 
 use super::controller::{Capability, Controller, ControllerContext, ControllerFuture};
-use super::options::{FlagError, Options};
+use super::options::{ContentType, FlagError, Options};
 use crate::controllers::node::{
     CloudNodeController, CloudNodeControllerConfig, uninitialized_nodes,
 };
@@ -90,7 +90,8 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
         .with_status_update_frequency(o.node_status_update_frequency)
         .with_metrics(ctx.manager_metrics.controllers().clone())
         .with_shadow(ctx.shadow(CLOUD_NODE_CONTROLLER))
-        .with_node_ownership(ctx.node_ownership.clone());
+        .with_node_ownership(ctx.node_ownership.clone())
+        .with_protobuf_writes(o.kube_api_content_type == ContentType::Protobuf);
     let c = CloudNodeController::new(ctx.client.clone(), &ctx.provider, ctx.nodes.clone(), config)
         .ok_or_else(|| missing(Capability::Instances))?;
     ctx.manager_metrics

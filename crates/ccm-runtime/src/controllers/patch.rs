@@ -107,6 +107,27 @@ where
     Ok(answer.metadata)
 }
 
+/// Patches the object `name` of `api` (its `subresource`, when given) and reads back the
+/// whole object in protobuf, as the API server sent it (at most `limit` bytes): what a
+/// protobuf update of the object is then built from
+/// ([`crate::client::protobuf::edit`]).
+pub(crate) async fn patch_for_protobuf<K, P>(
+    api: &Api<K>,
+    name: &str,
+    subresource: Option<&str>,
+    params: &PatchParams,
+    patch: &Patch<P>,
+    limit: usize,
+) -> Result<bytes::Bytes, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    P: serde::Serialize + std::fmt::Debug,
+{
+    let request = patch_request(api.resource_url(), name, subresource, params, patch)
+        .map_err(kube::Error::BuildRequest)?;
+    crate::client::protobuf::send(&api.clone().into_client(), request, limit).await
+}
+
 /// The request of [`patch_for_metadata`] to the collection at `url`.
 fn metadata_patch_request<P: serde::Serialize + std::fmt::Debug>(
     url: &str,
@@ -115,16 +136,26 @@ fn metadata_patch_request<P: serde::Serialize + std::fmt::Debug>(
     params: &PatchParams,
     patch: &Patch<P>,
 ) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
-    let request = kube::core::Request::new(url);
-    let mut request = match subresource {
-        Some(subresource) => request.patch_subresource(subresource, name, params, patch),
-        None => request.patch(name, params, patch),
-    }?;
+    let mut request = patch_request(url, name, subresource, params, patch)?;
     request.headers_mut().insert(
         http::header::ACCEPT,
         http::HeaderValue::from_static(METADATA_ANSWER),
     );
     Ok(request)
+}
+
+fn patch_request<P: serde::Serialize + std::fmt::Debug>(
+    url: &str,
+    name: &str,
+    subresource: Option<&str>,
+    params: &PatchParams,
+    patch: &Patch<P>,
+) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+    let request = kube::core::Request::new(url);
+    match subresource {
+        Some(subresource) => request.patch_subresource(subresource, name, params, patch),
+        None => request.patch(name, params, patch),
+    }
 }
 
 /// How a guarded patch failed.

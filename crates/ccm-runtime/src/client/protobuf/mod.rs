@@ -10,17 +10,18 @@
 //! JSON gives (the tests hold both encodings of real objects from a real API server equal).
 
 mod de;
-mod schema;
+pub(crate) mod edit;
+pub(crate) mod schema;
 mod schema_types;
 mod watch;
-mod wire;
+pub(crate) mod wire;
 
-use k8s_openapi::api::core::v1::{Event, Node, Service};
+use k8s_openapi::api::core::v1::{Event, Node, Service, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::de::DeserializeOwned;
 
-pub(crate) use self::watch::is_unreadable;
 pub use self::watch::watcher;
+pub(crate) use self::watch::{is_unreadable, send};
 
 use self::schema_types::Message;
 use self::wire::{Fields, Value};
@@ -51,8 +52,8 @@ impl serde::de::Error for DecodeError {
     }
 }
 
-/// A Kubernetes type whose protobuf form this module knows: `Node`, `Service`, `Event` and
-/// `Status` (k8s-openapi's and kube's). Implemented here only.
+/// A Kubernetes type whose protobuf form this module knows: `Node`, `Service`, `Event`,
+/// `Taint`, `ObjectMeta` and `Status` (k8s-openapi's and kube's). Implemented here only.
 pub trait Protobuf {
     /// Its message in the schema.
     #[doc(hidden)]
@@ -73,6 +74,8 @@ protobuf! {
     Node => NODE,
     Service => SERVICE,
     Event => EVENT,
+    Taint => TAINT,
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta => META_OBJECT_META,
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Status => META_STATUS,
     kube::core::Status => META_STATUS,
 }

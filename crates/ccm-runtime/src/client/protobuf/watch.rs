@@ -269,6 +269,17 @@ async fn start_watch(
     })
 }
 
+/// Sends `request` asking for a protobuf answer and reads it whole (at most `limit`
+/// bytes): the object as the API server sent it (envelope included), or the server's error
+/// as a [`kube::Error::Api`].
+pub(crate) async fn send(
+    client: &Client,
+    request: http::Request<Vec<u8>>,
+    limit: usize,
+) -> Result<Bytes, kube::Error> {
+    body(client.send(with_accept(request)).await?, limit).await
+}
+
 /// A response's body: the object, or the server's error as a [`kube::Error::Api`].
 async fn body(res: http::Response<kube::client::Body>, limit: usize) -> Result<Bytes, kube::Error> {
     let code = res.status();

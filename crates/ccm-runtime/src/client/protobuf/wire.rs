@@ -49,6 +49,28 @@ impl<'a> Iterator for Fields<'a> {
     }
 }
 
+/// The fields of a message, in wire order, each with its whole encoding (key and value) as
+/// it is in `message`: what an edit copies unchanged.
+pub(crate) fn spans(
+    message: &[u8],
+) -> impl Iterator<Item = Result<(u32, Value<'_>, &[u8]), DecodeError>> {
+    let mut rest = message;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let start = rest;
+        let item = next_field(&mut rest).map(|(n, value)| {
+            let raw = &start[..start.len() - rest.len()];
+            (n, value, raw)
+        });
+        if item.is_err() {
+            rest = &[];
+        }
+        Some(item)
+    })
+}
+
 fn next_field<'a>(buf: &mut &'a [u8]) -> Result<(u32, Value<'a>), DecodeError> {
     let key = varint(buf)?;
     let number = u32::try_from(key >> 3).map_err(|_| DecodeError::Malformed("a field number"))?;
@@ -96,7 +118,6 @@ pub(crate) fn last(message: &[u8], number: u32) -> Result<Option<Value<'_>>, Dec
 }
 
 /// Appends a varint to `out`.
-#[cfg(test)]
 pub(crate) fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
@@ -106,7 +127,6 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// Appends a length-delimited field (string, bytes, message) to `out`.
-#[cfg(test)]
 pub(crate) fn put_bytes(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
     put_varint(out, u64::from(number) << 3 | 2);
     put_varint(out, bytes.len() as u64);

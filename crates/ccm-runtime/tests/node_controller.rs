@@ -831,6 +831,27 @@ async fn a_protobuf_update_keeps_every_field_of_the_node() {
         )
     );
     assert_ne!(after["status"]["addresses"], before["status"]["addresses"]);
+    // The update carried no managed fields: the API server kept the Node's and added ours.
+    let managers = |node: &serde_json::Value| -> Vec<(String, String)> {
+        node["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let s = |k: &str| m[k].as_str().unwrap_or_default().to_owned();
+                (s("manager"), s("subresource"))
+            })
+            .collect()
+    };
+    let (old, new) = (managers(&before), managers(&after));
+    assert!(
+        old.iter().all(|m| new.contains(m)),
+        "{old:?} kept in {new:?}"
+    );
+    assert!(
+        new.contains(&("cloud-node-controller".to_owned(), String::new())),
+        "{new:?}"
+    );
     // The status patch, then the update; no Node patch, no re-read.
     assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
     assert_eq!(h.api.counters().count("PUT", "nodes"), 1);

@@ -15,7 +15,9 @@
 //! Writes are JSON Patches that test the lists they replace (see
 //! the controllers' `patch` module), so a concurrent writer is never overwritten: a failed test
 //! makes the worker re-read the Node and try again, without asking the cloud again (the
-//! controllers' `guarded_patch` loop, which the service controller's writes share).
+//! controllers' `guarded_patch` loop, which the service controller's writes share). With
+//! protobuf writes on, the Node write after the status write is a protobuf update made from
+//! the Node's own bytes (the `put` module), falling back to the patch on a conflict.
 
 mod decision;
 mod put;

@@ -942,3 +942,54 @@ async fn a_concurrent_taint_change_is_not_overwritten_by_a_protobuf_update() {
     assert_eq!(metadata_calls(&h), 1, "the retry reused the answer");
     assert_eq!(h.api.counters().count("PUT", "nodes"), 1);
 }
+
+/// A role without `update` on Nodes (the least-privilege role of an earlier release): the
+/// refused update falls back to the patch, and the next Node is patched without asking again.
+#[tokio::test]
+async fn a_role_without_update_falls_back_to_patches_for_good() {
+    use ccm_test::rbac;
+    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
+    let group = ccm_test::unique_name("no-update");
+    let rules = vec![
+        rbac::rule(&[""], &["nodes"], &["get", "list", "watch", "patch"]),
+        rbac::rule(&[""], &["nodes/status"], &["patch"]),
+        rbac::rule(&[""], &["events"], &["create", "patch"]),
+    ];
+    rbac::grant_cluster_role(&h.admin, &group, rules, rbac::group(&group))
+        .await
+        .unwrap();
+    let base =
+        h.cp.client_for_user("ccm-without-update", &[&group])
+            .unwrap();
+    // Counts the controller's updates.
+    let puts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = {
+        let puts = puts.clone();
+        tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            if req.method() == http::Method::PUT {
+                puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            let base = base.clone();
+            async move { base.send(req).await }
+        })
+    };
+    let client = kube::Client::new(counted, "default");
+    let informer = h.node_informer();
+    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
+    let controller =
+        CloudNodeController::new(client, &provider, informer.clone(), protobuf_writes())
+            .expect("instances supported");
+    h.start_informer(&informer);
+    tokio::spawn(controller.run(h.cancel.clone()));
+
+    for prefix in ["no-update-1", "no-update-2"] {
+        let name = create_node(&h, prefix).await;
+        let node = h.wait_node(&name, WAIT, is_initialized).await;
+        assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
+    }
+    assert_eq!(
+        puts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one update refused, then patches only"
+    );
+}

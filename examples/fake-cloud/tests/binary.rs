@@ -373,10 +373,11 @@ async fn endpoints_report_readiness_and_metrics() {
         "node_controller_cloud_provider_taint_removal_delay_seconds_count 1".to_owned(),
         "node_controller_initial_node_sync_delay_seconds_count 1".to_owned(),
         "route_controller_route_sync_total".to_owned(),
-        "ccm_api_requests_total{verb=\"PATCH\",resource=\"nodes\"}".to_owned(),
+        // the Node write, a protobuf update (the default `--kube-api-content-type`)
+        "ccm_api_requests_total{verb=\"PUT\",resource=\"nodes\"}".to_owned(),
         "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:".to_owned(),
     ];
-    // The node controller observes the taint-removal delay once its patch has returned,
+    // The node controller observes the taint-removal delay once its write has returned,
     // which a watch of the Node can see first: every figure must be there, soon.
     let metrics = eventually("every figure in /metrics", WAIT, || async {
         let (status, metrics) = http_get(port, "/metrics").await;

@@ -558,6 +558,16 @@ impl Inner {
         };
         match protobuf::send(&self.client, request, MAX_NODE).await {
             Ok(_) => Update::Written,
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                // A role of an earlier release (patch, no update): patches from now on.
+                tracing::warn!(
+                    node = name,
+                    error = %status.message,
+                    "not allowed to update nodes; writing Nodes as JSON patches from now on"
+                );
+                self.protobuf_writes.store(false, Ordering::Relaxed);
+                Update::NotWritten(meta)
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 tracing::debug!(
                     node = name,

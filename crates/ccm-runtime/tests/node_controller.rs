@@ -26,11 +26,15 @@ use support::*;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn start(h: &Harness, config: CloudNodeControllerConfig) {
+    start_with_client(h, h.client.clone(), config);
+}
+
+/// [`start`], the controller writing with `client` (its informer reads with the harness's).
+fn start_with_client(h: &Harness, client: kube::Client, config: CloudNodeControllerConfig) {
     let informer = h.node_informer();
     let provider: Arc<dyn CloudProvider> = h.cloud.clone();
-    let controller =
-        CloudNodeController::new(h.client.clone(), &provider, informer.clone(), config)
-            .expect("instances supported");
+    let controller = CloudNodeController::new(client, &provider, informer.clone(), config)
+        .expect("instances supported");
     h.start_informer(&informer);
     let cancel = h.cancel.clone();
     tokio::spawn(controller.run(cancel));
@@ -578,13 +582,16 @@ async fn initialized_nodes_get_ga_labels_from_beta_ones() {
     );
 }
 
-#[tokio::test]
-async fn a_concurrent_taint_change_is_not_overwritten() {
+/// While the cloud is slow to answer, someone adds a taint: it is kept, and the retry
+/// reuses the cloud's answer. Returns the harness, to count the requests.
+async fn concurrent_taint_change_is_kept(
+    config: CloudNodeControllerConfig,
+    prefix: &str,
+) -> Harness {
     let h = Harness::new(FakeCloud::nodes_are_instances()).await;
-    // The cloud is slow; while it thinks, someone adds a taint.
     h.cloud.set_latency(Duration::from_millis(1500));
-    let name = create_node(&h, "race").await;
-    start(&h, fast());
+    let name = create_node(&h, prefix).await;
+    start(&h, config);
     eventually("the controller to ask the cloud", WAIT, || async {
         metadata_calls(&h) > 0
     })
@@ -605,6 +612,12 @@ async fn a_concurrent_taint_change_is_not_overwritten() {
     let node = h.wait_node(&name, WAIT, is_initialized).await;
     assert_eq!(own_taint_keys(&node), vec!["example.com/added-meanwhile"]);
     assert_eq!(metadata_calls(&h), 1, "the retry reused the answer");
+    h
+}
+
+#[tokio::test]
+async fn a_concurrent_taint_change_is_not_overwritten() {
+    concurrent_taint_change_is_kept(fast(), "race").await;
 }
 
 #[tokio::test]
@@ -749,6 +762,18 @@ fn without_initialisation(mut node: serde_json::Value) -> serde_json::Value {
     node
 }
 
+/// The controller's Node writes, (status patches, updates, patches), and no re-read.
+fn assert_node_writes(h: &Harness, want: (u64, u64, u64)) {
+    let c = h.api.counters();
+    let got = (
+        c.count("PATCH", "nodes/status"),
+        c.count("PUT", "nodes"),
+        c.count("PATCH", "nodes"),
+    );
+    assert_eq!(got, want, "(status patches, updates, patches)");
+    assert_eq!(c.count("GET", "nodes"), 0, "no re-read");
+}
+
 /// Go's Node write, a protobuf update (PUT) of the whole Node, made from the Node's own
 /// protobuf: the Node read back untyped (so whatever field the API server knows is compared,
 /// of any Kubernetes version, known to k8s-openapi or not) is the Node before but for what
@@ -853,11 +878,8 @@ async fn a_protobuf_update_keeps_every_field_of_the_node() {
         "{new:?}"
     );
     // The status patch, then the update; no Node patch, no re-read.
-    assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
-    assert_eq!(h.api.counters().count("PUT", "nodes"), 1);
-    assert_eq!(h.api.counters().count("PATCH", "nodes"), 0);
+    assert_node_writes(&h, (1, 1, 0));
     assert_eq!(h.api.counters().count("POST", "events"), 1);
-    assert_eq!(h.api.counters().count("GET", "nodes"), 0);
 }
 
 /// A protobuf update conflicts with any change to the Node after the status write (as a
@@ -885,13 +907,7 @@ async fn a_conflicting_protobuf_update_falls_back_to_the_guarded_patch() {
         }
     });
     let client = kube::Client::new(meddling, "default");
-    let informer = h.node_informer();
-    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
-    let controller =
-        CloudNodeController::new(client, &provider, informer.clone(), protobuf_writes())
-            .expect("instances supported");
-    h.start_informer(&informer);
-    tokio::spawn(controller.run(h.cancel.clone()));
+    start_with_client(&h, client, protobuf_writes());
 
     let node = h.wait_node(&name, WAIT, is_initialized).await;
     assert_eq!(provider_id(&node), Some(format!("fake://{name}")));
@@ -906,40 +922,14 @@ async fn a_conflicting_protobuf_update_falls_back_to_the_guarded_patch() {
     );
     h.wait_event(&name, REASON_SYNCED, WAIT).await;
     // The update conflicted once; the patch went through without a re-read.
-    assert_eq!(h.api.counters().count("PUT", "nodes"), 1);
-    assert_eq!(h.api.counters().count("PATCH", "nodes"), 1);
-    assert_eq!(h.api.counters().count("PATCH", "nodes/status"), 1);
-    assert_eq!(h.api.counters().count("GET", "nodes"), 0);
+    assert_node_writes(&h, (1, 1, 1));
 }
 
 /// As [`a_concurrent_taint_change_is_not_overwritten`], with protobuf updates: the taint
 /// added while the cloud is asked is kept.
 #[tokio::test]
 async fn a_concurrent_taint_change_is_not_overwritten_by_a_protobuf_update() {
-    let h = Harness::new(FakeCloud::nodes_are_instances()).await;
-    h.cloud.set_latency(Duration::from_millis(1500));
-    let name = create_node(&h, "pb-race").await;
-    start(&h, protobuf_writes());
-    eventually("the controller to ask the cloud", WAIT, || async {
-        metadata_calls(&h) > 0
-    })
-    .await;
-    h.nodes()
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Json::<()>(
-                serde_json::from_value(json!([
-                    {"op": "add", "path": "/spec/taints/-", "value": {"key": "example.com/added-meanwhile", "effect": "NoSchedule"}}
-                ]))
-                .unwrap(),
-            ),
-        )
-        .await
-        .unwrap();
-    let node = h.wait_node(&name, WAIT, is_initialized).await;
-    assert_eq!(own_taint_keys(&node), vec!["example.com/added-meanwhile"]);
-    assert_eq!(metadata_calls(&h), 1, "the retry reused the answer");
+    let h = concurrent_taint_change_is_kept(protobuf_writes(), "pb-race").await;
     assert_eq!(h.api.counters().count("PUT", "nodes"), 1);
 }
 
@@ -974,13 +964,7 @@ async fn a_role_without_update_falls_back_to_patches_for_good() {
         })
     };
     let client = kube::Client::new(counted, "default");
-    let informer = h.node_informer();
-    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
-    let controller =
-        CloudNodeController::new(client, &provider, informer.clone(), protobuf_writes())
-            .expect("instances supported");
-    h.start_informer(&informer);
-    tokio::spawn(controller.run(h.cancel.clone()));
+    start_with_client(&h, client, protobuf_writes());
 
     for prefix in ["no-update-1", "no-update-2"] {
         let name = create_node(&h, prefix).await;

@@ -101,8 +101,14 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
     P: serde::Serialize + std::fmt::Debug,
 {
-    let request = metadata_patch_request(api.resource_url(), name, subresource, params, patch)
-        .map_err(kube::Error::BuildRequest)?;
+    let request = patch_request(
+        api.resource_url(),
+        (name, subresource),
+        params,
+        patch,
+        Some(METADATA_ANSWER),
+    )
+    .map_err(kube::Error::BuildRequest)?;
     let answer: PartialObjectMeta<K> = api.clone().into_client().request(request).await?;
     Ok(answer.metadata)
 }
@@ -123,39 +129,32 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
     P: serde::Serialize + std::fmt::Debug,
 {
-    let request = patch_request(api.resource_url(), name, subresource, params, patch)
+    let request = patch_request(api.resource_url(), (name, subresource), params, patch, None)
         .map_err(kube::Error::BuildRequest)?;
     crate::client::protobuf::send(&api.clone().into_client(), request, limit).await
 }
 
-/// The request of [`patch_for_metadata`] to the collection at `url`.
-fn metadata_patch_request<P: serde::Serialize + std::fmt::Debug>(
-    url: &str,
-    name: &str,
-    subresource: Option<&str>,
-    params: &PatchParams,
-    patch: &Patch<P>,
-) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
-    let mut request = patch_request(url, name, subresource, params, patch)?;
-    request.headers_mut().insert(
-        http::header::ACCEPT,
-        http::HeaderValue::from_static(METADATA_ANSWER),
-    );
-    Ok(request)
-}
-
+/// The patch request to the collection at `url`, asking for an answer in `accept` (the
+/// client's default when `None`).
 fn patch_request<P: serde::Serialize + std::fmt::Debug>(
     url: &str,
-    name: &str,
-    subresource: Option<&str>,
+    target: (&str, Option<&str>),
     params: &PatchParams,
     patch: &Patch<P>,
+    accept: Option<&'static str>,
 ) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+    let (name, subresource) = target;
     let request = kube::core::Request::new(url);
-    match subresource {
+    let mut request = match subresource {
         Some(subresource) => request.patch_subresource(subresource, name, params, patch),
         None => request.patch(name, params, patch),
+    }?;
+    if let Some(accept) = accept {
+        request
+            .headers_mut()
+            .insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
     }
+    Ok(request)
 }
 
 /// How a guarded patch failed.
@@ -201,7 +200,14 @@ mod tests {
             (Some("status"), "/api/v1/nodes/n1/status?&fieldManager=m"),
             (None, "/api/v1/nodes/n1?&fieldManager=m"),
         ] {
-            let req = metadata_patch_request("/api/v1/nodes", "n1", sub, &params, &patch).unwrap();
+            let req = patch_request(
+                "/api/v1/nodes",
+                ("n1", sub),
+                &params,
+                &patch,
+                Some(METADATA_ANSWER),
+            )
+            .unwrap();
             assert_eq!(req.method(), http::Method::PATCH);
             assert_eq!(req.uri().to_string(), path);
             assert_eq!(req.headers()[http::header::ACCEPT], METADATA_ANSWER);

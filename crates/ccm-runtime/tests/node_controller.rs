@@ -373,6 +373,9 @@ async fn cloud_errors_are_retried_with_warnings() {
     start(&h, fast());
     h.wait_node(&name, WAIT, is_initialized).await;
     assert_eq!(metadata_calls(&h), 4);
+    // Events are written behind the Node's writes: the Node may be initialised first.
+    h.wait_event(&name, REASON_INITIALIZATION_FAILED, WAIT)
+        .await;
     let events = h.events_for(&name).await;
     let warning = events
         .iter()

@@ -73,18 +73,18 @@ fn writes_of(audit_log: &Path, user: &str, since: Timestamp) -> Vec<(String, Str
         .collect()
 }
 
+/// When a line of the replica's log was logged (its leading timestamp).
+fn logged_at(line: &str) -> Option<Timestamp> {
+    line.split_whitespace().next()?.parse().ok()
+}
+
 /// The API writes (audit verb, resource) the replica's log says it sent in the second
 /// before `stopped_at` ("sending an API write past the fence", at debug level).
 fn sent_before(log: &str, stopped_at: Timestamp) -> Vec<(String, String)> {
     let since = stopped_at - k8s_openapi::jiff::SignedDuration::from_secs(1);
     log.lines()
         .filter(|l| l.contains("sending an API write past the fence"))
-        .filter(|l| {
-            l.split_whitespace()
-                .next()
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .is_some_and(|t| t >= since && t <= stopped_at)
-        })
+        .filter(|l| logged_at(l).is_some_and(|t| t >= since && t <= stopped_at))
         .filter_map(|l| {
             let field = |name: &str| {
                 let rest = &l[l.find(&format!("{name}="))? + name.len() + 1..];
@@ -186,12 +186,7 @@ async fn a_leader_paused_past_its_lease_changes_nothing_when_it_wakes_up() {
     let cloud_mutations: Vec<&str> = awake
         .lines()
         .filter(|l| l.contains("calling the cloud") && MUTATIONS.iter().any(|m| l.contains(m)))
-        .filter(|l| {
-            l.split_whitespace()
-                .next()
-                .and_then(|t| t.parse::<Timestamp>().ok())
-                .is_none_or(|logged| logged >= stopped_at)
-        })
+        .filter(|l| logged_at(l).is_none_or(|logged| logged >= stopped_at))
         .collect();
     let refused = awake.lines().filter(|l| l.contains("refused")).count();
     // The audit log is written as requests complete; replica-a is gone, so it is complete

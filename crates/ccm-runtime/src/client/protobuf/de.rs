@@ -172,9 +172,19 @@ impl<'de> de::Deserializer<'de> for FieldDe<'de> {
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
+        if matches!(self.field.kind, Kind::FieldsV1) && !self.field.repeated {
+            let value = wire::last(self.message, self.field.number)?
+                .ok_or(DecodeError::Malformed("a field that is not there"))?;
+            return ValueDe {
+                kind: &self.field.kind,
+                value,
+                depth: self.depth,
+            }
+            .deserialize_newtype_struct(name, visitor);
+        }
         visitor.visit_newtype_struct(self)
     }
 
@@ -344,29 +354,19 @@ impl<'de> ValueDe<'de> {
             )),
         }
     }
-}
 
-impl<'de> de::Deserializer<'de> for ValueDe<'de> {
-    type Error = DecodeError;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        match self.kind {
-            Kind::String => visitor.visit_borrowed_str(utf8(self.bytes()?)?),
-            Kind::Bool => visitor.visit_bool(self.varint()? != 0),
+    /// The value of a kind that is neither a message, a map nor managed fields.
+    fn scalar(&self) -> Result<Scalar<'de>, DecodeError> {
+        Ok(match self.kind {
+            Kind::String => Scalar::Str(utf8(self.bytes()?)?),
+            Kind::Bool => Scalar::Bool(self.varint()? != 0),
             // int32 is sign-extended to 64 bits on the wire
-            Kind::Int32 => visitor.visit_i32(self.varint()? as i64 as i32),
-            Kind::Int64 => visitor.visit_i64(self.varint()? as i64),
+            Kind::Int32 => Scalar::I32(self.varint()? as i64 as i32),
+            Kind::Int64 => Scalar::I64(self.varint()? as i64),
             Kind::Double => match self.value {
-                Value::Fixed64(bits) => visitor.visit_f64(f64::from_bits(bits)),
-                _ => Err(DecodeError::Malformed("a double that is not 8 bytes")),
+                Value::Fixed64(bits) => Scalar::F64(f64::from_bits(bits)),
+                _ => return Err(DecodeError::Malformed("a double that is not 8 bytes")),
             },
-            Kind::Message(message) => MessageDe {
-                message,
-                bytes: self.bytes()?,
-                depth: self.depth + 1,
-            }
-            .deserialize_any(visitor),
-            Kind::Map(_) => Err(DecodeError::Malformed("a map inside a map")),
             Kind::Time | Kind::MicroTime => {
                 let time = self.bytes()?;
                 let seconds = match wire::last(time, 1)? {
@@ -378,34 +378,67 @@ impl<'de> de::Deserializer<'de> for ValueDe<'de> {
                     _ => 0,
                 };
                 let micros = matches!(self.kind, Kind::MicroTime).then_some(nanos / 1000);
-                visitor.visit_string(rfc3339(seconds, micros)?)
+                Scalar::String(rfc3339(seconds, micros)?)
             }
             Kind::Quantity => match wire::last(self.bytes()?, 1)? {
-                Some(Value::Bytes(s)) => visitor.visit_borrowed_str(utf8(s)?),
-                _ => visitor.visit_borrowed_str(""),
+                Some(Value::Bytes(s)) => Scalar::Str(utf8(s)?),
+                _ => Scalar::Str(""),
             },
             Kind::IntOrString => {
                 let v = self.bytes()?;
                 match wire::last(v, 1)? {
                     Some(Value::Varint(1)) => match wire::last(v, 3)? {
-                        Some(Value::Bytes(s)) => visitor.visit_borrowed_str(utf8(s)?),
-                        _ => visitor.visit_borrowed_str(""),
+                        Some(Value::Bytes(s)) => Scalar::Str(utf8(s)?),
+                        _ => Scalar::Str(""),
                     },
                     _ => match wire::last(v, 2)? {
-                        Some(Value::Varint(n)) => visitor.visit_i32(n as i64 as i32),
-                        _ => visitor.visit_i32(0),
+                        Some(Value::Varint(n)) => Scalar::I32(n as i64 as i32),
+                        _ => Scalar::I32(0),
                     },
                 }
             }
-            Kind::FieldsV1 => {
-                let raw = match wire::last(self.bytes()?, 1)? {
-                    Some(Value::Bytes(raw)) => raw,
-                    _ => b"{}",
-                };
-                let mut json = serde_json::Deserializer::from_slice(raw);
-                de::Deserializer::deserialize_any(&mut json, visitor)
-                    .map_err(|e| DecodeError::Invalid(format!("managed fields: {e}")))
+            Kind::Message(_) | Kind::Map(_) | Kind::FieldsV1 => {
+                return Err(DecodeError::Malformed("a message where a scalar belongs"));
             }
+        })
+    }
+}
+
+/// A scalar read off the wire, for a visitor.
+enum Scalar<'a> {
+    Str(&'a str),
+    String(String),
+    Bool(bool),
+    I32(i32),
+    I64(i64),
+    F64(f64),
+}
+
+impl<'de> de::Deserializer<'de> for ValueDe<'de> {
+    type Error = DecodeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        // Instantiated once per visitor type (about fifty): the scalars are read by one
+        // function for all, and managed fields (JSON) where only their own type asks.
+        match self.kind {
+            Kind::Message(message) => MessageDe {
+                message,
+                bytes: self.bytes()?,
+                depth: self.depth + 1,
+            }
+            .deserialize_any(visitor),
+            Kind::Map(_) => Err(DecodeError::Malformed("a map inside a map")),
+            Kind::FieldsV1 => Err(DecodeError::Invalid(
+                "managed fields read as another type than FieldsV1".to_owned(),
+            )),
+            _ => match self.scalar()? {
+                Scalar::Str(s) => visitor.visit_borrowed_str(s),
+                Scalar::String(s) => visitor.visit_string(s),
+                Scalar::Bool(b) => visitor.visit_bool(b),
+                Scalar::I32(n) => visitor.visit_i32(n),
+                Scalar::I64(n) => visitor.visit_i64(n),
+                Scalar::F64(x) => visitor.visit_f64(x),
+            },
         }
     }
 
@@ -413,12 +446,24 @@ impl<'de> de::Deserializer<'de> for ValueDe<'de> {
         visitor.visit_some(self)
     }
 
+    /// `FieldsV1` (a newtype of a JSON value) is handed its JSON as serde_json reads it, so
+    /// the JSON path's code serves both encodings.
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        visitor.visit_newtype_struct(self)
+        if !matches!(self.kind, Kind::FieldsV1) {
+            return visitor.visit_newtype_struct(self);
+        }
+        let raw = match wire::last(self.bytes()?, 1)? {
+            Some(Value::Bytes(raw)) => raw,
+            _ => b"{}",
+        };
+        let mut json = serde_json::Deserializer::from_slice(raw);
+        visitor
+            .visit_newtype_struct(&mut json)
+            .map_err(|e| DecodeError::Invalid(format!("managed fields: {e}")))
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {

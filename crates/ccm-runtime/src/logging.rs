@@ -3,13 +3,19 @@
 //! layer. [`init`] installs the global subscriber once; [`verbosity`] is the handle the
 //! endpoint server uses, `None` when this process did not install it (a test harness, or a
 //! binary with a subscriber of its own).
+//!
+//! The filter is a [`Targets`] list (`info,kube_client=warn,ccm_runtime::controllers=debug`),
+//! which is what `--v`, `--vmodule` and `RUST_LOG` give: per-target levels. `EnvFilter`'s span
+//! and field filters are not taken: its matching code and the regular expressions it compiles
+//! at start are left out of the binary and the process.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Registry, reload};
+use tracing_subscriber::{Registry, reload};
 
 use crate::flags::goflag::klog_level;
 
@@ -23,7 +29,7 @@ pub struct Verbosity {
 }
 
 struct Inner {
-    handle: reload::Handle<EnvFilter, Registry>,
+    handle: reload::Handle<Targets, Registry>,
     level: AtomicU8,
     directives: Box<Directives>,
 }
@@ -50,7 +56,8 @@ impl Verbosity {
         let value = value.trim();
         let level = klog_level(value)
             .map_err(|e| format!("failed set klog.logging.verbosity {value}: {e}"))?;
-        let filter = EnvFilter::try_new((self.inner.directives)(level))
+        let filter = (self.inner.directives)(level)
+            .parse::<Targets>()
             .map_err(|e| format!("failed set klog.logging.verbosity {value}: {e}"))?;
         self.inner
             .handle
@@ -83,9 +90,11 @@ pub fn init(
     level: u8,
     directives: impl Fn(u8) -> String + Send + Sync + 'static,
 ) -> Option<Verbosity> {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(directives(level)))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|text| text.parse::<Targets>().ok())
+        .or_else(|| directives(level).parse().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
     let (filter, handle) = reload::Layer::new(filter);
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
@@ -123,7 +132,8 @@ mod tests {
 
     /// A handle over a reload layer of its own, not installed globally.
     fn local(level: u8) -> (Verbosity, impl tracing::Subscriber) {
-        let (filter, handle) = reload::Layer::new(EnvFilter::new("info"));
+        let (filter, handle) =
+            reload::Layer::new(Targets::new().with_default(tracing::Level::INFO));
         let subscriber = tracing_subscriber::registry().with(filter);
         let verbosity = Verbosity {
             inner: Arc::new(Inner {

@@ -820,7 +820,7 @@ impl Options {
             .collect()
     }
 
-    /// The `tracing_subscriber::EnvFilter` directives of `-v` at `verbosity` (the flag's
+    /// The `tracing_subscriber::filter::Targets` directives of `-v` at `verbosity` (the flag's
     /// value at start, the level `/debug/flags/v` sets later) and `--vmodule`, e.g.
     /// `info,kube_client=warn,hyper=warn,rustls=warn,ccm_runtime::controllers=debug`.
     pub(crate) fn log_directives_at(&self, verbosity: u8) -> String {

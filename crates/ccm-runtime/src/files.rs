@@ -59,7 +59,7 @@ pub(crate) enum KubeconfigError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: kube::config::KubeconfigError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -84,10 +84,26 @@ pub(crate) fn kubeconfig(origin: &str, path: &Path) -> Result<Kubeconfig, Kubeco
     let bytes = file::read_named(origin, path, MAX_KUBECONFIG_BYTES)?;
     let text =
         decode(&bytes).map_err(|e| FileError::new(origin, path, std::io::Error::other(e)))?;
-    let mut config = Kubeconfig::from_yaml(&text).map_err(invalid)?;
+    let mut config = from_yaml(&text).map_err(invalid)?;
     let dir = path.parent().unwrap_or(Path::new(""));
     inline(&mut config, origin, dir)?;
     Ok(config)
+}
+
+/// Parses a kubeconfig as `Kubeconfig::from_yaml` does (each YAML document merged into the
+/// first, the first of two same-named entries kept), with the YAML parser the cloud-configs
+/// use: kube's parser, the other one in the binary, then serves only exec plugins' answers,
+/// and the kubeconfig's types are not compiled for both (170 KB of code, nearly all of it
+/// resident in a running CCM: docs/benchmarks.md, "Peak RSS of the shipped binary").
+fn from_yaml(text: &str) -> Result<Kubeconfig, Box<dyn std::error::Error + Send + Sync>> {
+    let mut merged = Kubeconfig::default();
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
+        let next: Option<Kubeconfig> = serde::Deserialize::deserialize(document)?;
+        if let Some(next) = next {
+            merged = merged.merge(next)?;
+        }
+    }
+    Ok(merged)
 }
 
 /// Replaces the file fields of `config` by the files' contents (see [`kubeconfig`]).
@@ -275,6 +291,37 @@ mod tests {
         let config = kubeconfig("--kubeconfig", &path).unwrap();
         let cluster = config.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Q0E="));
+    }
+
+    #[test]
+    fn the_yaml_is_read_as_kube_reads_it() {
+        let one = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}\n\
+                   users:\n- name: u\n  user: {token: t, exec: {apiVersion: client.authentication.k8s.io/v1, command: x, args: [a], env: [{name: N, value: V}], interactiveMode: Never}}\n\
+                   contexts:\n- name: x\n  context: {cluster: c, user: u, namespace: n}\ncurrent-context: x\npreferences: {}\n\
+                   extensions:\n- name: e\n  extension: {a: 1}\nunknown-field: [1, 2]\n";
+        // Two documents: the first of two same-named entries wins, as in kube.
+        let two = format!(
+            "{one}---\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.2:2\"}}\n- name: d\n  cluster: {{server: \"https://127.0.0.3:3\"}}\n---\n"
+        );
+        for text in [one, two.as_str(), "", "---\n", "# a comment\n"] {
+            let ours = from_yaml(text).unwrap();
+            let kube = Kubeconfig::from_yaml(text).unwrap();
+            assert_eq!(
+                serde_json::to_value(&ours).unwrap(),
+                serde_json::to_value(&kube).unwrap(),
+                "{text}"
+            );
+        }
+        assert_eq!(from_yaml(&two).unwrap().clusters.len(), 2);
+        for bad in [
+            "clusters: 3",
+            "kind: Config\n---\nkind: Other\n",
+            "a: [",
+            "clusters:\n- name: c\n  cluster: {server: 1, insecure-skip-tls-verify: [x]}\n",
+        ] {
+            assert!(from_yaml(bad).is_err(), "{bad}");
+            assert!(Kubeconfig::from_yaml(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -89,7 +89,7 @@ fn kubeconfig_error(e: crate::files::KubeconfigError) -> AppError {
             source,
         } => AppError::Kube {
             context: format!("{origin}: invalid {}", path.display()),
-            source: Box::new(source),
+            source,
         },
     }
 }

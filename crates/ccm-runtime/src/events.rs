@@ -47,8 +47,9 @@ use tokio::time::Instant;
 /// times Go's broadcaster's 1000, because an Event write here gives way to the Node,
 /// Service and Lease writes in flight (up to a second each), so a burst of Node
 /// initialisations queues its events rather than losing them (a queued write holds its
-/// name, object reference, times and count, about 0.5 KiB with them; reason, message and
-/// source are shared by consecutive events alike).
+/// name, its object's name, UID and resource version, times and count, about 0.3 KiB with
+/// them; the object's kind, the reason, message and source are shared by consecutive events
+/// alike).
 pub const MAX_QUEUED_EVENTS: usize = 10_000;
 
 /// Messages longer than this are cut (Go does not cut; a provider's error can be long).
@@ -131,22 +132,33 @@ struct Write {
 /// the object, the times and count) kept apart from what does not (reason, message, type,
 /// source, action), which consecutive events of a recorder share in one [`Template`]. A
 /// thousand `Synced` events queued behind a burst of Node writes then hold one message, not
-/// a thousand, and a queued write takes about a third of a whole `Event`.
+/// a thousand, and a queued write takes about a fifth of a whole `Event`.
 #[derive(Debug)]
 struct Queued {
     name: Option<String>,
-    namespace: Option<String>,
-    object: ObjectReference,
+    /// The involved object's name, UID and resource version; the rest of its reference is
+    /// the template's.
+    object_name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
     first: Option<Time>,
     last: Option<Time>,
     count: Option<i32>,
     template: Arc<Template>,
-    patch: Option<serde_json::Value>,
+    /// Boxed: few writes are patches, and every queued write has the slot.
+    patch: Option<Box<serde_json::Value>>,
 }
 
-/// What consecutive events of a recorder have in common.
+/// What consecutive events of a recorder have in common: the kind of object (its API
+/// version, kind, namespace, field path) and the event's namespace, type, reason, message,
+/// source and action.
 #[derive(Debug, PartialEq)]
 struct Template {
+    namespace: Option<String>,
+    api_version: Option<String>,
+    kind: Option<String>,
+    object_namespace: Option<String>,
+    field_path: Option<String>,
     type_: Option<String>,
     reason: Option<String>,
     message: Option<String>,
@@ -161,7 +173,13 @@ impl Queued {
     /// `last` this one's otherwise).
     fn new(write: Write, last: &mut Option<Arc<Template>>) -> Self {
         let Write { event, patch } = write;
+        let object = event.involved_object;
         let template = Template {
+            namespace: event.metadata.namespace,
+            api_version: object.api_version,
+            kind: object.kind,
+            object_namespace: object.namespace,
+            field_path: object.field_path,
             type_: event.type_,
             reason: event.reason,
             message: event.message,
@@ -176,13 +194,14 @@ impl Queued {
         };
         Self {
             name: event.metadata.name,
-            namespace: event.metadata.namespace,
-            object: event.involved_object,
+            object_name: object.name,
+            uid: object.uid,
+            resource_version: object.resource_version,
             first: event.first_timestamp,
             last: event.last_timestamp,
             count: event.count,
             template,
-            patch,
+            patch: patch.map(Box::new),
         }
     }
 
@@ -193,10 +212,18 @@ impl Queued {
             event: CoreEvent {
                 metadata: ObjectMeta {
                     name: self.name,
-                    namespace: self.namespace,
+                    namespace: t.namespace.clone(),
                     ..ObjectMeta::default()
                 },
-                involved_object: self.object,
+                involved_object: ObjectReference {
+                    api_version: t.api_version.clone(),
+                    field_path: t.field_path.clone(),
+                    kind: t.kind.clone(),
+                    name: self.object_name,
+                    namespace: t.object_namespace.clone(),
+                    resource_version: self.resource_version,
+                    uid: self.uid,
+                },
                 first_timestamp: self.first,
                 last_timestamp: self.last,
                 count: self.count,
@@ -209,7 +236,7 @@ impl Queued {
                 action: t.action.clone(),
                 ..CoreEvent::default()
             },
-            patch: self.patch,
+            patch: self.patch.map(|patch| *patch),
         }
     }
 }
@@ -791,7 +818,7 @@ mod tests {
             "a repeat is the same"
         );
         assert!(
-            std::mem::size_of::<Queued>() * 3 < std::mem::size_of::<Write>(),
+            std::mem::size_of::<Queued>() * 5 < std::mem::size_of::<Write>(),
             "a queued write is small: {} bytes against {}",
             std::mem::size_of::<Queued>(),
             std::mem::size_of::<Write>()

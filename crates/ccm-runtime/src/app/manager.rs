@@ -184,64 +184,24 @@ impl CloudControllerManager {
     }
 
     /// [`run`](Self::run) with the given arguments (the first is the program name).
-    pub fn run_with_args<I, T>(self, args: I) -> ExitCode
+    pub fn run_with_args<I, T>(mut self, args: I) -> ExitCode
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let controllers = self.controllers();
-        let command = super::options::command()
-            .name(self.name.clone())
-            .mut_arg("controllers", |arg| {
-                arg.help(controllers_help(&controllers))
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        // Parsed on a thread of its own: clap's parser for our hundred-odd flags takes over
+        // 100 KB of stack, which on the main thread would stay resident for the whole run;
+        // a thread's stack is unmapped, or handed to the runtime's next worker, when it ends.
+        let parsed =
+            std::thread::scope(|scope| match scope.spawn(|| self.parse_args(args)).join() {
+                Ok(parsed) => parsed,
+                Err(panic) => std::panic::resume_unwind(panic),
             });
-        let command = match self.extensions.command(command) {
-            Ok(command) => command,
-            Err(err) => {
-                report(&err.to_string());
-                return ExitCode::FAILURE;
-            }
+        let options = match parsed {
+            Ok(options) => options,
+            Err(code) => return code,
         };
-        let mut help = command.clone();
-        let matches = match command.try_get_matches_from(args) {
-            Ok(m) => m,
-            Err(err) => {
-                let _ = err.print();
-                return if err.use_stderr() {
-                    ExitCode::from(2)
-                } else {
-                    ExitCode::SUCCESS
-                };
-            }
-        };
-        let options = match Options::from_matches(&matches) {
-            Ok(o) => o,
-            Err(err) => {
-                let _ = err.print();
-                return ExitCode::from(2);
-            }
-        };
-        match options.print_request() {
-            Some(PrintRequest::Help) => {
-                let _ = help.print_help();
-                return ExitCode::SUCCESS;
-            }
-            Some(PrintRequest::Version { raw }) => {
-                #[allow(clippy::print_stdout)]
-                {
-                    println!("{}", self.version.render(&self.name, raw));
-                }
-                return ExitCode::SUCCESS;
-            }
-            None => {}
-        }
-        if let Err(err) = self.extensions.fill(&matches) {
-            let _ = err.print();
-            return ExitCode::from(2);
-        }
-        // The parser's command and matches (about 100 KB for our hundred-odd flags) are done
-        // with: not kept for the whole run.
-        drop((help, matches));
         init_logging(&options);
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -253,7 +213,9 @@ impl CloudControllerManager {
                 return ExitCode::FAILURE;
             }
         };
-        runtime.block_on(async move {
+        // A task rather than the future `block_on` polls: the run's state (tens of KB) is
+        // then built and polled on a worker's stack, not left resident on the main thread's.
+        let run = runtime.spawn(async move {
             let shutdown = CancellationToken::new();
             spawn_signal_handler(shutdown.clone());
             match self.run_with_options(options, shutdown).await {
@@ -263,7 +225,71 @@ impl CloudControllerManager {
                     ExitCode::FAILURE
                 }
             }
-        })
+        });
+        match runtime.block_on(run) {
+            Ok(code) => code,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(err) => {
+                report(&format!("the run ended early: {err}"));
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    /// Parses `args` into options, or says how the process ends instead (`--help`,
+    /// `--version`, a flag clap could not parse: printed, with the exit code).
+    fn parse_args(&mut self, args: Vec<std::ffi::OsString>) -> Result<Options, ExitCode> {
+        let controllers = self.controllers();
+        let command = super::options::command()
+            .name(self.name.clone())
+            .mut_arg("controllers", |arg| {
+                arg.help(controllers_help(&controllers))
+            });
+        let command = match self.extensions.command(command) {
+            Ok(command) => command,
+            Err(err) => {
+                report(&err.to_string());
+                return Err(ExitCode::FAILURE);
+            }
+        };
+        let mut help = command.clone();
+        let matches = match command.try_get_matches_from(args) {
+            Ok(m) => m,
+            Err(err) => {
+                let _ = err.print();
+                return Err(if err.use_stderr() {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                });
+            }
+        };
+        let options = match Options::from_matches(&matches) {
+            Ok(o) => o,
+            Err(err) => {
+                let _ = err.print();
+                return Err(ExitCode::from(2));
+            }
+        };
+        match options.print_request() {
+            Some(PrintRequest::Help) => {
+                let _ = help.print_help();
+                return Err(ExitCode::SUCCESS);
+            }
+            Some(PrintRequest::Version { raw }) => {
+                #[allow(clippy::print_stdout)]
+                {
+                    println!("{}", self.version.render(&self.name, raw));
+                }
+                return Err(ExitCode::SUCCESS);
+            }
+            None => {}
+        }
+        if let Err(err) = self.extensions.fill(&matches) {
+            let _ = err.print();
+            return Err(ExitCode::from(2));
+        }
+        Ok(options)
     }
 
     /// Runs with parsed options until `shutdown` fires. The library entry point for tests

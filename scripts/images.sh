@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the multi-arch container image (linux/amd64 and linux/arm64) of each bundled binary
 # without a Docker engine: a statically linked binary per platform (glibc,
-# `-C target-feature=+crt-static`, relocations packed; arm64 cross-compiled with Debian's gcc-aarch64-linux-gnu
-# and libc6-dev-arm64-cross), staged with the CA certificates into a build context, each
-# platform's image built from the binary's Containerfile with buildah (vfs storage, chroot
-# isolation: works as root with no daemon; FROM scratch + COPY needs no emulation), the
-# platforms joined in an OCI image index (`buildah manifest`) and saved as an OCI archive.
-# Then scripts/images-check.sh proves the result (arm64 binaries run under qemu, the index
-# lists each platform):
+# `-C target-feature=+crt-static`, relocations packed; arm64 cross-compiled with Debian's
+# gcc-aarch64-linux-gnu and libc6-dev-arm64-cross), staged with the CA certificates into a
+# build context, each platform's image built from the binary's Containerfile with buildah
+# (vfs storage, chroot isolation: works as root with no daemon; FROM scratch + COPY needs
+# no emulation), the platforms joined in an OCI image index (`buildah manifest`) and saved
+# as an OCI archive. Then scripts/images-check.sh proves the result (arm64 binaries run
+# under qemu, the index lists each platform):
 #
 #   scripts/images.sh                         # release images of all three binaries, both platforms
 #   scripts/images.sh --debug fake-cloud-controller-manager   # a quicker debug build (tests)
@@ -97,8 +97,8 @@ done
 # platform is built by its own cargo run: a cold arm64 build reuses the host's build scripts.
 # Static, and the relative relocations of a position-independent executable packed
 # (DT_RELR, binutils 2.38 and glibc 2.36 on): 6 KB instead of 430 KB of `.rela.dyn`, which
-# the start-up code reads whole and so keeps resident (docs/benchmarks.md, "Optimised for
-# size"). bench/driver builds the benchmarked binary with the same flags.
+# the start-up code reads whole and so keeps resident (docs/benchmarks.md, "Peak RSS of the
+# shipped binary"). bench/driver builds the benchmarked binary with the same flags.
 STATIC_RUSTFLAGS="-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs"
 profile_flag=()
 [ "$profile" = release ] && profile_flag=(--release)

@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use ccm_provider::BoxError;
 use ccm_provider::file::{self, FileError, MAX_KUBECONFIG_BYTES, MAX_PEM_BYTES, MAX_TOKEN_BYTES};
 use kube::config::Kubeconfig;
 
@@ -59,7 +60,7 @@ pub(crate) enum KubeconfigError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: BoxError,
     },
 }
 
@@ -93,9 +94,9 @@ pub(crate) fn kubeconfig(origin: &str, path: &Path) -> Result<Kubeconfig, Kubeco
 /// Parses a kubeconfig as `Kubeconfig::from_yaml` does (each YAML document merged into the
 /// first, the first of two same-named entries kept), with the YAML parser the cloud-configs
 /// use: kube's parser, the other one in the binary, then serves only exec plugins' answers,
-/// and the kubeconfig's types are not compiled for both (170 KB of code, nearly all of it
+/// and the kubeconfig's types are not compiled for both (220 KB of code, nearly all of it
 /// resident in a running CCM: docs/benchmarks.md, "Peak RSS of the shipped binary").
-fn from_yaml(text: &str) -> Result<Kubeconfig, Box<dyn std::error::Error + Send + Sync>> {
+fn from_yaml(text: &str) -> Result<Kubeconfig, BoxError> {
     let mut merged = Kubeconfig::default();
     for document in serde_yaml_ng::Deserializer::from_str(text) {
         let next: Option<Kubeconfig> = serde::Deserialize::deserialize(document)?;

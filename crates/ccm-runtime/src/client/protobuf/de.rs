@@ -129,41 +129,43 @@ struct FieldDe<'a> {
     depth: u32,
 }
 
+impl<'de> FieldDe<'de> {
+    /// The value of a field that is neither repeated nor a map: its last occurrence.
+    fn value(&self) -> Result<ValueDe<'de>, DecodeError> {
+        let value = wire::last(self.message, self.field.number)?
+            .ok_or(DecodeError::Malformed("a field that is not there"))?;
+        Ok(ValueDe {
+            kind: &self.field.kind,
+            value,
+            depth: self.depth,
+        })
+    }
+}
+
 impl<'de> de::Deserializer<'de> for FieldDe<'de> {
     type Error = DecodeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        let FieldDe {
-            field,
-            message,
-            depth,
-        } = self;
+        let field = self.field;
         if let Kind::Map(value) = field.kind {
             return visitor.visit_map(MapAccess {
-                entries: Fields(message),
+                entries: Fields(self.message),
                 number: field.number,
                 value,
-                depth,
+                depth: self.depth,
                 pending: None,
             });
         }
         if field.repeated {
             return visitor.visit_seq(SeqAccess {
-                entries: Fields(message),
+                entries: Fields(self.message),
                 number: field.number,
                 kind: &field.kind,
-                depth,
+                depth: self.depth,
                 packed: &[],
             });
         }
-        let value = wire::last(message, field.number)?
-            .ok_or(DecodeError::Malformed("a field that is not there"))?;
-        ValueDe {
-            kind: &field.kind,
-            value,
-            depth,
-        }
-        .deserialize_any(visitor)
+        self.value()?.deserialize_any(visitor)
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
@@ -176,14 +178,7 @@ impl<'de> de::Deserializer<'de> for FieldDe<'de> {
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
         if matches!(self.field.kind, Kind::FieldsV1) && !self.field.repeated {
-            let value = wire::last(self.message, self.field.number)?
-                .ok_or(DecodeError::Malformed("a field that is not there"))?;
-            return ValueDe {
-                kind: &self.field.kind,
-                value,
-                depth: self.depth,
-            }
-            .deserialize_newtype_struct(name, visitor);
+            return self.value()?.deserialize_newtype_struct(name, visitor);
         }
         visitor.visit_newtype_struct(self)
     }
@@ -198,27 +193,10 @@ impl<'de> de::Deserializer<'de> for FieldDe<'de> {
         variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        let FieldDe {
-            field,
-            message,
-            depth,
-        } = self;
-        if field.repeated || matches!(field.kind, Kind::Map(_)) {
-            return FieldDe {
-                field,
-                message,
-                depth,
-            }
-            .deserialize_any(visitor);
+        if self.field.repeated || matches!(self.field.kind, Kind::Map(_)) {
+            return self.deserialize_any(visitor);
         }
-        let value = wire::last(message, field.number)?
-            .ok_or(DecodeError::Malformed("a field that is not there"))?;
-        ValueDe {
-            kind: &field.kind,
-            value,
-            depth,
-        }
-        .deserialize_enum(name, variants, visitor)
+        self.value()?.deserialize_enum(name, variants, visitor)
     }
 
     forward_to_deserialize_any! {

@@ -14,11 +14,13 @@
 //! # Ok(()) }
 //! ```
 
+mod auth;
 pub(crate) mod fields;
 pub mod go_metrics;
 pub(crate) mod priority;
 pub mod protobuf;
 pub mod service_account;
+mod transport;
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -30,7 +32,6 @@ use std::time::Duration;
 
 use ccm_provider::BoxError;
 use http::{Method, Request};
-use kube::client::ClientBuilder;
 use tokio::time::{Instant, Sleep};
 
 use self::go_metrics::{GoClientCounts, GoClientMetrics, NO_RESPONSE};
@@ -485,16 +486,45 @@ where
     }
 }
 
-/// A kube client for `config`, wrapped in `layer`.
-pub fn build_client(config: kube::Config, layer: &ApiLayer) -> Result<kube::Client, kube::Error> {
+/// A client configuration that cannot be used: the field at fault and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ClientConfigError {
+    field: &'static str,
+    message: String,
+}
+
+impl ClientConfigError {
+    pub(crate) fn new(field: &'static str, message: String) -> Self {
+        Self { field, message }
+    }
+
+    /// The kubeconfig field at fault (`user.exec`, `cluster.certificate-authority-data`, …).
+    #[must_use]
+    pub fn field(&self) -> &str {
+        self.field
+    }
+}
+
+/// A kube client for `config`, wrapped in `layer`: kube's HTTP stack, but with our own
+/// credentials and TLS configuration (see `auth` and `transport` for what is taken: tokens,
+/// token files, usernames and passwords, client certificates, exec plugins; no
+/// `auth-provider` and no proxy). An exec plugin runs once here.
+///
+/// # Errors
+///
+/// A field of `config` that cannot be used, named.
+pub fn build_client(
+    config: kube::Config,
+    layer: &ApiLayer,
+) -> Result<kube::Client, ClientConfigError> {
     let host = config
         .cluster_url
         .authority()
         .map(ToString::to_string)
         .unwrap_or_default();
     layer.counters.go.set_host(host);
-    let builder = ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(layer).build())
+    Ok(transport::builder(&config)?.with_layer(layer).build())
 }
 
 /// A client that waits for a token of a bucket of its own (`layer`'s `qps` and `burst`,

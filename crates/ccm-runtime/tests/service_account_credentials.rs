@@ -454,3 +454,98 @@ async fn no_token_without_rights_and_cancellation_ends_the_wait() {
     );
     assert!(cancelled.elapsed() < Duration::from_secs(1));
 }
+
+/// A token the API server gives the account `name` of `ns` (created here), for ten minutes.
+async fn account_token(root: &Client, ns: &str, name: &str) -> String {
+    let accounts = Api::<ServiceAccount>::namespaced(root.clone(), ns);
+    let account = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let request =
+        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 600}})).unwrap();
+    let answer = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    serde_json::to_value(answer).unwrap()["status"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Our own client stack (`client::auth`, `client::transport`) against the real API server:
+/// a kubeconfig's token file and exec plugin authenticate as the account whose token they
+/// give, and a token the server refuses (401) makes the next request run the plugin again.
+#[tokio::test]
+async fn token_files_and_exec_plugins_authenticate_and_a_401_runs_the_plugin_again() {
+    init_tracing();
+    let cp = ControlPlane::shared().await.expect("a real control plane");
+    let ns = cp.create_namespace("sa-kubeconfig").await.unwrap();
+    let root = build_client(cp.admin_config().unwrap(), &ApiLayer::new()).unwrap();
+    let token = account_token(&root, &ns, "reader").await;
+    let dir = tempfile::tempdir().unwrap();
+    let anonymous = || {
+        let mut config = cp.admin_config().unwrap();
+        config.auth_info = kube::config::AuthInfo::default();
+        config
+    };
+
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let mut config = anonymous();
+    config.auth_info.token_file = Some(token_file.display().to_string());
+    let client = build_client(config, &ApiLayer::new()).unwrap();
+    assert_eq!(
+        whoami(&client).await.unwrap(),
+        format!("system:serviceaccount:{ns}:reader")
+    );
+
+    // The plugin answers whatever `answer` holds, and counts its runs.
+    let answer = dir.path().join("answer");
+    let runs = dir.path().join("runs");
+    let script = dir.path().join("plugin.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho run >> '{}'\nprintf '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"%s\"}}}}' \"$(cat '{}')\"\n",
+            runs.display(),
+            answer.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(&answer, "not-a-token").unwrap();
+    let mut config = anonymous();
+    config.auth_info.exec = Some(kube::config::ExecConfig {
+        api_version: Some("client.authentication.k8s.io/v1".to_owned()),
+        command: Some("/bin/sh".to_owned()),
+        args: Some(vec![script.display().to_string()]),
+        ..Default::default()
+    });
+    let layer = ApiLayer::new();
+    let client = build_client(config, &layer).unwrap();
+    let run_count = || std::fs::read_to_string(&runs).unwrap().lines().count();
+    assert_eq!(
+        run_count(),
+        1,
+        "the plugin runs once as the client is built"
+    );
+    match whoami(&client).await {
+        Err(kube::Error::Api(s)) if s.code == 401 => {}
+        other => panic!("a bad token is refused: {other:?}"),
+    }
+    std::fs::write(&answer, &token).unwrap();
+    assert_eq!(
+        whoami(&client).await.unwrap(),
+        format!("system:serviceaccount:{ns}:reader"),
+        "the refusal made the next request run the plugin again"
+    );
+    whoami(&client).await.unwrap();
+    assert_eq!(
+        run_count(),
+        2,
+        "a token without expiry is kept until refused"
+    );
+    assert_eq!(layer.counters().count("POST", "selfsubjectreviews"), 3);
+}

@@ -37,7 +37,6 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::client::ClientBuilder;
 use kube::config::AuthInfo;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -93,7 +92,7 @@ pub enum ServiceAccountError {
         /// The ServiceAccount.
         name: String,
         /// Why.
-        source: kube::Error,
+        source: super::ClientConfigError,
     },
     /// The cancellation token fired first.
     #[error("cancelled while requesting a token for the ServiceAccount {0}")]
@@ -229,7 +228,7 @@ impl ServiceAccountClients {
                 }
             }
         };
-        let client = ClientBuilder::try_from(self.inner.anonymous.clone())
+        let client = super::transport::builder(&self.inner.anonymous)
             .map_err(|source| ServiceAccountError::Client {
                 name: name.to_owned(),
                 source,

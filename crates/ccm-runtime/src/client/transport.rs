@@ -1,0 +1,552 @@
+//! The HTTP stack under every client, built from a `kube::Config` as kube's
+//! `ClientBuilder` builds it (the cluster's base URI, kube's retries of 429, 503 and 504, the
+//! credentials, impersonation headers, a hyper client over rustls with the config's
+//! timeouts), but with our credentials ([`super::auth`]) and TLS configuration: a client
+//! certificate from the kubeconfig or an exec plugin, the cluster's CA (re-read every minute
+//! from the in-cluster `ca.crt`, as kube does, for CA rotation), the platform's roots when
+//! the kubeconfig names no CA, or no verification for `insecure-skip-tls-verify`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::ConfigExt;
+use kube::client::retry::RetryPolicy;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use secrecy::ExposeSecret;
+use tower::ServiceBuilder;
+use tower::retry::RetryLayer;
+
+use super::ClientConfigError;
+use super::auth::{AuthLayer, credentials};
+
+/// A kube client builder for `config`: the whole stack but for the caller's layers.
+pub(crate) fn builder(
+    config: &kube::Config,
+) -> Result<kube::client::ClientBuilder<impl ServiceStack>, ClientConfigError> {
+    if let Some(proxy) = &config.proxy_url {
+        return Err(ClientConfigError::new(
+            "cluster.proxy-url",
+            format!("{proxy}: proxies are not supported; reach the API server directly"),
+        ));
+    }
+    let credentials = credentials(&config.auth_info)?;
+    let tls = tls_config(config, credentials.exec_identity.as_deref())?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    let https = match &config.tls_server_name {
+        Some(name) => {
+            let name = ServerName::try_from(name.clone()).map_err(|e| {
+                ClientConfigError::new("cluster.tls-server-name", format!("{name:?}: {e}"))
+            })?;
+            https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+        }
+        None => https,
+    };
+    let mut connector =
+        hyper_timeout::TimeoutConnector::new(https.enable_http1().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+    let headers = config.extra_headers_layer().map_err(|e| {
+        ClientConfigError::new(
+            "user.as",
+            format!("an impersonation header is invalid: {e}"),
+        )
+    })?;
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .layer(AuthLayer(credentials.header))
+        .layer(headers)
+        .service(client);
+    Ok(
+        kube::client::ClientBuilder::new(service, config.default_namespace.clone())
+            .with_valid_until(credentials.valid_until),
+    )
+}
+
+/// What [`builder`] returns: a service kube's client and our layers take.
+pub(crate) trait ServiceStack:
+    tower::Service<
+        http::Request<kube::client::Body>,
+        Response = http::Response<hyper::body::Incoming>,
+        Error = ccm_provider::BoxError,
+        Future: Send + 'static,
+    > + Send
+    + 'static
+{
+}
+
+impl<S> ServiceStack for S where
+    S: tower::Service<
+            http::Request<kube::client::Body>,
+            Response = http::Response<hyper::body::Incoming>,
+            Error = ccm_provider::BoxError,
+            Future: Send + 'static,
+        > + Send
+        + 'static
+{
+}
+
+/// The TLS configuration `config` asks for; `exec_identity` (PEM) is an exec plugin's
+/// client certificate, which takes the kubeconfig's place.
+fn tls_config(
+    config: &kube::Config,
+    exec_identity: Option<&[u8]>,
+) -> Result<rustls::ClientConfig, ClientConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientConfigError::new("cluster", format!("TLS: {e}")))?;
+    let builder = if config.accept_invalid_certs {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
+    } else if let Some(path) = &config.root_cert_file {
+        let verifier = ReloadingVerifier::new(path.clone(), provider)?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+    } else if let Some(roots) = &config.root_cert {
+        let mut store = RootCertStore::empty();
+        for der in roots {
+            store.add(CertificateDer::from(der.clone())).map_err(|e| {
+                ClientConfigError::new("cluster.certificate-authority-data", e.to_string())
+            })?;
+        }
+        builder.with_root_certificates(store)
+    } else {
+        use rustls_platform_verifier::BuilderVerifierExt;
+        builder.with_platform_verifier().map_err(|e| {
+            ClientConfigError::new(
+                "cluster.certificate-authority",
+                format!("none given, and the platform's roots cannot be used: {e}"),
+            )
+        })?
+    };
+    let identity = match exec_identity {
+        Some(pem) => Some((pem.to_vec(), pem.to_vec(), "user.exec")),
+        None => kubeconfig_identity(&config.auth_info)?
+            .map(|(cert, key)| (cert, key, "user.client-certificate")),
+    };
+    match identity {
+        Some((cert, key, field)) => {
+            let chain = CertificateDer::pem_slice_iter(&cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ClientConfigError::new(field, format!("certificate: {e}")))?;
+            if chain.is_empty() {
+                return Err(ClientConfigError::new(field, "holds no certificate".into()));
+            }
+            let key = PrivateKeyDer::from_pem_slice(&key)
+                .map_err(|e| ClientConfigError::new(field, format!("private key: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| ClientConfigError::new(field, e.to_string()))
+        }
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// A client certificate chain and its key, PEM.
+type PemPair = (Vec<u8>, Vec<u8>);
+
+/// The kubeconfig's client certificate and key (PEM), inline or from their files; one
+/// without the other is an error, as in client-go.
+fn kubeconfig_identity(
+    user: &kube::config::AuthInfo,
+) -> Result<Option<PemPair>, ClientConfigError> {
+    let load = |data: Option<&str>, file: Option<&String>, field: &'static str| {
+        if let Some(data) = data {
+            return base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map(Some)
+                .map_err(|e| ClientConfigError::new(field, format!("is not base64: {e}")));
+        }
+        file.map(|path| {
+            ccm_provider::file::read(path, ccm_provider::file::MAX_PEM_BYTES)
+                .map_err(|e| ClientConfigError::new(field, format!("{path}: {e}")))
+        })
+        .transpose()
+    };
+    let cert = load(
+        user.client_certificate_data.as_deref(),
+        user.client_certificate.as_ref(),
+        "user.client-certificate-data",
+    )?;
+    let key = load(
+        user.client_key_data
+            .as_ref()
+            .map(ExposeSecret::expose_secret),
+        user.client_key.as_ref(),
+        "user.client-key-data",
+    )?;
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some((cert, key))),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(ClientConfigError::new(
+            "user.client-key-data",
+            "is missing: a client certificate needs its key".into(),
+        )),
+        (None, Some(_)) => Err(ClientConfigError::new(
+            "user.client-certificate-data",
+            "is missing: a client key needs its certificate".into(),
+        )),
+    }
+}
+
+/// `insecure-skip-tls-verify`: any server certificate is taken; the handshake's
+/// signatures are still checked.
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A CA bundle file read again at most once a minute, for new connections: the in-cluster
+/// `ca.crt` rotates (kube does the same). A read that fails keeps the last roots.
+#[derive(Debug)]
+struct ReloadingVerifier {
+    path: std::path::PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: parking_lot::Mutex<(Arc<WebPkiServerVerifier>, Instant)>,
+}
+
+/// How often [`ReloadingVerifier`] reads its file.
+const CA_RELOAD: Duration = Duration::from_secs(60);
+
+impl ReloadingVerifier {
+    fn new(
+        path: std::path::PathBuf,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self, ClientConfigError> {
+        let verifier = Self::load(&path, &provider).map_err(|e| {
+            ClientConfigError::new(
+                "cluster.certificate-authority",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        Ok(Self {
+            path,
+            provider,
+            current: parking_lot::Mutex::new((verifier, Instant::now())),
+        })
+    }
+
+    fn load(
+        path: &std::path::Path,
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Arc<WebPkiServerVerifier>, String> {
+        let pem = ccm_provider::file::read(path, ccm_provider::file::MAX_PEM_BYTES)
+            .map_err(|e| e.to_string())?;
+        let mut store = RootCertStore::empty();
+        for der in CertificateDer::pem_slice_iter(&pem) {
+            store
+                .add(der.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
+            .build()
+            .map_err(|e| e.to_string())
+    }
+
+    fn verifier(&self) -> Arc<WebPkiServerVerifier> {
+        let mut current = self.current.lock();
+        if current.1.elapsed() >= CA_RELOAD {
+            match Self::load(&self.path, &self.provider) {
+                Ok(fresh) => current.0 = fresh,
+                Err(e) => tracing::warn!(
+                    path = %self.path.display(),
+                    error = %e,
+                    "cannot read the CA bundle again; keeping the last roots"
+                ),
+            }
+            current.1 = Instant::now();
+        }
+        current.0.clone()
+    }
+}
+
+impl ServerCertVerifier for ReloadingVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.verifier()
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::server::WebPkiClientVerifier;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn certified(name: &str) -> rcgen::CertifiedKey<rcgen::KeyPair> {
+        rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap()
+    }
+
+    /// An HTTPS server on 127.0.0.1 with a certificate for `kubernetes.internal`, which
+    /// trusts `client` as a client certificate (not required) and answers each request
+    /// with whether one was shown.
+    async fn server(
+        server: &rcgen::CertifiedKey<rcgen::KeyPair>,
+        client: &rcgen::CertifiedKey<rcgen::KeyPair>,
+    ) -> u16 {
+        let mut roots = RootCertStore::empty();
+        roots.add(client.cert.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(
+                vec![server.cert.der().clone()],
+                PrivateKeyDer::try_from(server.signing_key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let shown = tls.get_ref().1.peer_certificates().is_some();
+                    let body = if shown { "cert" } else { "none" };
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = tls.write_all(response.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        port
+    }
+
+    fn config(port: u16, ca: Option<&rcgen::CertifiedKey<rcgen::KeyPair>>) -> kube::Config {
+        let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
+        config.root_cert = ca.map(|c| vec![c.cert.der().to_vec()]);
+        config
+    }
+
+    async fn get(config: kube::Config) -> Result<String, String> {
+        let client = builder(&config).map_err(|e| e.to_string())?.build();
+        client
+            .request_text(http::Request::get("/version").body(Vec::new()).unwrap())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    #[tokio::test]
+    async fn the_server_is_verified_by_its_ca_and_name_and_sees_the_client_certificate() {
+        let (server_cert, client_cert) = (certified("kubernetes.internal"), certified("alice"));
+        let port = server(&server_cert, &client_cert).await;
+
+        // The certificate names kubernetes.internal, not 127.0.0.1.
+        assert!(get(config(port, Some(&server_cert))).await.is_err());
+        let mut named = config(port, Some(&server_cert));
+        named.tls_server_name = Some("kubernetes.internal".to_owned());
+        assert_eq!(get(named.clone()).await.unwrap(), "none");
+        // A CA that did not sign it.
+        let mut other = config(port, Some(&certified("kubernetes.internal")));
+        other.tls_server_name = Some("kubernetes.internal".to_owned());
+        assert!(get(other).await.is_err());
+        // insecure-skip-tls-verify.
+        let mut insecure = config(port, None);
+        insecure.accept_invalid_certs = true;
+        assert_eq!(get(insecure).await.unwrap(), "none");
+
+        // The kubeconfig's client certificate, inline.
+        let encode = |s: String| base64::engine::general_purpose::STANDARD.encode(s);
+        named.auth_info.client_certificate_data = Some(encode(client_cert.cert.pem()));
+        named.auth_info.client_key_data =
+            Some(encode(client_cert.signing_key.serialize_pem()).into());
+        assert_eq!(get(named).await.unwrap(), "cert");
+    }
+
+    #[tokio::test]
+    async fn the_in_cluster_ca_file_is_read_again_for_new_connections() {
+        let (server_cert, client_cert) = (certified("kubernetes.internal"), certified("alice"));
+        let port = server(&server_cert, &client_cert).await;
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, certified("x").cert.pem()).unwrap();
+        let mut config = config(port, None);
+        config.tls_server_name = Some("kubernetes.internal".to_owned());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = ReloadingVerifier::new(ca.clone(), provider).unwrap();
+        std::fs::write(&ca, server_cert.cert.pem()).unwrap();
+        let name = ServerName::try_from("kubernetes.internal").unwrap();
+        let verify = |v: &ReloadingVerifier| {
+            v.verify_server_cert(server_cert.cert.der(), &[], &name, &[], UnixTime::now())
+        };
+        assert!(
+            verify(&verifier).is_err(),
+            "the roots read at first, for a minute"
+        );
+        verifier.current.lock().1 -= CA_RELOAD;
+        assert!(verify(&verifier).is_ok(), "then the rotated file");
+        std::fs::remove_file(&ca).unwrap();
+        verifier.current.lock().1 -= CA_RELOAD;
+        assert!(
+            verify(&verifier).is_ok(),
+            "a file gone keeps the last roots"
+        );
+
+        // Through the whole stack.
+        std::fs::write(&ca, server_cert.cert.pem()).unwrap();
+        config.root_cert_file = Some(ca);
+        assert_eq!(get(config).await.unwrap(), "none");
+    }
+
+    #[test]
+    fn unusable_fields_are_named() {
+        let field = |config: kube::Config| builder(&config).err().unwrap().field().to_owned();
+        // No verification: what is checked here is the client's own certificate.
+        let mut base = config(1, None);
+        base.accept_invalid_certs = true;
+        let mut c = base.clone();
+        c.auth_info.client_certificate_data = Some("aGVsbG8=".to_owned());
+        assert_eq!(field(c), "user.client-key-data");
+        let mut c = base.clone();
+        c.auth_info.client_key_data = Some("aGVsbG8=".to_owned().into());
+        assert_eq!(field(c), "user.client-certificate-data");
+        let mut c = base.clone();
+        c.auth_info.client_certificate_data = Some("not base64!".to_owned());
+        c.auth_info.client_key_data = Some("aGVsbG8=".to_owned().into());
+        assert_eq!(field(c), "user.client-certificate-data");
+        let mut c = base.clone();
+        c.auth_info.client_certificate_data = Some("aGVsbG8=".to_owned());
+        c.auth_info.client_key_data = Some("aGVsbG8=".to_owned().into());
+        assert_eq!(field(c), "user.client-certificate", "no PEM in it");
+        let mut c = config(1, None);
+        c.root_cert = Some(vec![b"not DER".to_vec()]);
+        assert_eq!(field(c), "cluster.certificate-authority-data");
+        let mut c = base.clone();
+        c.proxy_url = Some("http://proxy:3128".parse().unwrap());
+        assert_eq!(field(c), "cluster.proxy-url");
+        let mut c = base;
+        c.tls_server_name = Some("bad name!".to_owned());
+        assert_eq!(field(c), "cluster.tls-server-name");
+    }
+}

@@ -3,11 +3,11 @@
 //! plugin (`client.authentication.k8s.io/v1` and `v1beta1`) whose token is kept until it
 //! expires or the API server refuses it. [`AuthLayer`] puts them on each request. An
 //! `auth-provider` is refused: client-go removed the `gcp` and `azure` providers in 1.26 and
-//! Go's controller managers register none; an exec plugin takes their place.
+//! `k8s.io/cloud-provider` registers none; an exec plugin takes their place.
 //!
 //! Ours rather than kube's `ClientBuilder`: kube's connector runs its own credential code to
 //! build its TLS configuration, which links its `auth-provider` support (a JSONPath engine,
-//! regular expressions, a second YAML parser) into every binary, about 0.8 MB of code that
+//! regular expressions, a second YAML parser) into every binary: 1.2 MB of code and data that
 //! a controller manager maps whether it runs or not (docs/benchmarks.md, "Peak RSS of the
 //! shipped binary").
 
@@ -87,7 +87,7 @@ pub(crate) fn credentials(user: &AuthInfo) -> Result<Credentials, ClientConfigEr
             "user.auth-provider",
             format!(
                 "the {:?} provider is not supported (client-go removed the gcp and azure \
-                 providers in Kubernetes 1.26, and Go's controller managers register none): \
+                 providers in Kubernetes 1.26, and k8s.io/cloud-provider registers none): \
                  use an exec plugin (user.exec) or a token",
                 ccm_provider::echo::echo(&provider.name)
             ),

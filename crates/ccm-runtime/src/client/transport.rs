@@ -119,9 +119,9 @@ fn tls_config(
     let builder = if config.accept_invalid_certs {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
+            .with_custom_certificate_verifier(Arc::new(ServerVerifier::insecure(provider)))
     } else if let Some(path) = &config.root_cert_file {
-        let verifier = ReloadingVerifier::new(path.clone(), provider)?;
+        let verifier = ServerVerifier::reloading(path.clone(), provider)?;
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier))
@@ -212,70 +212,38 @@ fn kubeconfig_identity(
     }
 }
 
-/// `insecure-skip-tls-verify`: any server certificate is taken; the handshake's
-/// signatures are still checked.
+/// How the server's certificate is checked where rustls' own verifier will not do: not at
+/// all (`insecure-skip-tls-verify`), or against a CA bundle file read again at most once a
+/// minute for new connections (the in-cluster `ca.crt` rotates; kube does the same, and a
+/// read that fails keeps the last roots). The handshake's signatures are checked either way.
 #[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct ServerVerifier {
+    provider: Arc<CryptoProvider>,
+    /// `None`: any certificate is taken.
+    roots: Option<ReloadingRoots>,
 }
 
-/// A CA bundle file read again at most once a minute, for new connections: the in-cluster
-/// `ca.crt` rotates (kube does the same). A read that fails keeps the last roots.
+/// A CA bundle file and the verifier last built from it, with when it was read.
 #[derive(Debug)]
-struct ReloadingVerifier {
+struct ReloadingRoots {
     path: std::path::PathBuf,
-    provider: Arc<CryptoProvider>,
     current: parking_lot::Mutex<(Arc<WebPkiServerVerifier>, Instant)>,
 }
 
-/// How often [`ReloadingVerifier`] reads its file.
+/// How often a [`ReloadingRoots`] file is read.
 const CA_RELOAD: Duration = Duration::from_secs(60);
 
-impl ReloadingVerifier {
-    fn new(
+impl ServerVerifier {
+    /// Takes any server certificate.
+    fn insecure(provider: Arc<CryptoProvider>) -> Self {
+        Self {
+            provider,
+            roots: None,
+        }
+    }
+
+    /// Checks against the CA bundle at `path`, read now and again every minute.
+    fn reloading(
         path: std::path::PathBuf,
         provider: Arc<CryptoProvider>,
     ) -> Result<Self, ClientConfigError> {
@@ -286,9 +254,11 @@ impl ReloadingVerifier {
             )
         })?;
         Ok(Self {
-            path,
             provider,
-            current: parking_lot::Mutex::new((verifier, Instant::now())),
+            roots: Some(ReloadingRoots {
+                path,
+                current: parking_lot::Mutex::new((verifier, Instant::now())),
+            }),
         })
     }
 
@@ -309,13 +279,14 @@ impl ReloadingVerifier {
             .map_err(|e| e.to_string())
     }
 
-    fn verifier(&self) -> Arc<WebPkiServerVerifier> {
-        let mut current = self.current.lock();
+    /// The verifier of the file's roots, read again when a minute has passed.
+    fn roots(&self, roots: &ReloadingRoots) -> Arc<WebPkiServerVerifier> {
+        let mut current = roots.current.lock();
         if current.1.elapsed() >= CA_RELOAD {
-            match Self::load(&self.path, &self.provider) {
+            match Self::load(&roots.path, &self.provider) {
                 Ok(fresh) => current.0 = fresh,
                 Err(e) => tracing::warn!(
-                    path = %self.path.display(),
+                    path = %roots.path.display(),
                     error = %e,
                     "cannot read the CA bundle again; keeping the last roots"
                 ),
@@ -326,7 +297,7 @@ impl ReloadingVerifier {
     }
 }
 
-impl ServerCertVerifier for ReloadingVerifier {
+impl ServerCertVerifier for ServerVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -335,8 +306,16 @@ impl ServerCertVerifier for ReloadingVerifier {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.verifier()
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        match &self.roots {
+            None => Ok(ServerCertVerified::assertion()),
+            Some(roots) => self.roots(roots).verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp,
+                now,
+            ),
+        }
     }
 
     fn verify_tls12_signature(
@@ -345,12 +324,8 @@ impl ServerCertVerifier for ReloadingVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -359,12 +334,8 @@ impl ServerCertVerifier for ReloadingVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -494,20 +465,20 @@ mod tests {
         let mut config = config(port, None);
         config.tls_server_name = Some("kubernetes.internal".to_owned());
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = ReloadingVerifier::new(ca.clone(), provider).unwrap();
+        let verifier = ServerVerifier::reloading(ca.clone(), provider).unwrap();
         std::fs::write(&ca, server_cert.cert.pem()).unwrap();
         let name = ServerName::try_from("kubernetes.internal").unwrap();
-        let verify = |v: &ReloadingVerifier| {
+        let verify = |v: &ServerVerifier| {
             v.verify_server_cert(server_cert.cert.der(), &[], &name, &[], UnixTime::now())
         };
         assert!(
             verify(&verifier).is_err(),
             "the roots read at first, for a minute"
         );
-        verifier.current.lock().1 -= CA_RELOAD;
+        verifier.roots.as_ref().unwrap().current.lock().1 -= CA_RELOAD;
         assert!(verify(&verifier).is_ok(), "then the rotated file");
         std::fs::remove_file(&ca).unwrap();
-        verifier.current.lock().1 -= CA_RELOAD;
+        verifier.roots.as_ref().unwrap().current.lock().1 -= CA_RELOAD;
         assert!(
             verify(&verifier).is_ok(),
             "a file gone keeps the last roots"

@@ -506,10 +506,8 @@ impl ClientConfigError {
     }
 }
 
-/// A kube client for `config`, wrapped in `layer`: kube's HTTP stack, but with our own
-/// credentials and TLS configuration (see `auth` and `transport` for what is taken: tokens,
-/// token files, usernames and passwords, client certificates, exec plugins; no
-/// `auth-provider` and no proxy). An exec plugin runs once here.
+/// A kube client for `config`, wrapped in `layer` ([`ClientFactory::new`], then
+/// [`ClientFactory::client`]).
 ///
 /// # Errors
 ///
@@ -518,13 +516,45 @@ pub fn build_client(
     config: kube::Config,
     layer: &ApiLayer,
 ) -> Result<kube::Client, ClientConfigError> {
-    let host = config
-        .cluster_url
-        .authority()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    layer.counters.go.set_host(host);
-    Ok(transport::builder(&config)?.with_layer(layer).build())
+    Ok(ClientFactory::new(&config)?.client(layer))
+}
+
+/// Clients of one configuration: kube's HTTP stack, but with our own credentials and TLS
+/// configuration (what a kubeconfig may name: tokens, token files, usernames and passwords,
+/// client certificates, exec plugins; no `auth-provider` and no proxy). Everything the
+/// configuration names is read and checked once, in [`ClientFactory::new`], where an exec
+/// plugin runs (a blocking call: the controller manager makes it on a thread of its own, so
+/// SIGTERM need not wait for a plugin that hangs); its clients share those credentials, each
+/// with a connection pool of its own. Cloning shares them too.
+#[derive(Clone)]
+pub struct ClientFactory {
+    prepared: transport::Prepared,
+    host: String,
+}
+
+impl ClientFactory {
+    /// Reads and checks what `config` names, and runs its exec plugin if it has one.
+    ///
+    /// # Errors
+    ///
+    /// A field of `config` that cannot be used, named.
+    pub fn new(config: &kube::Config) -> Result<Self, ClientConfigError> {
+        Ok(Self {
+            prepared: transport::Prepared::new(config)?,
+            host: config
+                .cluster_url
+                .authority()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+        })
+    }
+
+    /// A client, wrapped in `layer`.
+    #[must_use]
+    pub fn client(&self, layer: &ApiLayer) -> kube::Client {
+        layer.counters.go.set_host(self.host.clone());
+        self.prepared.builder().with_layer(layer).build()
+    }
 }
 
 /// A client that waits for a token of a bucket of its own (`layer`'s `qps` and `burst`,

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ccm_runtime::client::service_account::{ServiceAccountClients, ServiceAccountError};
-use ccm_runtime::client::{ApiLayer, build_client};
+use ccm_runtime::client::{ApiLayer, ClientFactory, build_client};
 use ccm_test::audit::read_audit_log;
 use ccm_test::fixtures::{
     NodeBuilder, ServiceBuilder, has_ingress, is_initialized, node_condition, provider_id,
@@ -524,7 +524,7 @@ async fn token_files_and_exec_plugins_authenticate_and_a_401_runs_the_plugin_aga
         ..Default::default()
     });
     let layer = ApiLayer::new();
-    let client = build_client(config, &layer).unwrap();
+    let client = build_client(config.clone(), &layer).unwrap();
     let run_count = || std::fs::read_to_string(&runs).unwrap().lines().count();
     assert_eq!(
         run_count(),
@@ -548,4 +548,19 @@ async fn token_files_and_exec_plugins_authenticate_and_a_401_runs_the_plugin_aga
         "a token without expiry is kept until refused"
     );
     assert_eq!(layer.counters().count("POST", "selfsubjectreviews"), 3);
+
+    // The controller manager's clients (its own, the Lease's) come from one factory: one
+    // plugin, run once, for all of them.
+    let factory = ClientFactory::new(&config).unwrap();
+    let (own, lease) = (
+        factory.client(&ApiLayer::new()),
+        factory.client(&ApiLayer::new()),
+    );
+    for client in [own, lease] {
+        assert_eq!(
+            whoami(&client).await.unwrap(),
+            format!("system:serviceaccount:{ns}:reader")
+        );
+    }
+    assert_eq!(run_count(), 3);
 }

@@ -221,6 +221,46 @@ async fn sigterm_while_the_api_server_is_awaited_ends_the_process_at_once() {
     );
 }
 
+#[tokio::test]
+async fn sigterm_while_an_exec_plugin_hangs_ends_the_process_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_listener, kubeconfig) = silent_api_server(dir.path());
+    // The kubeconfig's user becomes an exec plugin that never answers; it writes its PID,
+    // for the test to end it (its controller manager will be gone).
+    let pid_file = dir.path().join("plugin.pid");
+    let script = dir.path().join("plugin.sh");
+    let body = format!(
+        "#!/bin/sh\necho $$ > '{}'\nexec sleep 600\n",
+        pid_file.display()
+    );
+    std::fs::write(&script, body).unwrap();
+    let user = format!(
+        "user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+         command: /bin/sh\n      args: [\"{}\"]",
+        script.display()
+    );
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    std::fs::write(&kubeconfig, text.replace("user: {}", &user)).unwrap();
+    let ccm = start(
+        dir.path(),
+        &args(&[format!("--kubeconfig={}", kubeconfig.display())]),
+    );
+    let pid = eventually("the plugin to start", EXIT, || {
+        std::future::ready(
+            std::fs::read_to_string(&pid_file)
+                .map_err(|e| e.to_string())
+                .and_then(|p| p.trim().parse::<u32>().map_err(|e| e.to_string())),
+        )
+    })
+    .await;
+    let log = exits_cleanly(ccm).await;
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    assert!(
+        log.contains("shutting down before the Kubernetes client was configured"),
+        "{log}"
+    );
+}
+
 /// What a path may wrongly hold, made at `path`, and the end of the error the process must
 /// give for it.
 fn make_bad(path: &Path, kind: &str) -> &'static str {

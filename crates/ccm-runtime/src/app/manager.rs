@@ -33,7 +33,7 @@ use super::options::{BinaryVersion, ContentType, FlagError, LogFormat, Options, 
 use super::provider_flags::{CommandExtensions, ProviderFlags};
 use super::selection::ControllerSelection;
 use crate::client::service_account::{ServiceAccountClients, ServiceAccountError};
-use crate::client::{ApiLayer, Fence, build_client, rate_limited};
+use crate::client::{ApiLayer, ClientFactory, Fence, rate_limited};
 use crate::informer::{Informer, trim_node, trim_service};
 use crate::metrics::Metrics;
 use crate::serving::{self, Health};
@@ -404,17 +404,23 @@ impl CloudControllerManager {
         }
         let controllers = Arc::new(to_run);
 
-        // kube reads the kubeconfig, and the files it names, as blocking calls.
+        // The kubeconfig, the files it names and its exec plugin are read and run as
+        // blocking calls, off the runtime: SIGTERM need not wait for a plugin that hangs.
         let kube_options = options.clone();
         let configured = off_the_runtime("kubeconfig", &shutdown, move || {
-            tokio::runtime::Handle::current().block_on(kube_config(&kube_options))
+            let config = tokio::runtime::Handle::current().block_on(kube_config(&kube_options))?;
+            let factory = ClientFactory::new(&config).map_err(|e| AppError::Kube {
+                context: "building the Kubernetes client".into(),
+                source: Box::new(e),
+            })?;
+            Ok::<_, AppError>((config, factory))
         })
         .await
         .map_err(|source| AppError::Io {
             context: "reading the kubeconfig".into(),
             source,
         })?;
-        let Some(kube_config) = configured.transpose()? else {
+        let Some((kube_config, factory)) = configured.transpose()? else {
             tracing::info!("shutting down before the Kubernetes client was configured");
             return Ok(());
         };
@@ -424,15 +430,10 @@ impl CloudControllerManager {
                 options.kube_api_burst.unsigned_abs(),
             )
             .with_fence(fence.clone());
-        let build = |layer: &ApiLayer| {
-            build_client(kube_config.clone(), layer).map_err(|e| AppError::Kube {
-                context: "building the Kubernetes client".into(),
-                source: Box::new(e),
-            })
-        };
+        let build = |layer: &ApiLayer| factory.client(layer);
         // One connection pool (counted and fenced) for the manager's client and the
         // controllers', each with a rate limit of its own.
-        let base = build(&api.without_rate_limit())?;
+        let base = build(&api.without_rate_limit());
         let client = rate_limited(&base, &api);
         // Go's dynamic client builder: the manager's own credentials create the accounts
         // and request their tokens; the controllers' clients carry those tokens.
@@ -441,7 +442,7 @@ impl CloudControllerManager {
             .then(|| ServiceAccountClients::new(client.clone(), &kube_config, api.clone()));
         // The Lease's own client, as Go's: renewals neither fenced nor queued behind the
         // controllers' requests.
-        let lease_client = build(&api.for_leader_election())?;
+        let lease_client = build(&api.for_leader_election());
         let answer = shutdown
             .run_until_cancelled(tokio::time::timeout(
                 Duration::from_secs(10),

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use k8s_openapi::jiff::Timestamp;
 use kube::client::ConfigExt;
+use kube::client::middleware::ExtraHeadersLayer;
 use kube::client::retry::RetryPolicy;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -25,62 +27,100 @@ use tower::ServiceBuilder;
 use tower::retry::RetryLayer;
 
 use super::ClientConfigError;
-use super::auth::{AuthLayer, credentials};
+use super::auth::{AuthLayer, Header, credentials};
 
-/// A kube client builder for `config`: the whole stack but for the caller's layers.
+/// A configuration made ready for clients: its credentials read (an exec plugin run once),
+/// its TLS configuration built, its server name and impersonation headers checked. Each
+/// client built from it ([`Prepared::builder`]) has a connection pool of its own and shares
+/// the credentials: one exec plugin, one token file.
+#[derive(Clone)]
+pub(crate) struct Prepared {
+    config: kube::Config,
+    header: Header,
+    tls: rustls::ClientConfig,
+    server_name: Option<ServerName<'static>>,
+    headers: ExtraHeadersLayer,
+    valid_until: Option<Timestamp>,
+}
+
+impl Prepared {
+    /// Reads and checks everything `config` names; errors name the field.
+    pub(crate) fn new(config: &kube::Config) -> Result<Self, ClientConfigError> {
+        if let Some(proxy) = &config.proxy_url {
+            return Err(ClientConfigError::new(
+                "cluster.proxy-url",
+                format!("{proxy}: proxies are not supported; reach the API server directly"),
+            ));
+        }
+        let server_name = config
+            .tls_server_name
+            .as_ref()
+            .map(|name| {
+                ServerName::try_from(name.clone()).map_err(|e| {
+                    ClientConfigError::new("cluster.tls-server-name", format!("{name:?}: {e}"))
+                })
+            })
+            .transpose()?;
+        let headers = config.extra_headers_layer().map_err(|e| {
+            ClientConfigError::new(
+                "user.as",
+                format!("an impersonation header is invalid: {e}"),
+            )
+        })?;
+        let credentials = credentials(&config.auth_info)?;
+        let tls = tls_config(config, credentials.exec_identity.as_deref())?;
+        Ok(Self {
+            config: config.clone(),
+            header: credentials.header,
+            tls,
+            server_name,
+            headers,
+            valid_until: credentials.valid_until,
+        })
+    }
+
+    /// A kube client builder: the whole stack but for the caller's layers.
+    pub(crate) fn builder(&self) -> kube::client::ClientBuilder<impl ServiceStack + use<>> {
+        let config = &self.config;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(self.tls.clone())
+            .https_or_http();
+        let https = match &self.server_name {
+            Some(name) => https.with_server_name_resolver(
+                hyper_rustls::FixedServerNameResolver::new(name.clone()),
+            ),
+            None => https,
+        };
+        let mut connector =
+            hyper_timeout::TimeoutConnector::new(https.enable_http1().wrap_connector(http));
+        connector.set_connect_timeout(config.connect_timeout);
+        connector.set_read_timeout(config.read_timeout);
+        connector.set_write_timeout(config.write_timeout);
+        connector.set_reset_reader_on_write(config.reset_reader_on_write);
+        let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+            hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+        let service = ServiceBuilder::new()
+            .layer(config.base_uri_layer())
+            .option_layer(
+                config
+                    .default_retry
+                    .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+            )
+            .layer(AuthLayer(self.header.clone()))
+            .layer(self.headers.clone())
+            .service(client);
+        kube::client::ClientBuilder::new(service, config.default_namespace.clone())
+            .with_valid_until(self.valid_until)
+    }
+}
+
+/// A kube client builder for `config` ([`Prepared::new`], then [`Prepared::builder`]).
 pub(crate) fn builder(
     config: &kube::Config,
 ) -> Result<kube::client::ClientBuilder<impl ServiceStack>, ClientConfigError> {
-    if let Some(proxy) = &config.proxy_url {
-        return Err(ClientConfigError::new(
-            "cluster.proxy-url",
-            format!("{proxy}: proxies are not supported; reach the API server directly"),
-        ));
-    }
-    let credentials = credentials(&config.auth_info)?;
-    let tls = tls_config(config, credentials.exec_identity.as_deref())?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http();
-    let https = match &config.tls_server_name {
-        Some(name) => {
-            let name = ServerName::try_from(name.clone()).map_err(|e| {
-                ClientConfigError::new("cluster.tls-server-name", format!("{name:?}: {e}"))
-            })?;
-            https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
-        }
-        None => https,
-    };
-    let mut connector =
-        hyper_timeout::TimeoutConnector::new(https.enable_http1().wrap_connector(http));
-    connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
-    connector.set_write_timeout(config.write_timeout);
-    connector.set_reset_reader_on_write(config.reset_reader_on_write);
-    let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
-        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
-    let headers = config.extra_headers_layer().map_err(|e| {
-        ClientConfigError::new(
-            "user.as",
-            format!("an impersonation header is invalid: {e}"),
-        )
-    })?;
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(
-            config
-                .default_retry
-                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
-        )
-        .layer(AuthLayer(credentials.header))
-        .layer(headers)
-        .service(client);
-    Ok(
-        kube::client::ClientBuilder::new(service, config.default_namespace.clone())
-            .with_valid_until(credentials.valid_until),
-    )
+    Ok(Prepared::new(config)?.builder())
 }
 
 /// What [`builder`] returns: a service kube's client and our layers take.

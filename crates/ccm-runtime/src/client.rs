@@ -19,6 +19,7 @@ pub(crate) mod fields;
 pub mod go_metrics;
 pub(crate) mod priority;
 pub mod protobuf;
+mod proxy;
 pub mod service_account;
 mod transport;
 
@@ -506,6 +507,56 @@ impl ClientConfigError {
     }
 }
 
+/// What a client's requests carry and where they go, as [`ClientFactory::describe`] tells
+/// it: for the differential test against client-go's kubeconfig loader
+/// (`tests/kubeconfig_differential.rs`). It holds credentials in the clear: never log it.
+/// Not a stable API.
+#[doc(hidden)]
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ClientUse {
+    /// The API server's URL.
+    pub server: String,
+    /// The `Authorization` header of the next request.
+    pub authorization: Option<String>,
+    /// The client certificate's leaf (DER).
+    pub client_certificate: Option<Vec<u8>>,
+    /// How the server's certificate is verified.
+    pub ca: CaUse,
+    /// The name the server's certificate is checked against, when not the URL's host.
+    pub server_name: Option<String>,
+    /// The proxy a connection goes through.
+    pub proxy: Option<ProxyUse>,
+    /// The user impersonated (`as`).
+    pub impersonate: Option<String>,
+}
+
+/// How a client verifies the API server's certificate ([`ClientUse`]).
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum CaUse {
+    /// Not at all (`insecure-skip-tls-verify`).
+    Insecure,
+    /// Against the platform's roots: the kubeconfig names no CA.
+    Platform,
+    /// Against these certificates (DER).
+    Certificates(Vec<Vec<u8>>),
+    /// Against the certificates of this file, read again every minute (in-cluster).
+    File(std::path::PathBuf),
+}
+
+/// The proxy a client goes through ([`ClientUse`]).
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ProxyUse {
+    /// `http://host:port`.
+    pub url: String,
+    /// The user and password sent to the proxy.
+    pub credentials: Option<(String, String)>,
+}
+
 /// A kube client for `config`, wrapped in `layer` ([`ClientFactory::new`], then
 /// [`ClientFactory::client`]).
 ///
@@ -547,6 +598,17 @@ impl ClientFactory {
                 .map(ToString::to_string)
                 .unwrap_or_default(),
         })
+    }
+
+    /// What these clients' requests carry and where they go. Not a stable API: for the
+    /// differential test against client-go's loader.
+    ///
+    /// # Errors
+    ///
+    /// The exec plugin failed when run for a token.
+    #[doc(hidden)]
+    pub async fn describe(&self) -> Result<ClientUse, ClientConfigError> {
+        self.prepared.describe().await
     }
 
     /// A client, wrapped in `layer`.

@@ -15,6 +15,8 @@ use base64::Engine as _;
 use ccm_provider::BoxError;
 use ccm_provider::file::{self, FileError, MAX_KUBECONFIG_BYTES, MAX_PEM_BYTES, MAX_TOKEN_BYTES};
 use kube::config::Kubeconfig;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 
 /// Runs `work` on a thread named `name`, inside the current runtime's context, and waits
 /// for its answer without holding a runtime thread. Dropping the future leaves the thread
@@ -85,10 +87,82 @@ pub(crate) fn kubeconfig(origin: &str, path: &Path) -> Result<Kubeconfig, Kubeco
     let bytes = file::read_named(origin, path, MAX_KUBECONFIG_BYTES)?;
     let text =
         decode(&bytes).map_err(|e| FileError::new(origin, path, std::io::Error::other(e)))?;
-    let mut config = from_yaml(&text).map_err(invalid)?;
-    let dir = path.parent().unwrap_or(Path::new(""));
-    inline(&mut config, origin, dir)?;
+    let mut config =
+        from_yaml(&text).map_err(|e| invalid(without_values(&e.to_string()).into()))?;
+    inline(&mut config, origin, path)?;
     Ok(config)
+}
+
+/// The client configuration of `kubeconfig`'s current context, as kube reads it, but with
+/// `proxy_url` the cluster's `proxy-url` alone: kube fills it from `HTTPS_PROXY` too, where
+/// client-go leaves the environment to Go's rules (`NO_PROXY`, never for loopback), which
+/// the client applies when the kubeconfig names no proxy (`client::proxy`).
+///
+/// # Errors
+///
+/// kube's, when the kubeconfig names no usable context, cluster or user.
+pub(crate) async fn client_config(
+    mut kubeconfig: Kubeconfig,
+) -> Result<kube::Config, kube::config::KubeconfigError> {
+    let proxy = current_cluster(&kubeconfig).and_then(|c| c.proxy_url.clone());
+    // A server without a scheme is reached over plain HTTP, as client-go reaches it (it
+    // reads the CA and credentials only for an `https` server, and decides before it reads
+    // them).
+    let (cluster_name, _) = current_names(&kubeconfig);
+    if let Some(cluster) = kubeconfig
+        .clusters
+        .iter_mut()
+        .find(|c| Some(&c.name) == cluster_name.as_ref())
+        .and_then(|c| c.cluster.as_mut())
+        && let Some(server) = &mut cluster.server
+        && !server.is_empty()
+        && !server.contains("://")
+    {
+        *server = format!("http://{server}");
+    }
+    // kube reads `HTTPS_PROXY` when the cluster names no proxy, and stops at a value it
+    // cannot parse, which Go ignores: with a proxy named here (replaced below by the
+    // cluster's own, or none), it reads nothing from the environment.
+    if let Some(cluster) = kubeconfig
+        .clusters
+        .iter_mut()
+        .find(|c| Some(&c.name) == cluster_name.as_ref())
+        .and_then(|c| c.cluster.as_mut())
+    {
+        cluster.proxy_url = Some("http://127.0.0.1".to_owned());
+    }
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.proxy_url = match proxy.filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => Some(
+            p.parse()
+                .map_err(kube::config::KubeconfigError::ParseProxyUrl)?,
+        ),
+    };
+    Ok(config)
+}
+
+/// The cluster of the current context, as kube finds it.
+fn current_cluster(kubeconfig: &Kubeconfig) -> Option<&kube::config::Cluster> {
+    let context = kubeconfig.current_context.as_deref()?;
+    let cluster = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)?
+        .context
+        .as_ref()?
+        .cluster
+        .as_str();
+    kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster)?
+        .cluster
+        .as_ref()
 }
 
 /// Parses a kubeconfig as `Kubeconfig::from_yaml` does (each YAML document merged into the
@@ -107,16 +181,38 @@ fn from_yaml(text: &str) -> Result<Kubeconfig, BoxError> {
     Ok(merged)
 }
 
-/// Replaces the file fields of `config` by the files' contents (see [`kubeconfig`]).
-fn inline(config: &mut Kubeconfig, origin: &str, dir: &Path) -> Result<(), FileError> {
+/// Replaces the file fields of the current context's cluster and user by the files'
+/// contents (see [`kubeconfig`]); client-go reads no other entry's files, so neither do we.
+/// A field given both as a file and inline is an error, as client-go's validation makes it.
+fn inline(config: &mut Kubeconfig, origin: &str, path: &Path) -> Result<(), KubeconfigError> {
+    let dir = path.parent().unwrap_or(Path::new(""));
     let encode = |bytes: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let nonempty = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+    let both = |field: &str, entry: &str, name: &str| KubeconfigError::Invalid {
+        origin: origin.to_owned(),
+        path: path.to_owned(),
+        source: format!(
+            "{field} and {field}-data are both set in {entry} {:?}: name one or the other",
+            ccm_provider::echo::echo(name)
+        )
+        .into(),
+    };
+    let (cluster_name, user_name) = current_names(config);
     for named in &mut config.clusters {
         let Some(cluster) = &mut named.cluster else {
             continue;
         };
-        // kube prefers the inline data, and never reads the file then: neither do we.
-        if let Some(ca) = cluster.certificate_authority.take()
-            && cluster.certificate_authority_data.is_none()
+        if cluster_name.as_deref() != Some(named.name.as_str()) {
+            continue;
+        }
+        if nonempty(&cluster.certificate_authority) && nonempty(&cluster.certificate_authority_data)
+        {
+            return Err(both("certificate-authority", "cluster", &named.name));
+        }
+        if let Some(ca) = cluster
+            .certificate_authority
+            .take()
+            .filter(|ca| !ca.is_empty())
         {
             let what = format!(
                 "{origin}: certificate-authority of cluster {:?}",
@@ -125,37 +221,121 @@ fn inline(config: &mut Kubeconfig, origin: &str, dir: &Path) -> Result<(), FileE
             let bytes = file::read_named(&what, dir.join(ca), MAX_PEM_BYTES)?;
             cluster.certificate_authority_data = Some(encode(bytes));
         }
+        // CA data that holds no PEM certificate is refused, as client-go refuses it,
+        // rather than left to trust nothing; an empty CA (an empty file) does trust
+        // nothing, in client-go too.
+        if let Some(data) = &cluster.certificate_authority_data
+            && let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(data.trim())
+            && !pem.iter().all(u8::is_ascii_whitespace)
+            && !CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok())
+        {
+            return Err(KubeconfigError::Invalid {
+                origin: origin.to_owned(),
+                path: path.to_owned(),
+                source: format!(
+                    "the certificate-authority of cluster {:?} holds no PEM certificate",
+                    ccm_provider::echo::echo(&named.name)
+                )
+                .into(),
+            });
+        }
     }
     for named in &mut config.auth_infos {
         let Some(user) = &mut named.auth_info else {
             continue;
         };
+        if user_name.as_deref() != Some(named.name.as_str()) {
+            continue;
+        }
         let what = |field: &str| {
             format!(
                 "{origin}: {field} of user {:?}",
                 ccm_provider::echo::echo(&named.name)
             )
         };
-        if let Some(cert) = user.client_certificate.take()
-            && user.client_certificate_data.is_none()
-        {
+        if nonempty(&user.client_certificate) && nonempty(&user.client_certificate_data) {
+            return Err(both("client-certificate", "user", &named.name));
+        }
+        let key_data = user
+            .client_key_data
+            .as_ref()
+            .is_some_and(|k| !secrecy::ExposeSecret::expose_secret(k).is_empty());
+        if nonempty(&user.client_key) && key_data {
+            return Err(both("client-key", "user", &named.name));
+        }
+        if let Some(cert) = user.client_certificate.take().filter(|c| !c.is_empty()) {
             let bytes =
                 file::read_named(&what("client-certificate"), dir.join(cert), MAX_PEM_BYTES)?;
             user.client_certificate_data = Some(encode(bytes));
         }
-        if let Some(key) = user.client_key.take()
-            && user.client_key_data.is_none()
-        {
+        if let Some(key) = user.client_key.take().filter(|k| !k.is_empty()) {
             let bytes = file::read_named(&what("client-key"), dir.join(key), MAX_PEM_BYTES)?;
             user.client_key_data = Some(encode(bytes).into());
         }
-        if let Some(token_file) = &user.token_file {
+        if let Some(token_file) = user.token_file.take().filter(|f| !f.is_empty()) {
             let token_file = dir.join(token_file);
-            file::read_named(&what("tokenFile"), &token_file, MAX_TOKEN_BYTES)?;
+            // Without a token beside it the file must be readable now (client-go reads it
+            // at once); with one, the client reads it at its first request and falls back
+            // to the token (`client::auth`).
+            let has_token = user
+                .token
+                .as_ref()
+                .is_some_and(|t| !secrecy::ExposeSecret::expose_secret(t).is_empty());
+            if !has_token {
+                file::read_named(&what("tokenFile"), &token_file, MAX_TOKEN_BYTES)?;
+            }
             user.token_file = Some(token_file.to_string_lossy().into_owned());
         }
     }
     Ok(())
+}
+
+/// The names of the current context's cluster and user.
+fn current_names(config: &Kubeconfig) -> (Option<String>, Option<String>) {
+    let context = config.current_context.as_deref().and_then(|current| {
+        config
+            .contexts
+            .iter()
+            .find(|c| c.name == current)
+            .and_then(|c| c.context.as_ref())
+    });
+    (
+        context.map(|c| c.cluster.clone()),
+        context.and_then(|c| c.user.clone()),
+    )
+}
+
+/// A parser's message about a kubeconfig without the values it quotes (`"…"`, `` `…` ``):
+/// a value in the wrong place may be a token or a password.
+fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quote = None;
+    let mut escaped = false;
+    for c in message.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' && q == '"' {
+                    escaped = true;
+                } else if c == q {
+                    out.push_str("(value)");
+                    out.push(c);
+                    quote = None;
+                }
+            }
+            None => {
+                out.push(c);
+                if c == '"' || c == '`' {
+                    quote = Some(c);
+                }
+            }
+        }
+    }
+    if quote.is_some() {
+        out.push_str("(value)");
+    }
+    out
 }
 
 /// A kubeconfig's text: UTF-8, or UTF-16 after a byte-order mark.
@@ -217,7 +397,8 @@ mod tests {
     #[test]
     fn named_files_are_inlined_relative_to_the_kubeconfig() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ca.crt"), "CA").unwrap();
+        let ca = "-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n";
+        std::fs::write(dir.path().join("ca.crt"), ca).unwrap();
         std::fs::write(dir.path().join("client.crt"), "CERT").unwrap();
         std::fs::write(dir.path().join("client.key"), "KEY").unwrap();
         std::fs::write(dir.path().join("token"), "T").unwrap();
@@ -229,7 +410,14 @@ mod tests {
         let config = kubeconfig("--kubeconfig", &path).unwrap();
         let cluster = config.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.certificate_authority, None);
-        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Q0E="));
+        assert_eq!(
+            cluster.certificate_authority_data.as_deref(),
+            Some(
+                base64::engine::general_purpose::STANDARD
+                    .encode(ca)
+                    .as_str()
+            )
+        );
         let user = config.auth_infos[0].auth_info.as_ref().unwrap();
         assert_eq!(user.client_certificate, None);
         assert_eq!(user.client_certificate_data.as_deref(), Some("Q0VSVA=="));
@@ -278,20 +466,77 @@ mod tests {
     }
 
     #[test]
-    fn inline_data_wins_and_its_file_is_never_read() {
+    fn a_file_and_its_inline_data_together_are_refused_unread() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = fifo(dir.path());
-        let path = write_kubeconfig(
-            dir.path(),
-            &format!(
-                ", certificate-authority: {}, certificate-authority-data: Q0E=",
-                fifo.display()
+        for (cluster, user, field) in [
+            (
+                format!(
+                    ", certificate-authority: {}, certificate-authority-data: Q0E=",
+                    fifo.display()
+                ),
+                String::new(),
+                "certificate-authority and certificate-authority-data",
             ),
+            (
+                String::new(),
+                format!(
+                    "client-certificate: {}, client-certificate-data: Q0E=",
+                    fifo.display()
+                ),
+                "client-certificate and client-certificate-data",
+            ),
+            (
+                String::new(),
+                format!("client-key: {}, client-key-data: Q0E=", fifo.display()),
+                "client-key and client-key-data",
+            ),
+        ] {
+            let path = write_kubeconfig(dir.path(), &cluster, &user);
+            let error = kubeconfig("--kubeconfig", &path).err().unwrap().to_string();
+            assert!(error.contains(field), "{error}");
+        }
+    }
+
+    #[test]
+    fn only_the_current_contexts_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            "clusters:\n- name: other\n  cluster: {server: \"https://127.0.0.1:2\", certificate-authority: missing.pem}\n\
+             - name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\n\
+             users:\n- name: other\n  user: {tokenFile: missing}\n- name: u\n  user: {token: t}\n\
+             contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+        )
+        .unwrap();
+        kubeconfig("--kubeconfig", &path).unwrap();
+    }
+
+    #[test]
+    fn a_value_in_the_wrong_place_is_not_repeated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_kubeconfig(dir.path(), ", insecure-skip-tls-verify: SECRET-abc", "");
+        let error = kubeconfig("--kubeconfig", &path).err().unwrap().to_string();
+        assert!(
+            error.contains("invalid type: string \"(value)\""),
+            "{error}"
+        );
+        assert!(!error.contains("SECRET"), "{error}");
+        assert_eq!(
+            without_values(r#"a "b\"c" `d` "e"#),
+            r#"a "(value)" `(value)` "(value)"#
+        );
+        let bad_ca = write_kubeconfig(
+            dir.path(),
+            ", certificate-authority-data: bm90IGEgY2VydA==",
             "",
         );
-        let config = kubeconfig("--kubeconfig", &path).unwrap();
-        let cluster = config.clusters[0].cluster.as_ref().unwrap();
-        assert_eq!(cluster.certificate_authority_data.as_deref(), Some("Q0E="));
+        let error = kubeconfig("--kubeconfig", &bad_ca)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("holds no PEM certificate"), "{error}");
     }
 
     #[test]

@@ -521,6 +521,7 @@ async fn token_files_and_exec_plugins_authenticate_and_a_401_runs_the_plugin_aga
         api_version: Some("client.authentication.k8s.io/v1".to_owned()),
         command: Some("/bin/sh".to_owned()),
         args: Some(vec![script.display().to_string()]),
+        interactive_mode: Some(kube::config::ExecInteractiveMode::Never),
         ..Default::default()
     });
     let layer = ApiLayer::new();

@@ -236,7 +236,7 @@ async fn sigterm_while_an_exec_plugin_hangs_ends_the_process_at_once() {
     std::fs::write(&script, body).unwrap();
     let user = format!(
         "user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
-         command: /bin/sh\n      args: [\"{}\"]",
+         command: /bin/sh\n      interactiveMode: Never\n      args: [\"{}\"]",
         script.display()
     );
     let text = std::fs::read_to_string(&kubeconfig).unwrap();

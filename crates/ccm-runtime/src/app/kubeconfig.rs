@@ -51,12 +51,7 @@ pub(super) async fn kube_config(options: &Options) -> Result<kube::Config, AppEr
         merged
     };
     let mut config = match kubeconfig {
-        Some(kubeconfig) => kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .map_err(|e| {
+        Some(kubeconfig) => crate::files::client_config(kubeconfig).await.map_err(|e| {
             let source = kubeconfig_path.map_or("the default kubeconfig", |_| "--kubeconfig");
             err(&format!("{source}: invalid configuration"), Box::new(e))
         })?,
@@ -77,6 +72,51 @@ pub(super) async fn kube_config(options: &Options) -> Result<kube::Config, AppEr
             .map_err(|e| err("--master: invalid URL", Box::new(e)))?;
     }
     Ok(config)
+}
+
+/// What the controller manager's client would use with `--kubeconfig path` (the files read,
+/// an exec plugin run, the proxy chosen), or the error that would stop its startup, with
+/// its causes. For the differential test against client-go's loader
+/// (`tests/kubeconfig_differential.rs`); not a stable API. Blocking (as at startup, the
+/// files are read and the plugin runs on the calling thread): call it off the runtime.
+///
+/// # Errors
+///
+/// The message of the error that would stop startup, causes and all.
+#[doc(hidden)]
+pub fn describe_kubeconfig(path: &std::path::Path) -> Result<crate::client::ClientUse, String> {
+    let chain = |e: &dyn std::error::Error| {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text.push_str(": ");
+                text.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        text
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut flag = std::ffi::OsString::from("--kubeconfig=");
+    flag.push(path);
+    let options =
+        <Options as clap::Parser>::try_parse_from([std::ffi::OsString::from("ccm"), flag])
+            .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let config = kube_config(&options).await.map_err(|e| chain(&e))?;
+        let factory = crate::client::ClientFactory::new(&config).map_err(|e| {
+            chain(&AppError::Kube {
+                context: "building the Kubernetes client".into(),
+                source: Box::new(e),
+            })
+        })?;
+        factory.describe().await.map_err(|e| chain(&e))
+    })
 }
 
 /// A kubeconfig that could not be used, as a startup error naming its flag.

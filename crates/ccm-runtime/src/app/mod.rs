@@ -19,6 +19,8 @@ pub use self::builtin::{
     NODE_ROUTE_CONTROLLER, SERVICE_LB_CONTROLLER,
 };
 pub use self::controller::{Capability, Controller, ControllerContext, ControllerFuture};
+#[doc(hidden)]
+pub use self::kubeconfig::describe_kubeconfig;
 pub use self::manager::{AppError, CloudControllerManager};
 pub use self::options::{ContentType, FlagError, LeaderElectionOptions, LogFormat, Options};
 pub use self::provider_flags::ProviderFlags;

@@ -39,6 +39,11 @@ const TOKEN_FILE_TTL: Duration = Duration::from_secs(60);
 /// How long before its `expirationTimestamp` an exec plugin's token is renewed.
 const EXEC_RENEW_MARGIN: Duration = Duration::from_secs(10);
 
+/// How long an exec plugin may take to answer and exit, at start and at each renewal; one
+/// that takes longer is ended and its run is an error (client-go waits without a bound; a
+/// controller manager cannot: every request waits on the token).
+pub(crate) const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The most of an exec plugin's answer that is read; a longer one is an error.
 pub(crate) const MAX_EXEC_OUTPUT: u64 = 1024 * 1024;
 
@@ -50,6 +55,7 @@ const EXEC_API_VERSIONS: [&str; 2] = [
 
 /// What a client presents: a header on each request, and the client certificate for its
 /// TLS connections.
+#[derive(Default)]
 pub(crate) struct Credentials {
     /// What goes into each request's `Authorization` header.
     pub(crate) header: Header,
@@ -61,9 +67,10 @@ pub(crate) struct Credentials {
 }
 
 /// Where each request's `Authorization` header comes from. Cloning shares the cache.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) enum Header {
     /// No header (a client certificate, or anonymous).
+    #[default]
     None,
     /// The same header on every request (a token, a username and password).
     Fixed(HeaderValue),
@@ -73,9 +80,11 @@ pub(crate) enum Header {
     Exec(Arc<ExecPlugin>),
 }
 
-/// The credentials `user` names, in kube's order: a username and password, a token, a
-/// token file, an exec plugin (run now, once). The client certificate of `user` itself is
-/// the TLS layer's (see `transport`).
+/// The credentials `user` names, chosen as client-go chooses them: a username and password
+/// or a token (both is an error); a `tokenFile` read again every minute, the `token` beside it
+/// serving while the file cannot be read; an exec plugin (run now, once) only when the
+/// kubeconfig names none of those and no client certificate, since client-go then never
+/// runs it. The client certificate of `user` itself is the TLS layer's (see `transport`).
 pub(crate) fn credentials(user: &AuthInfo) -> Result<Credentials, ClientConfigError> {
     let mut credentials = Credentials {
         header: Header::None,
@@ -93,15 +102,38 @@ pub(crate) fn credentials(user: &AuthInfo) -> Result<Credentials, ClientConfigEr
             ),
         ));
     }
-    if let (Some(username), Some(password)) = (&user.username, &user.password) {
-        let basic = base64::engine::general_purpose::STANDARD
-            .encode(format!("{username}:{}", password.expose_secret()));
+    fn nonempty(v: Option<&str>) -> Option<&str> {
+        v.filter(|v| !v.is_empty())
+    }
+    // client-go sends a username and password only when there is a username (a password
+    // alone is not sent), but counts either as a second way in beside a token.
+    let username = nonempty(user.username.as_deref());
+    let password = nonempty(user.password.as_ref().map(ExposeSecret::expose_secret));
+    let token = nonempty(user.token.as_ref().map(ExposeSecret::expose_secret));
+    let token_file = nonempty(user.token_file.as_deref());
+    if (username.is_some() || password.is_some()) && (token.is_some() || token_file.is_some()) {
+        return Err(ClientConfigError::new(
+            "user.username",
+            "a username and password and a token (token or tokenFile) may not both be set"
+                .to_owned(),
+        ));
+    }
+    let has_certificate = nonempty(user.client_certificate.as_deref()).is_some()
+        || nonempty(user.client_certificate_data.as_deref()).is_some();
+    if let Some(username) = username {
+        let password = password.unwrap_or_default();
+        let basic =
+            base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
         credentials.header = Header::Fixed(sensitive(&format!("Basic {basic}"), "user.username")?);
-    } else if let Some(token) = &user.token {
-        credentials.header = Header::Fixed(bearer(token.expose_secret(), "user.token")?);
-    } else if let Some(path) = &user.token_file {
-        credentials.header = Header::TokenFile(Arc::new(TokenFile::new(PathBuf::from(path))?));
-    } else if let Some(exec) = &user.exec {
+    } else if let Some(path) = token_file {
+        let fallback = token.map(|t| bearer(t, "user.token")).transpose()?;
+        credentials.header =
+            Header::TokenFile(Arc::new(TokenFile::new(PathBuf::from(path), fallback)?));
+    } else if let Some(token) = token {
+        credentials.header = Header::Fixed(bearer(token, "user.token")?);
+    } else if let Some(exec) = &user.exec
+        && !has_certificate
+    {
         let plugin = ExecPlugin::new(exec.clone())?;
         let answer = plugin.run()?;
         credentials.exec_identity = answer.identity;
@@ -116,6 +148,9 @@ pub(crate) fn credentials(user: &AuthInfo) -> Result<Credentials, ClientConfigEr
             };
             credentials.header = Header::Exec(Arc::new(plugin.holding(token)));
         }
+    } else if let Some(exec) = &user.exec {
+        // Checked all the same, as client-go checks it, but never run.
+        ExecPlugin::new(exec.clone())?;
     }
     Ok(credentials)
 }
@@ -140,26 +175,48 @@ pub(crate) struct TokenFile {
 }
 
 impl TokenFile {
-    /// Reads `path` now: a file that cannot be read stops the client's construction.
-    fn new(path: PathBuf) -> Result<Self, ClientConfigError> {
-        let header = Self::read(&path).map_err(|e| {
-            ClientConfigError::new("user.tokenFile", format!("{}: {e}", path.display()))
-        })?;
+    /// Reads `path` now. A file that cannot be read, or holds no token, stops the client's
+    /// construction, unless the kubeconfig's `token` is there to serve until it can be
+    /// (client-go then reads the file at the first request).
+    fn new(path: PathBuf, fallback: Option<HeaderValue>) -> Result<Self, ClientConfigError> {
+        let cached = match (Self::read(&path), fallback) {
+            (Ok(header), _) => (header, Instant::now()),
+            // Read again at the first request.
+            (Err(_), Some(token)) => (
+                token,
+                Instant::now()
+                    .checked_sub(TOKEN_FILE_TTL)
+                    .unwrap_or_else(Instant::now),
+            ),
+            (Err(e), None) => {
+                return Err(ClientConfigError::new(
+                    "user.tokenFile",
+                    format!("{}: {e}", path.display()),
+                ));
+            }
+        };
         Ok(Self {
             path,
-            cached: parking_lot::Mutex::new((header, Instant::now())),
+            cached: parking_lot::Mutex::new(cached),
         })
     }
 
-    /// The token's header, surrounding white space trimmed as client-go does.
+    /// The token's header, surrounding white space trimmed as client-go does; a file of
+    /// white space alone holds no token (client-go refuses it too, rather than send
+    /// `Bearer ` with nothing after it).
     fn read(path: &std::path::Path) -> Result<HeaderValue, String> {
         let text = ccm_provider::file::read_text(path, ccm_provider::file::MAX_TOKEN_BYTES)
             .map_err(|e| e.to_string())?;
-        bearer(text.trim(), "user.tokenFile").map_err(|e| e.to_string())
+        let token = text.trim();
+        if token.is_empty() {
+            return Err("holds no token".to_owned());
+        }
+        bearer(token, "user.tokenFile").map_err(|e| e.to_string())
     }
 
-    /// The header, from a read at most a minute old. A file that cannot be read again
-    /// keeps the last token (client-go does so: some set-ups remove the file after start).
+    /// The header, from a read at most a minute old. A file that cannot be read again, or
+    /// is empty, keeps the last token (client-go does so: some set-ups remove the file
+    /// after start, and a writer may truncate it before it writes the next token).
     fn header(&self) -> HeaderValue {
         let mut cached = self.cached.lock();
         if cached.1.elapsed() >= TOKEN_FILE_TTL {
@@ -168,12 +225,17 @@ impl TokenFile {
                 Err(e) => tracing::warn!(
                     path = %self.path.display(),
                     error = %e,
-                    "cannot read the token file again; keeping the last token"
+                    "cannot read a token from the token file again; keeping the last token"
                 ),
             }
             cached.1 = Instant::now();
         }
         cached.0.clone()
+    }
+
+    /// The header the next request gets.
+    pub(crate) fn current(&self) -> HeaderValue {
+        self.header()
     }
 
     #[cfg(test)]
@@ -187,6 +249,8 @@ impl TokenFile {
 pub(crate) struct ExecPlugin {
     config: ExecConfig,
     state: tokio::sync::Mutex<ExecToken>,
+    /// How long a run may take ([`EXEC_TIMEOUT`]; shorter in tests).
+    timeout: Duration,
 }
 
 /// The token an exec plugin last gave.
@@ -251,6 +315,13 @@ impl ExecPlugin {
                 ));
             }
         }
+        if config.interactive_mode.is_none() {
+            // client-go's validation asks for it too (there is no default).
+            return Err(ClientConfigError::new(
+                "user.exec.interactiveMode",
+                "is required (Never, IfAvailable or Always)".to_owned(),
+            ));
+        }
         if config.interactive_mode == Some(ExecInteractiveMode::Always) {
             return Err(ClientConfigError::new(
                 "user.exec.interactiveMode",
@@ -266,6 +337,7 @@ impl ExecPlugin {
         Ok(Self {
             config,
             state: tokio::sync::Mutex::default(),
+            timeout: EXEC_TIMEOUT,
         })
     }
 
@@ -274,6 +346,7 @@ impl ExecPlugin {
         Self {
             config: self.config,
             state: tokio::sync::Mutex::new(token),
+            timeout: self.timeout,
         }
     }
 
@@ -286,10 +359,20 @@ impl ExecPlugin {
         {
             return Ok((header.clone(), state.generation));
         }
+        // On a thread of its own rather than the runtime's blocking pool, whose shutdown
+        // would wait for it: SIGTERM need not wait for a plugin (each run is bounded by
+        // EXEC_TIMEOUT all the same).
         let plugin = Arc::clone(self);
-        let answer = tokio::task::spawn_blocking(move || plugin.run())
-            .await
-            .map_err(|e| ClientConfigError::new("user.exec", format!("the run failed: {e}")))??;
+        let (send, answer) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("exec-plugin".to_owned())
+            .spawn(move || {
+                let _ = send.send(plugin.run());
+            })
+            .map_err(|e| ClientConfigError::new("user.exec", format!("cannot run it: {e}")))?;
+        let answer = answer.await.map_err(|_| {
+            ClientConfigError::new("user.exec", "the plugin's run ended unanswered".to_owned())
+        })??;
         let Some(header) = answer.token else {
             return Err(ClientConfigError::new(
                 "user.exec",
@@ -300,6 +383,11 @@ impl ExecPlugin {
         state.header = Some(header.clone());
         state.expires = answer.expires;
         Ok((header, state.generation))
+    }
+
+    /// The header the next request gets (running the plugin if its token expires).
+    pub(crate) async fn current(self: &Arc<Self>) -> Result<HeaderValue, ClientConfigError> {
+        Ok(self.header().await?.0)
     }
 
     /// The API server refused the token of run `generation`: the next request runs the
@@ -355,31 +443,63 @@ impl ExecPlugin {
                 .unwrap_or_default();
             fail(format!("cannot start it: {e}{hint}"))
         })?;
-        let mut out = Vec::new();
-        let read = child
-            .stdout
-            .take()
-            .map(|stdout| stdout.take(MAX_EXEC_OUTPUT + 1).read_to_end(&mut out));
+        let deadline = Instant::now() + self.timeout;
+        // Read on a thread of its own, so that a plugin that neither answers nor ends is
+        // ended at the deadline rather than waited for.
+        let (send, read) = std::sync::mpsc::channel();
+        if let Some(stdout) = child.stdout.take() {
+            std::thread::Builder::new()
+                .name("exec-plugin-stdout".to_owned())
+                .spawn(move || {
+                    let mut out = Vec::new();
+                    let result = stdout.take(MAX_EXEC_OUTPUT + 1).read_to_end(&mut out);
+                    let _ = send.send((out, result));
+                })
+                .map_err(|e| fail(format!("cannot read its answer: {e}")))?;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok((out, read)) = read.recv_timeout(left) else {
+            end(&mut child);
+            return Err(fail(format!(
+                "it did not answer within {} s; ended it",
+                self.timeout.as_secs_f32()
+            )));
+        };
         if out.len() as u64 > MAX_EXEC_OUTPUT {
             // It may be blocked writing the rest: end it rather than wait.
-            let _ = child.kill();
-        }
-        let status = child
-            .wait()
-            .map_err(|e| fail(format!("cannot wait for it: {e}")))?;
-        if let Some(Err(e)) = read {
-            return Err(fail(format!("cannot read its answer: {e}")));
-        }
-        if out.len() as u64 > MAX_EXEC_OUTPUT {
+            end(&mut child);
             return Err(fail(format!(
                 "its answer is longer than {MAX_EXEC_OUTPUT} bytes"
             )));
         }
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(None) => {
+                    end(&mut child);
+                    return Err(fail(format!(
+                        "it answered but did not exit within {} s; ended it",
+                        self.timeout.as_secs_f32()
+                    )));
+                }
+                Err(e) => return Err(fail(format!("cannot wait for it: {e}"))),
+            }
+        };
+        read.map_err(|e| fail(format!("cannot read its answer: {e}")))?;
         if !status.success() {
             return Err(fail(format!("it exited with {status}")));
         }
         parse_answer(&out, &api_version).map_err(fail)
     }
+}
+
+/// Ends a plugin that overran, and reaps it.
+fn end(child: &mut std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Whether `at` is within [`EXEC_RENEW_MARGIN`] of now, or past.
@@ -394,8 +514,18 @@ fn expires_soon(at: Timestamp) -> bool {
 /// checks it: an `ExecCredential` of the version asked for, with a token or a client
 /// certificate and key.
 fn parse_answer(out: &[u8], api_version: &str) -> Result<ExecAnswer, String> {
-    let credential: ExecCredential =
-        serde_yaml_ng::from_slice(out).map_err(|e| format!("cannot parse its answer: {e}"))?;
+    // The parser's message is not repeated: it quotes what it read, and a plugin that
+    // prints a bare token would see its token in the log.
+    let credential: ExecCredential = serde_yaml_ng::from_slice(out).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(" (line {}, column {})", l.line(), l.column()))
+            .unwrap_or_default();
+        format!(
+            "cannot parse its answer{at}: it is not an ExecCredential in JSON or YAML \
+             (its text is not repeated here: it may hold a credential)"
+        )
+    })?;
     if credential.kind.as_deref() != Some("ExecCredential") {
         return Err(format!(
             "it answered kind {:?}, not ExecCredential",
@@ -538,6 +668,7 @@ mod tests {
             api_version: Some(V1.to_owned()),
             command: Some("/bin/sh".to_owned()),
             args: Some(vec![script.display().to_string()]),
+            interactive_mode: Some(ExecInteractiveMode::Never),
             env: Some(vec![
                 [("name", "GREETING"), ("value", "hello")]
                     .into_iter()
@@ -858,26 +989,172 @@ mod tests {
     }
 
     #[test]
-    fn a_token_wins_over_its_file_and_a_password_over_both() {
-        let header = |user: AuthInfo| match credentials(&user).unwrap().header {
+    fn credentials_are_chosen_as_client_go_chooses_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let file = file.display().to_string();
+        let header = |user: &AuthInfo| match credentials(user).unwrap().header {
             Header::Fixed(h) => h.to_str().unwrap().to_owned(),
-            _ => panic!("a fixed header"),
+            Header::TokenFile(f) => f.header().to_str().unwrap().to_owned(),
+            Header::Exec(_) => "exec".to_owned(),
+            Header::None => String::new(),
         };
         let token = AuthInfo {
             token: Some("tok".to_owned().into()),
-            token_file: Some("/nonexistent".to_owned()),
             ..AuthInfo::default()
         };
-        assert_eq!(header(token.clone()), "Bearer tok");
+        assert_eq!(header(&token), "Bearer tok");
+        // The file wins over the token beside it; the token serves while the file cannot
+        // be read.
+        let both = AuthInfo {
+            token_file: Some(file.clone()),
+            ..token.clone()
+        };
+        assert_eq!(header(&both), "Bearer from-file");
+        let missing = AuthInfo {
+            token_file: Some(dir.path().join("missing").display().to_string()),
+            ..token.clone()
+        };
+        assert_eq!(header(&missing), "Bearer tok");
+        // A username and password, or either, beside a token is refused.
+        for (username, password) in [
+            (Some("admin"), Some("pw")),
+            (None, Some("pw")),
+            (Some("admin"), None),
+        ] {
+            let user = AuthInfo {
+                username: username.map(str::to_owned),
+                password: password.map(|p| p.to_owned().into()),
+                ..both.clone()
+            };
+            assert_eq!(credentials(&user).err().unwrap().field(), "user.username");
+        }
         let basic = AuthInfo {
             username: Some("admin".to_owned()),
             password: Some("secret".to_owned().into()),
-            ..token
+            ..AuthInfo::default()
         };
-        assert_eq!(header(basic), "Basic YWRtaW46c2VjcmV0");
+        assert_eq!(header(&basic), "Basic YWRtaW46c2VjcmV0");
+        // A password alone is not sent; a username alone is, with an empty password.
+        let password_only = AuthInfo {
+            password: Some("secret".to_owned().into()),
+            ..AuthInfo::default()
+        };
+        assert_eq!(header(&password_only), "");
+        let username_only = AuthInfo {
+            username: Some("admin".to_owned()),
+            ..AuthInfo::default()
+        };
+        assert_eq!(header(&username_only), "Basic YWRtaW46");
         assert!(matches!(
             credentials(&AuthInfo::default()).unwrap().header,
             Header::None
         ));
+
+        // An exec plugin runs only when nothing else is named.
+        let exec = plugin(dir.path(), "exit 3");
+        for user in [
+            AuthInfo {
+                exec: Some(exec.clone()),
+                ..token.clone()
+            },
+            AuthInfo {
+                exec: Some(exec.clone()),
+                ..basic.clone()
+            },
+            AuthInfo {
+                exec: Some(exec.clone()),
+                client_certificate_data: Some("cert".to_owned()),
+                ..AuthInfo::default()
+            },
+        ] {
+            credentials(&user).unwrap();
+        }
+        assert_eq!(runs(dir.path()), 0, "the plugin never ran");
+    }
+
+    #[test]
+    fn an_empty_token_file_is_no_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, " \n").unwrap();
+        let user = AuthInfo {
+            token_file: Some(path.display().to_string()),
+            ..AuthInfo::default()
+        };
+        let refused = credentials(&user).err().unwrap();
+        assert_eq!(refused.field(), "user.tokenFile");
+        assert!(refused.to_string().contains("holds no token"), "{refused}");
+
+        // Emptied later: the last token is kept, never `Bearer ` alone.
+        std::fs::write(&path, "good").unwrap();
+        let Header::TokenFile(file) = credentials(&user).unwrap().header else {
+            panic!("a token file");
+        };
+        std::fs::write(&path, "").unwrap();
+        file.age_by(TOKEN_FILE_TTL);
+        assert_eq!(file.header(), "Bearer good");
+    }
+
+    #[test]
+    fn a_plugin_never_has_its_answer_repeated_in_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        for answer in [
+            "echo SECRET-TOKEN-abc123xyz",
+            "echo '{\"kind\": SECRET-TOKEN-abc123xyz'",
+            "printf 'apiVersion: [SECRET-TOKEN-abc123xyz]\\n'",
+            // A token no header can hold (a BEL character).
+            "printf '%s' '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"SECRET-TOKEN-abc123xyz\\u0007\"}}'",
+        ] {
+            let error = match credentials(&user_with(plugin(dir.path(), answer))) {
+                Ok(_) => panic!("{answer}: taken"),
+                Err(e) => e.to_string(),
+            };
+            assert!(error.starts_with("user.exec: plugin"), "{error}");
+            assert!(!error.contains("SECRET"), "{answer}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plugin_that_hangs_is_ended_at_start_and_at_renewal() {
+        let dir = tempfile::tempdir().unwrap();
+        let hang = |body: &str| {
+            let mut plugin = ExecPlugin::new(plugin(dir.path(), body)).unwrap();
+            plugin.timeout = Duration::from_millis(300);
+            plugin
+        };
+        let started = Instant::now();
+        let error = hang("exec sleep 600").run().err().unwrap().to_string();
+        assert!(error.contains("did not answer within 0.3 s"), "{error}");
+        // An answer with the plugin still running (its output closed): ended too.
+        let error = hang(&format!(
+            "{}; exec 1>&-; exec sleep 600",
+            token_answer(dir.path(), "")
+        ))
+        .run()
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(error.contains("did not exit within 0.3 s"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+
+        // At renewal, on a thread of its own: the request gets the error, in time.
+        std::fs::write(dir.path().join("token"), "t").unwrap();
+        let plugin = Arc::new(hang("exec sleep 600"));
+        let started = Instant::now();
+        let error = plugin.header().await.err().unwrap().to_string();
+        assert!(error.contains("did not answer"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn an_exec_plugin_needs_an_interactive_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut exec = plugin(dir.path(), "exit 0");
+        exec.interactive_mode = None;
+        let refused = credentials(&user_with(exec)).err().unwrap();
+        assert_eq!(refused.field(), "user.exec.interactiveMode");
+        assert_eq!(runs(dir.path()), 0);
     }
 }

@@ -27,7 +27,9 @@ use tower::ServiceBuilder;
 use tower::retry::RetryLayer;
 
 use super::ClientConfigError;
-use super::auth::{AuthLayer, Header, credentials};
+use super::auth::{AuthLayer, Credentials, Header, credentials};
+use super::proxy::{ProxyChoice, ProxyConnector, ProxyUrl};
+use super::{CaUse, ClientUse};
 
 /// A configuration made ready for clients: its credentials read (an exec plugin run once),
 /// its TLS configuration built, its server name and impersonation headers checked. Each
@@ -41,17 +43,14 @@ pub(crate) struct Prepared {
     server_name: Option<ServerName<'static>>,
     headers: ExtraHeadersLayer,
     valid_until: Option<Timestamp>,
+    proxy: ProxyChoice,
+    tls_use: Arc<TlsUse>,
 }
 
 impl Prepared {
     /// Reads and checks everything `config` names; errors name the field.
     pub(crate) fn new(config: &kube::Config) -> Result<Self, ClientConfigError> {
-        if let Some(proxy) = &config.proxy_url {
-            return Err(ClientConfigError::new(
-                "cluster.proxy-url",
-                format!("{proxy}: proxies are not supported; reach the API server directly"),
-            ));
-        }
+        let proxy = ProxyChoice::new(config.proxy_url.as_ref())?;
         let server_name = config
             .tls_server_name
             .as_ref()
@@ -67,8 +66,21 @@ impl Prepared {
                 format!("an impersonation header is invalid: {e}"),
             )
         })?;
-        let credentials = credentials(&config.auth_info)?;
-        let tls = tls_config(config, credentials.exec_identity.as_deref())?;
+        // client-go reads no credentials, client certificate or CA for a server reached
+        // over plain HTTP, where a token would travel in the clear.
+        let plain_http = config.cluster_url.scheme_str() == Some("http");
+        let credentials = if plain_http {
+            Credentials::default()
+        } else {
+            credentials(&config.auth_info)?
+        };
+        let (tls, tls_use) = if plain_http {
+            let mut bare = kube::Config::new(config.cluster_url.clone());
+            bare.accept_invalid_certs = false;
+            tls_config(&bare, None)?
+        } else {
+            tls_config(config, credentials.exec_identity.as_deref())?
+        };
         Ok(Self {
             config: config.clone(),
             header: credentials.header,
@@ -76,6 +88,8 @@ impl Prepared {
             server_name,
             headers,
             valid_until: credentials.valid_until,
+            proxy,
+            tls_use: Arc::new(tls_use),
         })
     }
 
@@ -84,6 +98,7 @@ impl Prepared {
         let config = &self.config;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
+        let http = ProxyConnector::new(http, self.proxy.clone());
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(self.tls.clone())
             .https_or_http();
@@ -114,6 +129,41 @@ impl Prepared {
         kube::client::ClientBuilder::new(service, config.default_namespace.clone())
             .with_valid_until(self.valid_until)
     }
+}
+
+impl Prepared {
+    /// What a request of these clients carries and where it goes (see [`ClientUse`]); the
+    /// `Authorization` header is the one the next request would get (an exec plugin's
+    /// cached token, a token file's last read).
+    pub(crate) async fn describe(&self) -> Result<ClientUse, ClientConfigError> {
+        let authorization = match &self.header {
+            Header::None => None,
+            Header::Fixed(h) => Some(h.clone()),
+            Header::TokenFile(file) => Some(file.current()),
+            Header::Exec(plugin) => Some(plugin.current().await?),
+        }
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+        let proxy = self
+            .proxy
+            .for_server(&self.config.cluster_url)
+            .map(ProxyUrl::described);
+        Ok(ClientUse {
+            server: self.config.cluster_url.to_string(),
+            authorization,
+            client_certificate: self.tls_use.client_certificate.clone(),
+            ca: self.tls_use.ca.clone(),
+            server_name: self.config.tls_server_name.clone(),
+            proxy,
+            impersonate: self.config.auth_info.impersonate.clone(),
+        })
+    }
+}
+
+/// What the TLS configuration was built from.
+struct TlsUse {
+    ca: CaUse,
+    /// The client certificate's leaf, DER.
+    client_certificate: Option<Vec<u8>>,
 }
 
 /// A kube client builder for `config` ([`Prepared::new`], then [`Prepared::builder`]).
@@ -151,11 +201,29 @@ impl<S> ServiceStack for S where
 fn tls_config(
     config: &kube::Config,
     exec_identity: Option<&[u8]>,
-) -> Result<rustls::ClientConfig, ClientConfigError> {
+) -> Result<(rustls::ClientConfig, TlsUse), ClientConfigError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| ClientConfigError::new("cluster", format!("TLS: {e}")))?;
+    if config.accept_invalid_certs
+        && (config.root_cert_file.is_some() || config.root_cert.is_some())
+    {
+        // client-go refuses the pair too, rather than verify nothing while a CA is named.
+        return Err(ClientConfigError::new(
+            "cluster.insecure-skip-tls-verify",
+            "is set together with a certificate authority: name one or the other".to_owned(),
+        ));
+    }
+    let ca = if config.accept_invalid_certs {
+        CaUse::Insecure
+    } else if let Some(path) = &config.root_cert_file {
+        CaUse::File(path.clone())
+    } else if let Some(roots) = &config.root_cert {
+        CaUse::Certificates(roots.clone())
+    } else {
+        CaUse::Platform
+    };
     let builder = if config.accept_invalid_certs {
         builder
             .dangerous()
@@ -197,11 +265,25 @@ fn tls_config(
             }
             let key = PrivateKeyDer::from_pem_slice(&key)
                 .map_err(|e| ClientConfigError::new(field, format!("private key: {e}")))?;
-            builder
+            let leaf = chain.first().map(|c| c.to_vec());
+            let tls = builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| ClientConfigError::new(field, e.to_string()))
+                .map_err(|e| ClientConfigError::new(field, e.to_string()))?;
+            Ok((
+                tls,
+                TlsUse {
+                    ca,
+                    client_certificate: leaf,
+                },
+            ))
         }
-        None => Ok(builder.with_no_client_auth()),
+        None => Ok((
+            builder.with_no_client_auth(),
+            TlsUse {
+                ca,
+                client_certificate: None,
+            },
+        )),
     }
 }
 
@@ -245,10 +327,8 @@ fn kubeconfig_identity(
             "user.client-key-data",
             "is missing: a client certificate needs its key".into(),
         )),
-        (None, Some(_)) => Err(ClientConfigError::new(
-            "user.client-certificate-data",
-            "is missing: a client key needs its certificate".into(),
-        )),
+        // client-go ignores a key without its certificate.
+        (None, Some(_)) => Ok(None),
     }
 }
 
@@ -539,9 +619,10 @@ mod tests {
         let mut c = base.clone();
         c.auth_info.client_certificate_data = Some("aGVsbG8=".to_owned());
         assert_eq!(field(c), "user.client-key-data");
+        // A key without its certificate is ignored, as client-go ignores it.
         let mut c = base.clone();
         c.auth_info.client_key_data = Some("aGVsbG8=".to_owned().into());
-        assert_eq!(field(c), "user.client-certificate-data");
+        assert!(builder(&c).is_ok());
         let mut c = base.clone();
         c.auth_info.client_certificate_data = Some("not base64!".to_owned());
         c.auth_info.client_key_data = Some("aGVsbG8=".to_owned().into());
@@ -554,8 +635,15 @@ mod tests {
         c.root_cert = Some(vec![b"not DER".to_vec()]);
         assert_eq!(field(c), "cluster.certificate-authority-data");
         let mut c = base.clone();
-        c.proxy_url = Some("http://proxy:3128".parse().unwrap());
+        c.proxy_url = Some("https://proxy:3128".parse().unwrap());
         assert_eq!(field(c), "cluster.proxy-url");
+        let mut c = base.clone();
+        c.root_cert = Some(vec![]);
+        assert_eq!(
+            field(c),
+            "cluster.insecure-skip-tls-verify",
+            "insecure and a CA"
+        );
         let mut c = base;
         c.tls_server_name = Some("bad name!".to_owned());
         assert_eq!(field(c), "cluster.tls-server-name");

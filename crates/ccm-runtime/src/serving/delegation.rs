@@ -66,12 +66,9 @@ async fn client_from_kubeconfig(
 ) -> Result<kube::Client, StartError> {
     let invalid = |e: String| flag_error(flag, format!("{}: {e}", path.display()));
     let kubeconfig = off_runtime(flag, path, load_kubeconfig).await?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(|e| invalid(e.to_string()))?;
+    let config = crate::files::client_config(kubeconfig)
+        .await
+        .map_err(|e| invalid(e.to_string()))?;
     Ok(
         crate::client::build_client(config, &crate::client::ApiLayer::new())
             .map_err(|e| invalid(e.to_string()))?,

@@ -27,7 +27,7 @@ pub use ccm_provider::{
     node_address, node_name, node_provider_id, provided_node_ips, resolve_instances,
 };
 
-pub use ccm_provider::{echo, file};
+pub use ccm_provider::{echo, file, proxy};
 
 /// The `prometheus-client` crate that [`MetricsRegistry`] is built on, for metrics of your
 /// own at the same version.

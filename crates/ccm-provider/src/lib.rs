@@ -64,6 +64,7 @@ mod zones;
 
 pub mod echo;
 pub mod file;
+pub mod proxy;
 pub mod well_known;
 
 #[cfg(any(test, feature = "mock"))]

@@ -50,6 +50,7 @@ pub mod image;
 pub mod net;
 mod pki;
 pub mod process;
+pub mod proxy;
 pub mod rbac;
 mod supervisor;
 mod test_run;

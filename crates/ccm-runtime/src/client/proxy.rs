@@ -12,7 +12,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -202,47 +201,31 @@ impl ProxyChoice {
     }
 }
 
-/// The proxies of the environment and the hosts that bypass them, as Go's
-/// `httpproxy.FromEnvironment` reads them.
+/// The environment's proxies, parsed, and Go's rules for when to use them
+/// ([`ccm_provider::proxy::EnvProxy`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct EnvProxy {
+    rules: ccm_provider::proxy::EnvProxy,
     https: Option<ProxyUrl>,
     http: Option<ProxyUrl>,
-    no_proxy: NoProxy,
 }
 
 impl EnvProxy {
     /// Reads `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` (each, if empty, by its lower-case
     /// name).
     pub(crate) fn from_env() -> Result<Self, ClientConfigError> {
-        let var = |upper: &'static str, lower: &'static str| {
-            [upper, lower].into_iter().find_map(|name| {
-                std::env::var(name)
-                    .ok()
-                    .filter(|v| !v.trim().is_empty())
-                    .map(|v| (name, v))
-            })
-        };
-        Self::from_values(
-            var("HTTPS_PROXY", "https_proxy"),
-            var("HTTP_PROXY", "http_proxy"),
-            var("NO_PROXY", "no_proxy").map(|(_, v)| v).as_deref(),
-        )
+        Self::from_rules(ccm_provider::proxy::EnvProxy::from_env())
     }
 
-    /// The proxies `https` and `http` (each with the variable it came from) and the
-    /// `no_proxy` list.
-    pub(crate) fn from_values(
-        https: Option<(&'static str, String)>,
-        http: Option<(&'static str, String)>,
-        no_proxy: Option<&str>,
+    /// Parses the proxies of `rules`. Go ignores a value it cannot parse (the client then
+    /// connects directly); so do we, with a warning. A scheme we cannot speak (`https`) is
+    /// an error: Go would use that proxy, and bypassing it could reach what it guards.
+    pub(crate) fn from_rules(
+        rules: ccm_provider::proxy::EnvProxy,
     ) -> Result<Self, ClientConfigError> {
-        // Go ignores a value it cannot parse (the client then connects directly); so do
-        // we, with a warning. A scheme we cannot speak (`https`, `socks5`) is an error:
-        // Go would use that proxy, and bypassing it could reach what it guards.
-        let parse = |value: Option<(&'static str, String)>| match value {
+        let parse = |value: Option<(&'static str, &str)>| match value {
             None => Ok(None),
-            Some((name, v)) => match ProxyUrl::parse(&v, name) {
+            Some((name, v)) => match ProxyUrl::parse(v, name) {
                 Ok(url) => Ok(Some(url)),
                 Err(e)
                     if v.split_once("://")
@@ -257,138 +240,21 @@ impl EnvProxy {
             },
         };
         Ok(Self {
-            https: parse(https)?,
-            http: parse(http)?,
-            no_proxy: NoProxy::parse(no_proxy.unwrap_or_default()),
+            https: parse(rules.https_proxy())?,
+            http: parse(rules.http_proxy())?,
+            rules,
         })
     }
 
-    /// Go's `proxyForURL`: the proxy of the server's scheme, unless the server is
-    /// `localhost`, a loopback address or named by `NO_PROXY`.
+    /// The proxy for `server` by Go's rules.
     fn for_server(&self, server: &Uri) -> Option<&ProxyUrl> {
-        let (proxy, default_port) = match server.scheme_str() {
-            Some("https") => (self.https.as_ref()?, 443),
-            Some("http") => (self.http.as_ref()?, 80),
-            _ => return None,
-        };
-        let host = server.host()?.trim_start_matches('[').trim_end_matches(']');
-        let host = host.to_ascii_lowercase();
-        let port = server.port_u16().unwrap_or(default_port);
-        if host == "localhost" {
-            return None;
+        let scheme = server.scheme_str()?;
+        self.rules
+            .proxy_for(scheme, server.host()?, server.port_u16())?;
+        match scheme {
+            "https" => self.https.as_ref(),
+            _ => self.http.as_ref(),
         }
-        let ip = host.parse::<IpAddr>().ok();
-        if ip.is_some_and(|ip| ip.is_loopback()) {
-            return None;
-        }
-        (!self.no_proxy.matches(&host, port, ip)).then_some(proxy)
-    }
-}
-
-/// `NO_PROXY`, parsed as Go's `httpproxy` parses it.
-#[derive(Clone, Debug, Default)]
-struct NoProxy {
-    /// `*`: every host.
-    all: bool,
-    ips: Vec<(IpAddr, Option<u16>)>,
-    cidrs: Vec<(IpAddr, u8)>,
-    /// A domain with a leading dot, its port, and whether the domain itself matches too
-    /// (an entry written without the leading dot).
-    domains: Vec<(String, Option<u16>, bool)>,
-}
-
-impl NoProxy {
-    fn parse(list: &str) -> Self {
-        let mut no = Self::default();
-        for entry in list.split(',') {
-            let entry = entry.trim().to_ascii_lowercase();
-            if entry.is_empty() {
-                continue;
-            }
-            if entry == "*" {
-                return Self {
-                    all: true,
-                    ..Self::default()
-                };
-            }
-            if let Some(cidr) = parse_cidr(&entry) {
-                no.cidrs.push(cidr);
-                continue;
-            }
-            let (host, port) = split_host_port(&entry);
-            if host.is_empty() {
-                continue; // malformed: Go ignores it
-            }
-            if let Ok(ip) = host.parse::<IpAddr>() {
-                no.ips.push((ip, port));
-                continue;
-            }
-            let host = host.strip_prefix('*').unwrap_or(host);
-            let (domain, itself) = match host.strip_prefix('.') {
-                Some(_) => (host.to_owned(), false),
-                None => (format!(".{host}"), true),
-            };
-            no.domains.push((domain, port, itself));
-        }
-        no
-    }
-
-    fn matches(&self, host: &str, port: u16, ip: Option<IpAddr>) -> bool {
-        if self.all {
-            return true;
-        }
-        let port_ok = |p: &Option<u16>| p.is_none_or(|p| p == port);
-        if let Some(ip) = ip {
-            if self.ips.iter().any(|(i, p)| *i == ip && port_ok(p)) {
-                return true;
-            }
-            if self.cidrs.iter().any(|&(net, len)| in_cidr(ip, net, len)) {
-                return true;
-            }
-        }
-        self.domains.iter().any(|(domain, p, itself)| {
-            (host.ends_with(domain.as_str()) || (*itself && host == &domain[1..])) && port_ok(p)
-        })
-    }
-}
-
-/// `host:port`, `[v6]:port` or a bare host; a port that is not a number leaves the entry
-/// whole (as Go's `SplitHostPort` then fails and the entry is taken as a host).
-fn split_host_port(entry: &str) -> (&str, Option<u16>) {
-    if let Some(rest) = entry.strip_prefix('[')
-        && let Some((host, after)) = rest.split_once(']')
-    {
-        let port = after.strip_prefix(':').and_then(|p| p.parse().ok());
-        return (host, port);
-    }
-    match entry.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => match port.parse() {
-            Ok(port) => (host, Some(port)),
-            Err(_) => (entry, None),
-        },
-        _ => (entry, None),
-    }
-}
-
-fn parse_cidr(entry: &str) -> Option<(IpAddr, u8)> {
-    let (ip, len) = entry.split_once('/')?;
-    let ip: IpAddr = ip.parse().ok()?;
-    let len: u8 = len.parse().ok()?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    (len <= max).then_some((ip, len))
-}
-
-fn in_cidr(ip: IpAddr, net: IpAddr, len: u8) -> bool {
-    match (ip, net) {
-        (IpAddr::V4(ip), IpAddr::V4(net)) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            u32::from(ip) & mask == u32::from(net) & mask
-        }
-        (IpAddr::V6(ip), IpAddr::V6(net)) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-            u128::from(ip) & mask == u128::from(net) & mask
-        }
-        _ => false,
     }
 }
 
@@ -445,64 +311,32 @@ impl tower::Service<Uri> for ProxyConnector {
 mod tests {
     use super::*;
 
-    fn env(https: Option<&str>, no_proxy: &str) -> EnvProxy {
-        EnvProxy::from_values(
-            https.map(|v| ("HTTPS_PROXY", v.to_owned())),
-            None,
-            Some(no_proxy),
-        )
-        .unwrap()
-    }
-
-    fn proxied(env: &EnvProxy, server: &str) -> bool {
-        env.for_server(&server.parse().unwrap()).is_some()
-    }
-
     #[test]
-    fn no_proxy_is_read_as_go_reads_it() {
-        let p = Some("http://proxy.example:3128");
-        let cases = [
-            // (NO_PROXY, server, proxied)
-            ("", "https://api.example:6443", true),
-            ("", "https://127.0.0.1:6443", false),
-            ("", "https://[::1]:6443", false),
-            ("", "https://localhost:6443", false),
-            ("", "https://127.9.9.9", false),
-            ("api.example", "https://api.example:6443", false),
-            ("api.example", "https://x.api.example:6443", false),
-            (".api.example", "https://api.example:6443", true),
-            (".api.example", "https://x.api.example:6443", false),
-            ("*.api.example", "https://api.example:6443", true),
-            ("*.api.example", "https://x.api.example", false),
-            ("example", "https://api.example", false),
-            ("xample", "https://api.example", true),
-            ("api.example:6443", "https://api.example:6443", false),
-            ("api.example:443", "https://api.example:6443", true),
-            ("api.example:443", "https://api.example", false),
-            ("10.0.0.0/8", "https://10.96.0.1:443", false),
-            ("10.0.0.0/8", "https://11.0.0.1:443", true),
-            ("10.96.0.1", "https://10.96.0.1:443", false),
-            ("10.96.0.1:6443", "https://10.96.0.1:443", true),
-            ("fd00::/8", "https://[fd00::1]:443", false),
-            ("[fd00::1]:443", "https://[fd00::1]", false),
-            (" foo , API.EXAMPLE ", "https://api.example", false),
-            ("*", "https://api.example", false),
-            ("10.0.0.0/8", "https://api.example", true),
-        ];
-        for (no_proxy, server, want) in cases {
-            assert_eq!(
-                proxied(&env(p, no_proxy), server),
-                want,
-                "NO_PROXY={no_proxy:?} server {server}"
-            );
-        }
-        // No HTTPS_PROXY: direct; an http server takes HTTP_PROXY only.
-        assert!(!proxied(&env(None, ""), "https://api.example"));
-        assert!(!proxied(&env(p, ""), "http://api.example"));
-        let http_only =
-            EnvProxy::from_values(None, Some(("HTTP_PROXY", "proxy:3128".into())), None).unwrap();
-        assert!(proxied(&http_only, "http://api.example"));
-        assert!(!proxied(&http_only, "https://api.example"));
+    fn the_environments_proxy_is_chosen_by_gos_rules() {
+        let env = |https: &str, no_proxy: &str| {
+            EnvProxy::from_rules(ccm_provider::proxy::EnvProxy::from_values(
+                Some(https),
+                None,
+                Some(no_proxy),
+            ))
+        };
+        let proxied = |env: &EnvProxy, server: &str| {
+            env.for_server(&server.parse().unwrap())
+                .map(ToString::to_string)
+        };
+        let with = env("http://u:pa55word@proxy.example:3128", "10.0.0.0/8").unwrap();
+        assert_eq!(
+            proxied(&with, "https://api.example:6443").as_deref(),
+            Some("http://u:(password)@proxy.example:3128")
+        );
+        assert_eq!(proxied(&with, "https://10.96.0.1"), None);
+        assert_eq!(proxied(&with, "https://127.0.0.1:6443"), None);
+        // What Go cannot parse it ignores; a scheme we cannot speak stops the client.
+        let ignored = env("http://%zz", "").unwrap();
+        assert_eq!(proxied(&ignored, "https://api.example"), None);
+        let refused = env("https://u:pa55word@proxy.example", "").unwrap_err();
+        assert_eq!(refused.field(), "HTTPS_PROXY");
+        assert!(!refused.to_string().contains("pa55word"), "{refused}");
     }
 
     #[test]

@@ -545,7 +545,17 @@ mod tests {
         client
             .request_text(http::Request::get("/version").body(Vec::new()).unwrap())
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| {
+                // With its causes: where a connection failed is in them.
+                let mut text = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(cause) = source {
+                    text.push_str(": ");
+                    text.push_str(&cause.to_string());
+                    source = cause.source();
+                }
+                text
+            })
     }
 
     #[tokio::test]
@@ -573,6 +583,53 @@ mod tests {
         named.auth_info.client_key_data =
             Some(encode(client_cert.signing_key.serialize_pem()).into());
         assert_eq!(get(named).await.unwrap(), "cert");
+    }
+
+    #[tokio::test]
+    async fn a_proxy_url_carries_the_connection_through_a_connect_tunnel() {
+        let (server_cert, client_cert) = (certified("kubernetes.test"), certified("alice"));
+        let port = server(&server_cert, &client_cert).await;
+        let target = format!("kubernetes.test:{port}");
+        let proxy = ccm_test::proxy::ForwardProxy::start(&[(
+            target.as_str(),
+            ([127, 0, 0, 1], port).into(),
+        )])
+        .await;
+        // A name that resolves nowhere: only the proxy knows where it is.
+        let mut config = kube::Config::new(format!("https://{target}").parse().unwrap());
+        config.root_cert = Some(vec![server_cert.cert.der().to_vec()]);
+        config.proxy_url = Some(proxy.url_with("proxyuser", "pa55word").parse().unwrap());
+        assert_eq!(get(config.clone()).await.unwrap(), "none");
+        let seen = proxy.seen();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].method, "CONNECT");
+        assert_eq!(seen[0].target, target);
+        assert_eq!(
+            seen[0].authorization.as_deref(),
+            Some(
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode("proxyuser:pa55word")
+                )
+                .as_str()
+            )
+        );
+        // A proxy that refuses the tunnel: the error names it, without its password.
+        config.proxy_url = Some(
+            format!(
+                "http://proxyuser:pa55word@{}",
+                proxy.url().trim_start_matches("http://")
+            )
+            .parse()
+            .unwrap(),
+        );
+        config.cluster_url = "https://elsewhere.test:1".parse().unwrap();
+        let error = get(config).await.unwrap_err();
+        assert!(
+            error.contains("through the proxy http://proxyuser:(password)@127.0.0.1"),
+            "{error}"
+        );
+        assert!(!error.contains("pa55word"), "{error}");
     }
 
     #[tokio::test]

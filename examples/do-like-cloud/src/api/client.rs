@@ -72,6 +72,9 @@ pub struct ClientOptions {
     pub cache_ttl: Duration,
     /// The page size of lists.
     pub per_page: u32,
+    /// Which requests go through which proxy: the environment's (`HTTPS_PROXY`,
+    /// `HTTP_PROXY`, `NO_PROXY`) by Go's rules, by default.
+    pub proxy: ccm_core::provider::proxy::EnvProxy,
 }
 
 impl ClientOptions {
@@ -90,7 +93,7 @@ impl ClientOptions {
     /// Defaults: 10 s timeout, DigitalOcean's limits (250 requests in any minute, 5,000 in
     /// any hour, no spacing, waited for in place up to a minute), 4 retries, waits for the
     /// API's back-offs of at most 10 s in place, holds of at most 5 minutes, 10 s cache,
-    /// pages of 200.
+    /// pages of 200, the environment's proxy.
     pub fn new(api_url: impl Into<String>, token: ApiToken) -> Self {
         Self {
             api_url: api_url.into().trim_end_matches('/').to_owned(),
@@ -104,6 +107,7 @@ impl ClientOptions {
             retry_after_cap: Duration::from_secs(300),
             cache_ttl: Duration::from_secs(10),
             per_page: 200,
+            proxy: ccm_core::provider::proxy::EnvProxy::from_env(),
         }
     }
 }
@@ -211,9 +215,24 @@ impl Client {
     pub fn new(opts: ClientOptions) -> Result<Self, ApiError> {
         // reqwest is built without a default crypto provider; the workspace's rustls uses ring.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // The environment's proxy, chosen as Go's `http.ProxyFromEnvironment` chooses it
+        // (DigitalOcean's CCM uses Go's default transport): a CCM swapped for it behind a
+        // corporate proxy reaches the API the same way. reqwest's own reading follows
+        // curl's rules instead (`ALL_PROXY`, `.domain` matching the domain itself).
+        let env = opts.proxy.clone();
+        let proxy = reqwest::Proxy::custom(move |url| {
+            let value = env.proxy_for(url.scheme(), url.host_str()?, url.port())?;
+            // What Go cannot parse it ignores: the request then goes directly.
+            reqwest::Url::parse(value)
+                .ok()
+                .filter(|u| u.has_host())
+                .or_else(|| reqwest::Url::parse(&format!("http://{value}")).ok())
+        });
         let http = reqwest::Client::builder()
             .timeout(opts.timeout)
             .connect_timeout(opts.timeout)
+            .no_proxy()
+            .proxy(proxy)
             .build()
             .map_err(ApiError::Transport)?;
         Ok(Self {

@@ -239,8 +239,13 @@ async fn sigterm_while_an_exec_plugin_hangs_ends_the_process_at_once() {
          command: /bin/sh\n      interactiveMode: Never\n      args: [\"{}\"]",
         script.display()
     );
+    // Over HTTPS: over plain HTTP no credentials are used, so no plugin would run (as in
+    // client-go).
     let text = std::fs::read_to_string(&kubeconfig).unwrap();
-    std::fs::write(&kubeconfig, text.replace("user: {}", &user)).unwrap();
+    let text = text
+        .replace("user: {}", &user)
+        .replace("http://127.0.0.1", "https://127.0.0.1");
+    std::fs::write(&kubeconfig, text).unwrap();
     let ccm = start(
         dir.path(),
         &args(&[format!("--kubeconfig={}", kubeconfig.display())]),

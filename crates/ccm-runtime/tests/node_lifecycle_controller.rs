@@ -11,9 +11,11 @@ use ccm_fake_cloud::{FakeCloud, FakeInstance, Fault, InstancesShape, Method};
 use ccm_provider::CloudProvider;
 use ccm_provider::well_known::{LABEL_EXCLUDE_FROM_LIFECYCLE_MANAGEMENT, TAINT_SHUTDOWN};
 use ccm_runtime::controllers::node_lifecycle::{
-    NodeLifecycleController, NodeLifecycleControllerConfig, REASON_DELETING_NODE,
+    APPROVED_ANNOTATION, NodeDeletionGuard, NodeLifecycleController, NodeLifecycleControllerConfig,
+    REASON_DELETING_NODE, REASON_DELETION_HELD_BACK,
 };
 use ccm_runtime::controllers::node_ownership::NodeOwnership;
+use ccm_runtime::metrics::NodeDeletionGuardMetrics;
 use ccm_test::eventually;
 use ccm_test::fixtures::taint_keys;
 use kube::api::{Patch, PatchParams};
@@ -28,8 +30,16 @@ fn start(h: &Harness) {
 
 /// Starts the controller with `config`, checking every 200 ms.
 fn start_with(h: &Harness, config: NodeLifecycleControllerConfig) {
+    start_provider(h, h.cloud.clone(), config);
+}
+
+/// Starts the controller for `provider` with `config`, checking every 200 ms.
+fn start_provider(
+    h: &Harness,
+    provider: Arc<dyn CloudProvider>,
+    config: NodeLifecycleControllerConfig,
+) {
     let informer = h.node_informer();
-    let provider: Arc<dyn CloudProvider> = h.cloud.clone();
     let controller = NodeLifecycleController::new(
         h.client.clone(),
         &provider,
@@ -242,4 +252,364 @@ async fn nodes_that_are_not_this_cloud_s_are_never_deleted_or_tainted() {
     let asked: HashSet<String> = h.cloud.calls().into_iter().map(|c| c.target).collect();
     assert_eq!(asked, HashSet::from([ours.clone()]));
     assert_eq!(h.api.counters().count("DELETE", "nodes"), 1);
+}
+
+/// The guard's settings as `--node-deletion-guard` takes them.
+fn guard(value: &str) -> NodeDeletionGuard {
+    value.parse().unwrap()
+}
+
+/// `n` NotReady Nodes named `prefix-…`, in the order of their names.
+async fn not_ready_nodes(h: &Harness, prefix: &str, n: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..n {
+        names.push(ready_node(h, &format!("{prefix}-{i:02}"), "False").await);
+    }
+    names.sort();
+    names
+}
+
+/// Waits until the cloud has been asked about every one of `names` at least `times` times
+/// in all (a few passes).
+async fn wait_asked(calls: impl Fn() -> u64, at_least: u64) {
+    eventually("the controller to ask the cloud", WAIT, || async {
+        let asked = calls();
+        if asked >= at_least {
+            Ok(())
+        } else {
+            Err(format!("asked {asked} times"))
+        }
+    })
+    .await;
+}
+
+/// Waits until the guard holds back `held` Nodes for `reason`.
+async fn wait_held(metrics: &NodeDeletionGuardMetrics, reason: &str, held: i64) {
+    eventually(
+        &format!("{held} nodes held back ({reason})"),
+        WAIT,
+        || async {
+            let now = metrics.held_back(reason);
+            if now == held {
+                Ok(())
+            } else {
+                Err(format!("{now} held back"))
+            }
+        },
+    )
+    .await;
+}
+
+async fn existing(h: &Harness, names: &[String]) -> Vec<String> {
+    let mut left = Vec::new();
+    for name in names {
+        if h.nodes().get_opt(name).await.unwrap().is_some() {
+            left.push(name.clone());
+        }
+    }
+    left
+}
+
+#[tokio::test]
+async fn a_cloud_that_suddenly_reports_every_instance_gone_deletes_at_most_the_bound() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let names = not_ready_nodes(&h, "all-gone", 10).await;
+    for name in &names {
+        h.cloud.add_instance(FakeInstance::new(name));
+    }
+    let metrics = NodeDeletionGuardMetrics::default();
+    start_with(
+        &h,
+        NodeLifecycleControllerConfig::default().with_metrics(metrics.clone()),
+    );
+    wait_asked(|| h.cloud.call_count(Method::InstanceExists), 20).await;
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 0);
+
+    // Every machine gone at once, as far as the cloud says. A pass may see part of them
+    // gone while they are removed: then it deletes within the budget (1 of 10 Nodes), never
+    // more; the next one sees more than half of them gone and stops.
+    for name in &names {
+        h.cloud.remove_instance(name);
+    }
+    eventually("every Node not deleted held back (stop)", WAIT, || async {
+        let held = metrics.held_back("stop");
+        let deleted = h.api.counters().count("DELETE", "nodes");
+        if held > 0 && u64::try_from(held).unwrap() + deleted == 10 {
+            Ok(())
+        } else {
+            Err(format!("{held} held back, {deleted} deleted"))
+        }
+    })
+    .await;
+    assert_eq!(metrics.trips("stop"), 1);
+
+    // It keeps watching and still deletes nothing.
+    let asked = h.cloud.call_count(Method::InstanceExists);
+    wait_asked(|| h.cloud.call_count(Method::InstanceExists), asked + 30).await;
+    let deleted = h.api.counters().count("DELETE", "nodes");
+    assert!(deleted <= 1, "at most the budget, 1 of 10: {deleted}");
+    let left = existing(&h, &names).await;
+    assert_eq!(left.len(), 10 - usize::try_from(deleted).unwrap());
+    for name in &left {
+        let event = h
+            .events_about(name)
+            .await
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(REASON_DELETION_HELD_BACK)
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("gone at once"))
+            })
+            .unwrap_or_else(|| panic!("{name}: no held-back Event of the stop"));
+        let note = event.message.unwrap_or_default();
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        assert_eq!(event.count, Some(1), "one Event a Node, not one a pass");
+        let gone = format!(
+            "reports {} of the cloud's {} Nodes gone",
+            left.len(),
+            left.len()
+        );
+        assert!(note.contains(&gone), "{note}");
+        assert!(
+            note.contains(APPROVED_ANNOTATION),
+            "the Event says how to approve: {note}"
+        );
+    }
+
+    // The cloud answers right again: the guard resets by itself...
+    for name in &left {
+        h.cloud.add_instance(FakeInstance::new(name));
+    }
+    wait_held(&metrics, "stop", 0).await;
+    // ...and a machine really gone later is deleted as usual.
+    h.cloud.remove_instance(&left[0]);
+    h.wait_node_gone(&left[0], WAIT).await;
+    assert_eq!(existing(&h, &left).await.len(), left.len() - 1);
+    assert_eq!(metrics.trips("stop"), 1);
+}
+
+/// A cloud that answers `instance_exists` as list-based providers do (Linode's, the
+/// DO-like cloud's cache): it lists its instances and looks for the Node's name. Its list
+/// can answer empty, with success, as Linode's did in linode-cloud-controller-manager #570.
+#[derive(Default)]
+struct ListingCloud {
+    instances: parking_lot::Mutex<HashSet<String>>,
+    list_empty: std::sync::atomic::AtomicBool,
+    lists: std::sync::atomic::AtomicU64,
+}
+
+impl ListingCloud {
+    fn list(&self) -> HashSet<String> {
+        self.lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.list_empty.load(std::sync::atomic::Ordering::Relaxed) {
+            HashSet::new()
+        } else {
+            self.instances.lock().clone()
+        }
+    }
+
+    fn lists(&self) -> u64 {
+        self.lists.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl CloudProvider for ListingCloud {
+    fn provider_name(&self) -> &str {
+        "listing"
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
+    fn instances(&self) -> Option<&dyn ccm_provider::Instances> {
+        Some(self)
+    }
+}
+
+#[ccm_provider::async_trait]
+impl ccm_provider::Instances for ListingCloud {
+    async fn instance_exists(
+        &self,
+        node: &k8s_openapi::api::core::v1::Node,
+    ) -> ccm_provider::CloudResult<bool> {
+        Ok(self
+            .list()
+            .contains(node.metadata.name.as_deref().unwrap_or_default()))
+    }
+
+    async fn instance_shutdown(
+        &self,
+        _node: &k8s_openapi::api::core::v1::Node,
+    ) -> ccm_provider::CloudResult<bool> {
+        Ok(false)
+    }
+
+    async fn instance_metadata(
+        &self,
+        _node: &k8s_openapi::api::core::v1::Node,
+    ) -> ccm_provider::CloudResult<Option<ccm_provider::InstanceMetadata>> {
+        Ok(None)
+    }
+}
+
+#[tokio::test]
+async fn a_cloud_whose_list_answers_empty_with_success_deletes_nothing() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let names = not_ready_nodes(&h, "empty-list", 8).await;
+    let keep = ready_node(&h, "empty-list-ready", "True").await;
+    let cloud = Arc::new(ListingCloud::default());
+    cloud
+        .instances
+        .lock()
+        .extend(names.iter().cloned().chain([keep.clone()]));
+    let metrics = NodeDeletionGuardMetrics::default();
+    start_provider(
+        &h,
+        cloud.clone(),
+        NodeLifecycleControllerConfig::default().with_metrics(metrics.clone()),
+    );
+    wait_asked(|| cloud.lists(), 16).await;
+
+    cloud
+        .list_empty
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    wait_held(&metrics, "stop", 8).await;
+    for name in &names {
+        let note = h.wait_event(name, REASON_DELETION_HELD_BACK, WAIT).await;
+        assert!(
+            note.contains("reports 8 of the cloud's 9 Nodes gone"),
+            "{note}"
+        );
+    }
+    let lists = cloud.lists();
+    wait_asked(|| cloud.lists(), lists + 24).await;
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 0);
+    assert_eq!(existing(&h, &names).await, names);
+    assert_eq!(metrics.trips("stop"), 1);
+
+    // The list is right again: nothing was lost, and the guard has reset.
+    cloud
+        .list_empty
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    wait_held(&metrics, "stop", 0).await;
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 0);
+}
+
+#[tokio::test]
+async fn past_the_budget_deletions_wait_and_an_operator_can_approve_one() {
+    let h = Harness::new(FakeCloud::new()).await;
+    // None of these has an instance. Without the stop, the budget alone: 3 an hour.
+    let names = not_ready_nodes(&h, "budget", 10).await;
+    let metrics = NodeDeletionGuardMetrics::default();
+    start_with(
+        &h,
+        NodeLifecycleControllerConfig::default()
+            .with_deletion_guard(guard("max=3,window=1h,stop=off"))
+            .with_metrics(metrics.clone()),
+    );
+    wait_held(&metrics, "budget", 7).await;
+    let asked = h.cloud.call_count(Method::InstanceExists);
+    wait_asked(|| h.cloud.call_count(Method::InstanceExists), asked + 30).await;
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 3);
+    // The first 3 by name went (they have no NotReady time, so the name decides).
+    assert_eq!(existing(&h, &names).await, names[3..]);
+    let note = h
+        .wait_event(&names[9], REASON_DELETION_HELD_BACK, WAIT)
+        .await;
+    assert!(
+        note.contains(
+            "3 Nodes were deleted in the last 1h0m0s (this pass's included) and the guard allows 3"
+        ),
+        "{note}"
+    );
+    assert_eq!(metrics.trips("budget"), 1);
+
+    // An operator approves one: it goes at once, and does not count.
+    h.nodes()
+        .patch(
+            &names[9],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {APPROVED_ANNOTATION: "true"}}})),
+        )
+        .await
+        .unwrap();
+    h.wait_node_gone(&names[9], WAIT).await;
+    wait_held(&metrics, "budget", 6).await;
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 4);
+    assert_eq!(existing(&h, &names).await, names[3..9]);
+}
+
+#[tokio::test]
+async fn a_real_scale_down_of_many_nodes_still_completes() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let mut staying = Vec::new();
+    for i in 0..6 {
+        let name = ready_node(&h, &format!("stay-{i}"), "True").await;
+        h.cloud.add_instance(FakeInstance::new(&name));
+        staying.push(name);
+    }
+    // 4 of the 10 machines really removed at once (their kubelets stopped): under the stop's
+    // half, over the window's budget of 2.
+    let going = not_ready_nodes(&h, "scaled-down", 4).await;
+    let metrics = NodeDeletionGuardMetrics::default();
+    start_with(
+        &h,
+        NodeLifecycleControllerConfig::default()
+            .with_deletion_guard(guard("max=2,window=3s,stop=50%"))
+            .with_metrics(metrics.clone()),
+    );
+    for name in &going {
+        h.wait_node_gone(name, WAIT).await;
+    }
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 4);
+    assert_eq!(existing(&h, &staying).await, staying);
+    // Two waited for the next window, once; no stop.
+    assert_eq!(metrics.trips("budget"), 1);
+    assert_eq!(metrics.trips("stop"), 0);
+    wait_held(&metrics, "budget", 0).await;
+    let mut held = Vec::new();
+    for name in &going {
+        if h.events_for(name)
+            .await
+            .iter()
+            .any(|(_, r, _)| r == REASON_DELETION_HELD_BACK)
+        {
+            held.push(name.clone());
+        }
+    }
+    assert_eq!(held, going[2..], "the last two by name waited");
+}
+
+#[tokio::test]
+async fn shadow_mode_plans_held_back_deletions_as_refused() {
+    let h = Harness::new(FakeCloud::new()).await;
+    let names = not_ready_nodes(&h, "shadow-gone", 4).await;
+    let shadow = ccm_runtime::shadow::Shadow::new();
+    start_with(
+        &h,
+        NodeLifecycleControllerConfig::default().with_shadow(Some(
+            shadow.for_controller("cloud-node-lifecycle-controller"),
+        )),
+    );
+    // All 4 gone: past the stop, nothing to delete, every one refused in the plan.
+    let planned = eventually("4 refused deletions in the plan", WAIT, || async {
+        let changes = shadow.changes();
+        if changes.len() == 4 {
+            Ok(changes)
+        } else {
+            Err(format!("{changes:#?}"))
+        }
+    })
+    .await;
+    for (change, name) in planned.iter().zip(&names) {
+        assert_eq!(change.action, ccm_runtime::shadow::Action::Refuse);
+        assert_eq!(change.kind, "nodes");
+        assert_eq!(&change.name, name);
+        assert_eq!(change.request, format!("DELETE /api/v1/nodes/{name}"));
+        assert!(change.why.contains("held back"), "{}", change.why);
+    }
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 0);
 }

@@ -269,8 +269,8 @@ async fn not_ready_nodes(h: &Harness, prefix: &str, n: usize) -> Vec<String> {
     names
 }
 
-/// Waits until the cloud has been asked about every one of `names` at least `times` times
-/// in all (a few passes).
+/// Waits until the cloud has been asked `at_least` times in all, as `calls` counts (a few
+/// passes).
 async fn wait_asked(calls: impl Fn() -> u64, at_least: u64) {
     eventually("the controller to ask the cloud", WAIT, || async {
         let asked = calls();

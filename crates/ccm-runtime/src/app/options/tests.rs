@@ -422,8 +422,14 @@ fn the_node_deletion_guard_is_on_by_default_and_can_be_set_or_turned_off() {
     for (arg, needle) in [
         ("--node-deletion-guard=", "empty"),
         ("--node-deletion-guard=max=lots", "max: \"lots\""),
-        ("--node-deletion-guard=window=0s", "window: \"0s\" is out of range"),
-        ("--node-deletion-guard=stop=2", "stop: \"2\" is not a percentage"),
+        (
+            "--node-deletion-guard=window=0s",
+            "window: \"0s\" is out of range",
+        ),
+        (
+            "--node-deletion-guard=stop=2",
+            "stop: \"2\" is not a percentage",
+        ),
     ] {
         let err = Options::from_args(["ccm", arg]).unwrap_err().to_string();
         assert!(err.contains("--node-deletion-guard"), "{arg}: {err}");

@@ -389,30 +389,86 @@ async fn a_cloud_that_suddenly_reports_every_instance_gone_deletes_at_most_the_b
     assert_eq!(metrics.trips("stop"), 1);
 }
 
-/// A cloud that answers `instance_exists` as list-based providers do (Linode's, the
-/// DO-like cloud's cache): it lists its instances and looks for the Node's name. Its list
-/// can answer empty, with success, as Linode's did in linode-cloud-controller-manager #570.
-#[derive(Default)]
-struct ListingCloud {
-    instances: parking_lot::Mutex<HashSet<String>>,
-    list_empty: std::sync::atomic::AtomicBool,
+/// What the listing cloud's HTTP API answers to `GET /v1/instances`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ListAnswer {
+    /// 200 with every instance.
+    Right,
+    /// 200 with an empty list, as Linode's API did in linode-cloud-controller-manager #570.
+    EmptyWithSuccess,
+    /// 500.
+    ServerError,
+}
+
+/// A cloud API on 127.0.0.1: `GET /v1/instances` answers `{"instances": [names]}`, or what
+/// `answer` says.
+struct ListingApi {
+    instances: parking_lot::Mutex<Vec<String>>,
+    answer: parking_lot::Mutex<ListAnswer>,
     lists: std::sync::atomic::AtomicU64,
 }
 
-impl ListingCloud {
-    fn list(&self) -> HashSet<String> {
-        self.lists
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.list_empty.load(std::sync::atomic::Ordering::Relaxed) {
-            HashSet::new()
-        } else {
-            self.instances.lock().clone()
-        }
+impl ListingApi {
+    /// Serves `instances` on a free port of 127.0.0.1 until the test's runtime ends.
+    async fn serve(instances: Vec<String>) -> (Arc<Self>, u16) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let api = Arc::new(Self {
+            instances: parking_lot::Mutex::new(instances),
+            answer: parking_lot::Mutex::new(ListAnswer::Right),
+            lists: std::sync::atomic::AtomicU64::new(0),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = api.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let api = server.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    api.lists.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let (status, body) = match *api.answer.lock() {
+                        ListAnswer::Right => (
+                            "200 OK",
+                            json!({"instances": *api.instances.lock()}).to_string(),
+                        ),
+                        ListAnswer::EmptyWithSuccess => {
+                            ("200 OK", json!({"instances": []}).to_string())
+                        }
+                        ListAnswer::ServerError => ("500 Internal Server Error", "{}".to_owned()),
+                    };
+                    let response = format!(
+                        "HTTP/1.0 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        (api, port)
+    }
+
+    fn set_answer(&self, answer: ListAnswer) {
+        *self.answer.lock() = answer;
     }
 
     fn lists(&self) -> u64 {
         self.lists.load(std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// A provider that answers `instance_exists` as list-based ones do (Linode's, the DO-like
+/// cloud's for Nodes without a provider ID): it lists the instances over HTTP and looks for
+/// the Node's name. A status other than 200 is an error; a 200 is believed.
+struct ListingCloud {
+    port: u16,
 }
 
 impl CloudProvider for ListingCloud {
@@ -435,9 +491,18 @@ impl ccm_provider::Instances for ListingCloud {
         &self,
         node: &k8s_openapi::api::core::v1::Node,
     ) -> ccm_provider::CloudResult<bool> {
-        Ok(self
-            .list()
-            .contains(node.metadata.name.as_deref().unwrap_or_default()))
+        let (status, body) = ccm_test::net::http_get(self.port, "/v1/instances").await;
+        if status != 200 {
+            return Err(ccm_provider::CloudError::msg(format!(
+                "listing instances: HTTP {status}: {body}"
+            )));
+        }
+        let list: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| ccm_provider::CloudError::msg(format!("listing instances: {e}")))?;
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        Ok(list["instances"]
+            .as_array()
+            .is_some_and(|names| names.iter().any(|n| n == name)))
     }
 
     async fn instance_shutdown(
@@ -460,22 +525,24 @@ async fn a_cloud_whose_list_answers_empty_with_success_deletes_nothing() {
     let h = Harness::new(FakeCloud::new()).await;
     let names = not_ready_nodes(&h, "empty-list", 8).await;
     let keep = ready_node(&h, "empty-list-ready", "True").await;
-    let cloud = Arc::new(ListingCloud::default());
-    cloud
-        .instances
-        .lock()
-        .extend(names.iter().cloned().chain([keep.clone()]));
+    let (api, port) =
+        ListingApi::serve(names.iter().cloned().chain([keep.clone()]).collect()).await;
     let metrics = NodeDeletionGuardMetrics::default();
     start_provider(
         &h,
-        cloud.clone(),
+        Arc::new(ListingCloud { port }),
         NodeLifecycleControllerConfig::default().with_metrics(metrics.clone()),
     );
-    wait_asked(|| cloud.lists(), 16).await;
+    wait_asked(|| api.lists(), 16).await;
 
-    cloud
-        .list_empty
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    // An error is not an answer: nothing is gone, nothing is held back.
+    api.set_answer(ListAnswer::ServerError);
+    let lists = api.lists();
+    wait_asked(|| api.lists(), lists + 16).await;
+    assert_eq!(metrics.held_back("stop") + metrics.held_back("budget"), 0);
+
+    // 200 with no instance at all: every NotReady Node looks gone.
+    api.set_answer(ListAnswer::EmptyWithSuccess);
     wait_held(&metrics, "stop", 8).await;
     for name in &names {
         let note = h.wait_event(name, REASON_DELETION_HELD_BACK, WAIT).await;
@@ -484,18 +551,20 @@ async fn a_cloud_whose_list_answers_empty_with_success_deletes_nothing() {
             "{note}"
         );
     }
-    let lists = cloud.lists();
-    wait_asked(|| cloud.lists(), lists + 24).await;
+    let lists = api.lists();
+    wait_asked(|| api.lists(), lists + 24).await;
     assert_eq!(h.api.counters().count("DELETE", "nodes"), 0);
     assert_eq!(existing(&h, &names).await, names);
     assert_eq!(metrics.trips("stop"), 1);
 
     // The list is right again: nothing was lost, and the guard has reset.
-    cloud
-        .list_empty
-        .store(false, std::sync::atomic::Ordering::Relaxed);
+    api.set_answer(ListAnswer::Right);
     wait_held(&metrics, "stop", 0).await;
     assert_eq!(h.api.counters().count("DELETE", "nodes"), 0);
+    // A machine really removed from the list afterwards goes as usual.
+    api.instances.lock().retain(|n| n != &names[0]);
+    h.wait_node_gone(&names[0], WAIT).await;
+    assert_eq!(h.api.counters().count("DELETE", "nodes"), 1);
 }
 
 #[tokio::test]

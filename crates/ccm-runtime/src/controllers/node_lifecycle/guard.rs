@@ -92,6 +92,15 @@ pub enum MaxDeletions {
 }
 
 impl GuardLimits {
+    setters! {
+        /// Sets the most Nodes deleted in any window.
+        pub fn with_max(max: MaxDeletions);
+        /// Sets the sliding window (above 0, at most [`MAX_WINDOW`]; the flag checks it).
+        pub fn with_window(window: Duration);
+        /// Sets the stop's percentage (0 to 100); `None`: the budget alone.
+        pub fn with_stop_percent(stop_percent: Option<u8>);
+    }
+
     /// How many deletions a window allows when the cloud has `owned` Nodes.
     #[must_use]
     pub fn budget(&self, owned: usize) -> usize {

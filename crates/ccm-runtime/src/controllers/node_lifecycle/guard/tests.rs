@@ -59,6 +59,13 @@ fn the_flag_parses_and_prints_back() {
     assert_eq!(limits("max=0%").max, MaxDeletions::Percent(0));
     assert_eq!(limits("max=0").max, MaxDeletions::Count(0));
     assert_eq!(limits("stop=100%").stop_percent, Some(100));
+    assert_eq!(
+        GuardLimits::default()
+            .with_max(MaxDeletions::Count(5))
+            .with_window(Duration::from_secs(3600))
+            .with_stop_percent(None),
+        limits("max=5,window=1h,stop=off")
+    );
 }
 
 #[test]

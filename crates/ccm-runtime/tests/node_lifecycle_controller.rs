@@ -682,3 +682,56 @@ async fn shadow_mode_plans_held_back_deletions_as_refused() {
     }
     assert_eq!(h.api.counters().count("DELETE", "nodes"), 0);
 }
+
+/// The value of the series `name{labels}` in a Prometheus text exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flag_reaches_the_controller_and_its_metrics_are_served() {
+    let h = Harness::new(FakeCloud::new()).await;
+    // The fake cloud of the manager has no instance: all 3 are gone, as far as it says.
+    let names = not_ready_nodes(&h, "flag", 3).await;
+    let port = ccm_test::net::free_port();
+    let ccm = FakeCcm::start(
+        "{}\n",
+        h.cp.kubeconfig_path(),
+        &[
+            "--leader-elect=false",
+            "--controllers=cloud-node-lifecycle",
+            "--node-monitor-period=200ms",
+            // Only this test's Nodes are the cloud's: the API server is shared.
+            &format!("--node-selector={}", h.label_selector()),
+            "--node-deletion-guard=max=1,window=1h,stop=off",
+            "--insecure-serving",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+        ],
+    );
+    let metrics = eventually("2 Nodes held back on /metrics", WAIT, || async {
+        let (status, body) = ccm_test::net::http_get(port, "/metrics").await;
+        let held = sample(&body, r#"ccm_node_deletions_held_back{reason="budget"}"#);
+        if status == 200 && held == Some(2.0) {
+            Ok(body)
+        } else {
+            Err(format!("HTTP {status}, held back {held:?}"))
+        }
+    })
+    .await;
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"ccm_node_deletion_guard_trips_total{reason="budget"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&metrics, r#"ccm_node_deletions_held_back{reason="stop"}"#),
+        Some(0.0)
+    );
+    assert_eq!(existing(&h, &names).await, names[1..]);
+    ccm.stop(WAIT).await;
+}

@@ -8,14 +8,15 @@
 //! scale-down by the answers alone, only by their size:
 //!
 //! - **The budget**: at most `max` Nodes (a count, or a share of the cloud's Nodes but at
-//!   least one) deleted in any sliding `window`. A real scale-down goes through at that pace: with
-//!   the defaults, 30 of 100 Nodes take 4 windows (10, 9, 8, then 3, as the budget follows
-//!   the shrinking count). The Nodes past it are held back until the window frees room.
+//!   least one) deleted in any sliding `window`. A real scale-down goes through at that
+//!   pace: with the defaults, 30 of 100 Nodes take 4 windows (10, 9, 8, then 3, as the
+//!   budget follows the shrinking count). The Nodes past it are held back until the window
+//!   frees room.
 //! - **The stop**: while more than `stop` of the cloud's Nodes are reported gone in one
-//!   pass, none is deleted, whatever the budget: the cloud is more likely wrong than the
-//!   cluster half gone. Deleting resumes by itself once a pass finds that share back at or
-//!   under the bound (the provider answers that the instances exist, or the Nodes came back
-//!   Ready, or an operator deleted or approved them).
+//!   pass, and more than a window's budget, none is deleted: the cloud is more likely wrong
+//!   than the cluster half gone. Deleting resumes by itself once a pass finds that share
+//!   back at or under the bound (the provider answers that the instances exist, or the
+//!   Nodes came back Ready, or an operator deleted or approved them).
 //!
 //! Nodes an operator approved (the annotation [`APPROVED_ANNOTATION`]`: "true"`) are
 //! deleted when the provider says their instance is gone, past both bounds, and do not

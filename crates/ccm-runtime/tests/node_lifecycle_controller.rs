@@ -732,6 +732,8 @@ async fn the_flag_reaches_the_controller_and_its_metrics_are_served() {
         sample(&metrics, r#"ccm_node_deletions_held_back{reason="stop"}"#),
         Some(0.0)
     );
+    // The gauge is set before the pass's deletion is sent: wait for it.
+    h.wait_node_gone(&names[0], WAIT).await;
     assert_eq!(existing(&h, &names).await, names[1..]);
     ccm.stop(WAIT).await;
 }

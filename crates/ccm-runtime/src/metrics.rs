@@ -375,6 +375,8 @@ pub struct ControllerMetrics {
     pub route_sync: Counter,
     /// Go's `node_ipam_controller_cidrset_*` metrics, for the node-ipam controller.
     pub node_ipam: NodeIpamMetrics,
+    /// The lifecycle controller's guard against mass Node deletion (ours).
+    pub node_deletion_guard: NodeDeletionGuardMetrics,
 }
 
 impl ControllerMetrics {
@@ -390,6 +392,7 @@ impl ControllerMetrics {
             update_loadbalancer_host_latency: service_latency(),
             route_sync: Counter::default(),
             node_ipam: NodeIpamMetrics::register(registry),
+            node_deletion_guard: NodeDeletionGuardMetrics::register(registry),
         };
         registry.register(
             "node_controller_initial_node_sync_delay_seconds",
@@ -433,6 +436,81 @@ impl ControllerMetrics {
             m.route_sync.clone(),
         );
         m
+    }
+}
+
+/// The `reason` label of the node deletion guard's metrics.
+type ReasonLabel = [(&'static str, String); 1];
+
+/// The reasons the node deletion guard holds Nodes back: the window's budget is spent, or
+/// too many Nodes are reported gone at once.
+const GUARD_REASONS: [&str; 2] = ["budget", "stop"];
+
+/// The cloud-node-lifecycle controller's guard against mass Node deletion
+/// (`--node-deletion-guard`; Go has none): `ccm_node_deletions_held_back{reason}`, the Nodes
+/// whose instance the provider reports gone and that the guard does not delete now, and
+/// `ccm_node_deletion_guard_trips_total{reason}`, how often it started holding Nodes back.
+/// `reason` is `budget` or `stop`. Both series of each start at 0.
+#[derive(Clone, Debug, Default)]
+pub struct NodeDeletionGuardMetrics {
+    held_back: Family<ReasonLabel, Gauge>,
+    trips: Family<ReasonLabel, Counter>,
+}
+
+impl NodeDeletionGuardMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        for reason in GUARD_REASONS {
+            let _ = m.held_back.get_or_create(&[("reason", reason.to_owned())]);
+            let _ = m.trips.get_or_create(&[("reason", reason.to_owned())]);
+        }
+        registry.register(
+            "ccm_node_deletions_held_back",
+            "Nodes whose instance the cloud provider reports gone that the node deletion guard \
+             does not delete now, by reason: budget (the window's deletions are spent) or stop \
+             (too many Nodes reported gone at once)",
+            m.held_back.clone(),
+        );
+        registry.register(
+            "ccm_node_deletion_guard_trips",
+            "Times the node deletion guard started holding Nodes back, by reason",
+            m.trips.clone(),
+        );
+        m
+    }
+
+    /// Sets the Nodes held back now: `held` for `reason` (`budget` or `stop`), 0 for the
+    /// other; `None`, none.
+    pub fn set_held_back(&self, reason: Option<&str>, held: usize) {
+        for r in GUARD_REASONS {
+            let n = if reason == Some(r) { held } else { 0 };
+            self.held_back
+                .get_or_create(&[("reason", r.to_owned())])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Counts a trip for `reason`.
+    pub fn trip(&self, reason: &str) {
+        self.trips
+            .get_or_create(&[("reason", reason.to_owned())])
+            .inc();
+    }
+
+    /// The Nodes held back now for `reason`.
+    #[must_use]
+    pub fn held_back(&self, reason: &str) -> i64 {
+        self.held_back
+            .get_or_create(&[("reason", reason.to_owned())])
+            .get()
+    }
+
+    /// The trips for `reason` so far.
+    #[must_use]
+    pub fn trips(&self, reason: &str) -> u64 {
+        self.trips
+            .get_or_create(&[("reason", reason.to_owned())])
+            .get()
     }
 }
 

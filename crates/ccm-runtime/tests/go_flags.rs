@@ -52,6 +52,7 @@ const OURS: &[&str] = &[
     "load-balancer-health-period",
     "node-provider-id-prefix",
     "node-selector",
+    "node-deletion-guard",
     "node-cidr-mask-size",
     "node-cidr-mask-size-ipv4",
     "node-cidr-mask-size-ipv6",

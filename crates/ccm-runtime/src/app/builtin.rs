@@ -107,6 +107,13 @@ fn start_cloud_node(ctx: &ControllerContext) -> Result<ControllerFuture, BoxErro
 fn start_node_lifecycle(ctx: &ControllerContext) -> Result<ControllerFuture, BoxError> {
     let config = NodeLifecycleControllerConfig::default()
         .with_monitor_period(ctx.options.node_monitor_period)
+        .with_deletion_guard(ctx.options.node_deletion_guard)
+        .with_metrics(
+            ctx.manager_metrics
+                .controllers()
+                .node_deletion_guard
+                .clone(),
+        )
         .with_shadow(ctx.shadow(CLOUD_NODE_LIFECYCLE_CONTROLLER))
         .with_node_ownership(ctx.node_ownership.clone());
     let c =

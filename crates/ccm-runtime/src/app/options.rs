@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser};
 
+use crate::controllers::node_lifecycle::NodeDeletionGuard;
 use crate::controllers::node_ownership::NodeOwnership;
 use crate::controllers::service::{ClassError, LoadBalancerClasses};
 pub use crate::flags::FlagError;
@@ -45,6 +46,10 @@ fn content_type(s: &str) -> Result<ContentType, String> {
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
+}
+
+fn node_deletion_guard(s: &str) -> Result<NodeDeletionGuard, String> {
+    s.parse()
 }
 
 /// The most workers one `--concurrent-*` flag may ask for: 10,000. Workers beyond the
@@ -268,6 +273,13 @@ pub struct Options {
     /// Empty: every Node is this cloud's, as in Go.
     #[arg(long, value_name = "SELECTOR", value_parser = crate::controllers::node_ownership::parse_selector_flag, default_value = "", help_heading = "Nodes of this cloud")]
     pub node_selector: String,
+    /// The guard against mass Node deletion (ours): the lifecycle controller deletes at most
+    /// `max` Nodes (a count, or a share of the cloud's Nodes, at least 1) in any sliding
+    /// `window` because the provider says their instance is gone, and none while more than
+    /// `stop` of them are reported gone at once (and more than the budget); the rest are
+    /// held back with a NodeDeletionHeldBack Warning. `off`: Go's behaviour, no bound.
+    #[arg(long, value_name = "max=N|P%,window=DURATION,stop=P%|off", value_parser = node_deletion_guard, default_value = "max=10%,window=10m0s,stop=50%", help_heading = "Controllers")]
+    pub node_deletion_guard: NodeDeletionGuard,
     /// Run each controller as its own ServiceAccount in kube-system (Go's client builder).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", require_equals = true, help_heading = "Controllers")]
     pub use_service_account_credentials: bool,

@@ -64,7 +64,8 @@ pub enum Action {
     Delete,
     /// Nothing would be done to the object, though the controller wants to: it is not
     /// what it should act on (a load balancer a hint on a Service leads to, which is not
-    /// that Service's: `CloudError::NotOwned`). Left alone, and reported.
+    /// that Service's: `CloudError::NotOwned`), or a guard holds the change back (a Node
+    /// deletion past `--node-deletion-guard`). Left alone, and reported.
     Refuse,
 }
 

@@ -399,3 +399,40 @@ fn bad_node_ownership_flags_stop_startup_naming_the_flag() {
         "{err}"
     );
 }
+
+#[test]
+fn the_node_deletion_guard_is_on_by_default_and_can_be_set_or_turned_off() {
+    use crate::controllers::node_lifecycle::{GuardLimits, MaxDeletions, NodeDeletionGuard};
+    assert_eq!(
+        parse(&[]).node_deletion_guard,
+        NodeDeletionGuard::On(GuardLimits::default())
+    );
+    assert_eq!(
+        parse(&["--node-deletion-guard=off"]).node_deletion_guard,
+        NodeDeletionGuard::Off
+    );
+    let NodeDeletionGuard::On(limits) =
+        parse(&["--node-deletion-guard", "max=5,window=1h"]).node_deletion_guard
+    else {
+        panic!("on");
+    };
+    assert_eq!(limits.max, MaxDeletions::Count(5));
+    assert_eq!(limits.window, std::time::Duration::from_secs(3600));
+    assert_eq!(limits.stop_percent, Some(50), "the default");
+    for (arg, needle) in [
+        ("--node-deletion-guard=", "empty"),
+        ("--node-deletion-guard=max=lots", "max: \"lots\""),
+        (
+            "--node-deletion-guard=window=0s",
+            "window: \"0s\" is out of range",
+        ),
+        (
+            "--node-deletion-guard=stop=2",
+            "stop: \"2\" is not a percentage",
+        ),
+    ] {
+        let err = Options::from_args(["ccm", arg]).unwrap_err().to_string();
+        assert!(err.contains("--node-deletion-guard"), "{arg}: {err}");
+        assert!(err.contains(needle), "{arg}: {err}");
+    }
+}

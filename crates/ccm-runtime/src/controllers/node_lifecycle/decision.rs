@@ -1,6 +1,9 @@
 //! The cloud-node-lifecycle controller's decisions, as pure functions of a Node.
 
 use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::jiff::Timestamp;
+
+use super::guard::APPROVED_ANNOTATION;
 
 use crate::controllers::node_util::taints;
 use ccm_provider::well_known::{LABEL_EXCLUDE_FROM_LIFECYCLE_MANAGEMENT, TAINT_SHUTDOWN};
@@ -24,6 +27,26 @@ pub(crate) fn ready_status(node: &Node) -> &str {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
         .map_or("Unknown", |c| c.status.as_str())
+}
+
+/// When the Node's `Ready` condition last changed, if it says.
+pub(crate) fn ready_since(node: &Node) -> Option<Timestamp> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+}
+
+/// Whether an operator approved the Node's deletion past the guard
+/// ([`APPROVED_ANNOTATION`]` = "true"`).
+pub(crate) fn deletion_approved(node: &Node) -> bool {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(APPROVED_ANNOTATION))
+        .is_some_and(|v| v == "true")
 }
 
 pub(crate) fn has_shutdown_taint(node: &Node) -> bool {
@@ -133,6 +156,28 @@ mod tests {
             String::new(),
         )]));
         assert_eq!(check(&n), Check::Skip);
+    }
+
+    #[test]
+    fn readiness_time_and_approval_are_read() {
+        let mut n = node(Some("False"), false);
+        assert_eq!(ready_since(&n), None);
+        let t = Timestamp::from_second(1_700_000_000).unwrap();
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_transition_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t));
+        assert_eq!(ready_since(&n), Some(t));
+
+        assert!(!deletion_approved(&n));
+        for (value, approved) in [
+            ("true", true),
+            ("false", false),
+            ("yes", false),
+            ("", false),
+        ] {
+            n.metadata.annotations =
+                Some(BTreeMap::from([(APPROVED_ANNOTATION.into(), value.into())]));
+            assert_eq!(deletion_approved(&n), approved, "{value:?}");
+        }
     }
 
     #[test]

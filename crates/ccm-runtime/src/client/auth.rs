@@ -20,12 +20,21 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use base64::Engine;
 use ccm_provider::BoxError;
 use http::header::AUTHORIZATION;
 use http::{HeaderValue, Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::capture_connection;
 use k8s_openapi::jiff::Timestamp;
 use kube::config::{AuthInfo, ExecConfig, ExecInteractiveMode};
+use rustls::SignatureScheme;
+use rustls::client::ResolvesClientCert;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 use tower::{Layer, Service};
@@ -59,11 +68,86 @@ const EXEC_API_VERSIONS: [&str; 2] = [
 pub(crate) struct Credentials {
     /// What goes into each request's `Authorization` header.
     pub(crate) header: Header,
-    /// The client certificate chain and key, PEM, when an exec plugin answered with them
-    /// (they take the place of the kubeconfig's `client-certificate` and `client-key`).
-    pub(crate) exec_identity: Option<Vec<u8>>,
-    /// When the exec plugin's client certificate expires.
-    pub(crate) valid_until: Option<Timestamp>,
+    /// The client certificate an exec plugin answered with, renewed with its token (it
+    /// takes the place of the kubeconfig's `client-certificate` and `client-key`).
+    pub(crate) exec_identity: Option<Arc<ExecIdentity>>,
+}
+
+/// An exec plugin's client certificate, as rustls asks for it at each handshake: the one of
+/// the plugin's latest run. A run replaces it when the certificate nears its
+/// `expirationTimestamp` or the API server answers `401`, as client-go runs the plugin
+/// again; connections made with an older one are then retired as they are next used
+/// ([`AuthService`]), so new ones present the new certificate.
+#[derive(Debug)]
+pub(crate) struct ExecIdentity {
+    current: parking_lot::RwLock<Arc<CertifiedKey>>,
+    /// Counts the certificates, from 1.
+    generation: AtomicU64,
+    provider: Arc<CryptoProvider>,
+}
+
+/// The [`ExecIdentity`] generation a connection was made with, in its responses'
+/// extensions (put there by the connector).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IdentityGeneration(pub(crate) u64);
+
+impl ExecIdentity {
+    /// The identity of a plugin's answer (PEM: the key and the chain).
+    fn new(pem: &[u8], provider: Arc<CryptoProvider>) -> Result<Self, String> {
+        Ok(Self {
+            current: parking_lot::RwLock::new(Arc::new(certified_key(pem, &provider)?)),
+            generation: AtomicU64::new(1),
+            provider,
+        })
+    }
+
+    /// Replaces the certificate by a new run's.
+    fn renew(&self, pem: &[u8]) -> Result<(), String> {
+        let key = certified_key(pem, &self.provider)?;
+        *self.current.write() = Arc::new(key);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The current certificate's generation.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The current certificate's leaf, DER.
+    pub(crate) fn leaf(&self) -> Option<Vec<u8>> {
+        self.current.read().cert.first().map(|c| c.to_vec())
+    }
+}
+
+impl ResolvesClientCert for ExecIdentity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.current.read()))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// A chain and its key, from PEM; errors say what is wrong without repeating the text.
+fn certified_key(pem: &[u8], provider: &CryptoProvider) -> Result<CertifiedKey, String> {
+    let chain = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("clientCertificateData: {e}"))?;
+    if chain.is_empty() {
+        return Err("clientCertificateData holds no certificate".to_owned());
+    }
+    let key = PrivateKeyDer::from_pem_slice(pem).map_err(|e| format!("clientKeyData: {e}"))?;
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("clientKeyData: {e}"))?;
+    Ok(CertifiedKey::new(chain, signer))
 }
 
 /// Where each request's `Authorization` header comes from. Cloning shares the cache.
@@ -76,7 +160,7 @@ pub(crate) enum Header {
     Fixed(HeaderValue),
     /// A bearer token read from a file, again after a minute.
     TokenFile(Arc<TokenFile>),
-    /// A bearer token from an exec plugin.
+    /// A bearer token, a client certificate or both from an exec plugin.
     Exec(Arc<ExecPlugin>),
 }
 
@@ -89,7 +173,6 @@ pub(crate) fn credentials(user: &AuthInfo) -> Result<Credentials, ClientConfigEr
     let mut credentials = Credentials {
         header: Header::None,
         exec_identity: None,
-        valid_until: None,
     };
     if let Some(provider) = &user.auth_provider {
         return Err(ClientConfigError::new(
@@ -136,18 +219,23 @@ pub(crate) fn credentials(user: &AuthInfo) -> Result<Credentials, ClientConfigEr
     {
         let plugin = ExecPlugin::new(exec.clone())?;
         let answer = plugin.run()?;
-        credentials.exec_identity = answer.identity;
-        credentials.valid_until = answer
-            .expires
-            .filter(|_| credentials.exec_identity.is_some());
-        if let Some(header) = answer.token {
-            let token = ExecToken {
-                header: Some(header),
-                expires: answer.expires,
-                generation: 1,
-            };
-            credentials.header = Header::Exec(Arc::new(plugin.holding(token)));
-        }
+        let identity = answer
+            .identity
+            .as_deref()
+            .map(|pem| {
+                ExecIdentity::new(pem, Arc::new(rustls::crypto::ring::default_provider()))
+                    .map(Arc::new)
+                    .map_err(|e| ClientConfigError::new("user.exec", e))
+            })
+            .transpose()?;
+        credentials.exec_identity.clone_from(&identity);
+        let token = ExecToken {
+            header: answer.token,
+            expires: answer.expires,
+            generation: 1,
+            stale: false,
+        };
+        credentials.header = Header::Exec(Arc::new(plugin.holding(token, identity)));
     } else if let Some(exec) = &user.exec {
         // Checked all the same, as client-go checks it, but never run.
         ExecPlugin::new(exec.clone())?;
@@ -249,18 +337,22 @@ impl TokenFile {
 pub(crate) struct ExecPlugin {
     config: ExecConfig,
     state: tokio::sync::Mutex<ExecToken>,
+    /// The client certificate it answered with, if it did.
+    identity: Option<Arc<ExecIdentity>>,
     /// How long a run may take ([`EXEC_TIMEOUT`]; shorter in tests).
     timeout: Duration,
 }
 
-/// The token an exec plugin last gave.
+/// What an exec plugin last gave.
 #[derive(Default)]
 struct ExecToken {
-    /// `None` before the first run, and after the API server refused it.
+    /// Its token (`None`: it answers a client certificate alone).
     header: Option<HeaderValue>,
     expires: Option<Timestamp>,
-    /// Counts the runs, so a refusal forgets only the token that was refused.
+    /// Counts the runs, so a refusal forgets only the answer that was refused.
     generation: u64,
+    /// The API server refused it (or there is none yet): the next request runs the plugin.
+    stale: bool,
 }
 
 /// What an exec plugin answered.
@@ -336,28 +428,32 @@ impl ExecPlugin {
         }
         Ok(Self {
             config,
-            state: tokio::sync::Mutex::default(),
+            state: tokio::sync::Mutex::new(ExecToken {
+                stale: true,
+                ..ExecToken::default()
+            }),
+            identity: None,
             timeout: EXEC_TIMEOUT,
         })
     }
 
-    /// This plugin, holding `token` (its first run's).
-    fn holding(self, token: ExecToken) -> Self {
+    /// This plugin, holding its first run's `token` and client certificate.
+    fn holding(self, token: ExecToken, identity: Option<Arc<ExecIdentity>>) -> Self {
         Self {
             config: self.config,
             state: tokio::sync::Mutex::new(token),
+            identity,
             timeout: self.timeout,
         }
     }
 
-    /// The token's header and its run's generation: the cached one, or a new run's when
-    /// there is none or it expires within [`EXEC_RENEW_MARGIN`].
-    async fn header(self: &Arc<Self>) -> Result<(HeaderValue, u64), ClientConfigError> {
+    /// The token's header (if it answers one) and its run's generation: the cached one, or
+    /// a new run's when the API server refused the last or it expires within
+    /// [`EXEC_RENEW_MARGIN`]. A run renews the client certificate too.
+    async fn header(self: &Arc<Self>) -> Result<(Option<HeaderValue>, u64), ClientConfigError> {
         let mut state = self.state.lock().await;
-        if let Some(header) = &state.header
-            && state.expires.is_none_or(|at| !expires_soon(at))
-        {
-            return Ok((header.clone(), state.generation));
+        if !state.stale && state.expires.is_none_or(|at| !expires_soon(at)) {
+            return Ok((state.header.clone(), state.generation));
         }
         // On a thread of its own rather than the runtime's blocking pool, whose shutdown
         // would wait for it: SIGTERM need not wait for a plugin (each run is bounded by
@@ -373,21 +469,45 @@ impl ExecPlugin {
         let answer = answer.await.map_err(|_| {
             ClientConfigError::new("user.exec", "the plugin's run ended unanswered".to_owned())
         })??;
-        let Some(header) = answer.token else {
+        if answer.token.is_none() && state.header.is_some() {
             return Err(ClientConfigError::new(
                 "user.exec",
                 "the plugin answered without a token, where it gave one before".to_owned(),
             ));
-        };
+        }
+        match (&self.identity, &answer.identity) {
+            (Some(identity), Some(pem)) => identity
+                .renew(pem)
+                .map_err(|e| ClientConfigError::new("user.exec", e))?,
+            (Some(_), None) => {
+                return Err(ClientConfigError::new(
+                    "user.exec",
+                    "the plugin answered without a client certificate, where it gave one \
+                     before"
+                        .to_owned(),
+                ));
+            }
+            // A certificate where there was none is not used: the TLS configuration was
+            // made without one (client-go too decides at the first run).
+            (None, _) => {}
+        }
         state.generation += 1;
-        state.header = Some(header.clone());
+        state.header.clone_from(&answer.token);
         state.expires = answer.expires;
-        Ok((header, state.generation))
+        state.stale = false;
+        Ok((answer.token, state.generation))
     }
 
     /// The header the next request gets (running the plugin if its token expires).
-    pub(crate) async fn current(self: &Arc<Self>) -> Result<HeaderValue, ClientConfigError> {
+    pub(crate) async fn current(
+        self: &Arc<Self>,
+    ) -> Result<Option<HeaderValue>, ClientConfigError> {
         Ok(self.header().await?.0)
+    }
+
+    /// Its client certificate, if it answers one.
+    pub(crate) fn identity(&self) -> Option<&Arc<ExecIdentity>> {
+        self.identity.as_ref()
     }
 
     /// The API server refused the token of run `generation`: the next request runs the
@@ -395,7 +515,7 @@ impl ExecPlugin {
     async fn refused(&self, generation: u64) {
         let mut state = self.state.lock().await;
         if state.generation == generation {
-            state.header = None;
+            state.stale = true;
         }
     }
 
@@ -627,10 +747,24 @@ where
                 let plugin = Arc::clone(plugin);
                 return Box::pin(async move {
                     let (header, generation) = plugin.header().await?;
-                    req.headers_mut().insert(AUTHORIZATION, header);
+                    if let Some(header) = header {
+                        req.headers_mut().insert(AUTHORIZATION, header);
+                    }
+                    let connection = capture_connection(&mut req);
                     let response = inner.call(req).await.map_err(Into::into)?;
                     if response.status() == StatusCode::UNAUTHORIZED {
                         plugin.refused(generation).await;
+                    }
+                    // A connection made with a client certificate that a run has replaced
+                    // is not used again: the next one presents the new certificate.
+                    if let Some(identity) = plugin.identity()
+                        && response
+                            .extensions()
+                            .get::<IdentityGeneration>()
+                            .is_some_and(|made| made.0 < identity.generation())
+                        && let Some(connected) = connection.connection_metadata().as_ref()
+                    {
+                        connected.poison();
                     }
                     Ok(response)
                 });
@@ -706,7 +840,7 @@ mod tests {
 
     async fn current(header: &Header) -> String {
         match header {
-            Header::Exec(plugin) => plugin.header().await.unwrap().0,
+            Header::Exec(plugin) => plugin.header().await.unwrap().0.unwrap(),
             Header::TokenFile(file) => file.header(),
             Header::Fixed(h) => h.clone(),
             Header::None => return String::new(),

@@ -20,10 +20,13 @@ use ccm_provider::BoxError;
 use http::{HeaderValue, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::proxy::{SocksV5, Tunnel};
+use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
+use std::sync::Arc;
 use tokio::net::TcpStream;
 
 use super::ClientConfigError;
+use super::auth::{ExecIdentity, IdentityGeneration};
 
 /// A proxy: where it is, how it is spoken to, and its credentials.
 #[derive(Clone)]
@@ -260,20 +263,76 @@ impl EnvProxy {
 
 /// The connector under TLS: a TCP connection to the server, or a `CONNECT` tunnel to it
 /// through the proxy [`ProxyChoice`] picks for it.
+/// Each connection is marked with the generation of the exec plugin's client certificate
+/// current when it was made ([`IdentityGeneration`], in its responses' extensions), for
+/// the connections of a replaced certificate to be retired.
 #[derive(Clone)]
 pub(crate) struct ProxyConnector {
     http: HttpConnector,
     choice: ProxyChoice,
+    identity: Option<Arc<ExecIdentity>>,
 }
 
 impl ProxyConnector {
-    pub(crate) fn new(http: HttpConnector, choice: ProxyChoice) -> Self {
-        Self { http, choice }
+    pub(crate) fn new(
+        http: HttpConnector,
+        choice: ProxyChoice,
+        identity: Option<Arc<ExecIdentity>>,
+    ) -> Self {
+        Self {
+            http,
+            choice,
+            identity,
+        }
+    }
+}
+
+/// A connection, and the client certificate generation it was made with.
+pub(crate) struct Marked {
+    inner: TokioIo<TcpStream>,
+    generation: Option<u64>,
+}
+
+impl Connection for Marked {
+    fn connected(&self) -> Connected {
+        let connected = self.inner.connected();
+        match self.generation {
+            Some(generation) => connected.extra(IdentityGeneration(generation)),
+            None => connected,
+        }
+    }
+}
+
+impl hyper::rt::Read for Marked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Marked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
 impl tower::Service<Uri> for ProxyConnector {
-    type Response = TokioIo<TcpStream>;
+    type Response = Marked;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -282,9 +341,11 @@ impl tower::Service<Uri> for ProxyConnector {
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
+        let generation = self.identity.as_ref().map(|i| i.generation());
+        let mark = move |inner| Marked { inner, generation };
         let Some(proxy) = self.choice.for_server(&dst).cloned() else {
             let connecting = tower::Service::call(&mut self.http, dst);
-            return Box::pin(async move { connecting.await.map_err(Into::into) });
+            return Box::pin(async move { connecting.await.map(mark).map_err(Into::into) });
         };
         let shown = proxy.to_string();
         let through = move |e: &dyn std::error::Error| -> BoxError {
@@ -296,14 +357,14 @@ impl tower::Service<Uri> for ProxyConnector {
                 socks = socks.with_auth(user.clone(), password.clone());
             }
             let connecting = tower::Service::call(&mut socks, dst);
-            return Box::pin(async move { connecting.await.map_err(|e| through(&e)) });
+            return Box::pin(async move { connecting.await.map(mark).map_err(|e| through(&e)) });
         }
         let mut tunnel = Tunnel::new(proxy.uri.clone(), self.http.clone());
         if let Some(auth) = &proxy.auth {
             tunnel = tunnel.with_auth(auth.clone());
         }
         let connecting = tower::Service::call(&mut tunnel, dst);
-        Box::pin(async move { connecting.await.map_err(|e| through(&e)) })
+        Box::pin(async move { connecting.await.map(mark).map_err(|e| through(&e)) })
     }
 }
 

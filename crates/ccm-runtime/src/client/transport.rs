@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use k8s_openapi::jiff::Timestamp;
 use kube::client::ConfigExt;
 use kube::client::middleware::ExtraHeadersLayer;
 use kube::client::retry::RetryPolicy;
@@ -27,7 +26,7 @@ use tower::ServiceBuilder;
 use tower::retry::RetryLayer;
 
 use super::ClientConfigError;
-use super::auth::{AuthLayer, Credentials, Header, credentials};
+use super::auth::{AuthLayer, Credentials, ExecIdentity, Header, credentials};
 use super::proxy::{ProxyChoice, ProxyConnector, ProxyUrl};
 use super::{CaUse, ClientUse};
 
@@ -42,7 +41,8 @@ pub(crate) struct Prepared {
     tls: rustls::ClientConfig,
     server_name: Option<ServerName<'static>>,
     headers: ExtraHeadersLayer,
-    valid_until: Option<Timestamp>,
+    /// An exec plugin's client certificate, renewed as it runs again.
+    identity: Option<Arc<ExecIdentity>>,
     proxy: ProxyChoice,
     tls_use: Arc<TlsUse>,
 }
@@ -79,7 +79,7 @@ impl Prepared {
             bare.accept_invalid_certs = false;
             tls_config(&bare, None)?
         } else {
-            tls_config(config, credentials.exec_identity.as_deref())?
+            tls_config(config, credentials.exec_identity.as_ref())?
         };
         Ok(Self {
             config: config.clone(),
@@ -87,7 +87,7 @@ impl Prepared {
             tls,
             server_name,
             headers,
-            valid_until: credentials.valid_until,
+            identity: credentials.exec_identity,
             proxy,
             tls_use: Arc::new(tls_use),
         })
@@ -98,7 +98,7 @@ impl Prepared {
         let config = &self.config;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
-        let http = ProxyConnector::new(http, self.proxy.clone());
+        let http = ProxyConnector::new(http, self.proxy.clone(), self.identity.clone());
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(self.tls.clone())
             .https_or_http();
@@ -127,7 +127,6 @@ impl Prepared {
             .layer(self.headers.clone())
             .service(client);
         kube::client::ClientBuilder::new(service, config.default_namespace.clone())
-            .with_valid_until(self.valid_until)
     }
 }
 
@@ -140,7 +139,7 @@ impl Prepared {
             Header::None => None,
             Header::Fixed(h) => Some(h.clone()),
             Header::TokenFile(file) => Some(file.current()),
-            Header::Exec(plugin) => Some(plugin.current().await?),
+            Header::Exec(plugin) => plugin.current().await?,
         }
         .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
         let proxy = self
@@ -150,7 +149,10 @@ impl Prepared {
         Ok(ClientUse {
             server: self.config.cluster_url.to_string(),
             authorization,
-            client_certificate: self.tls_use.client_certificate.clone(),
+            client_certificate: match &self.identity {
+                Some(identity) => identity.leaf(),
+                None => self.tls_use.client_certificate.clone(),
+            },
             ca: self.tls_use.ca.clone(),
             server_name: self.config.tls_server_name.clone(),
             proxy,
@@ -196,11 +198,11 @@ impl<S> ServiceStack for S where
 {
 }
 
-/// The TLS configuration `config` asks for; `exec_identity` (PEM) is an exec plugin's
-/// client certificate, which takes the kubeconfig's place.
+/// The TLS configuration `config` asks for; `exec_identity` is an exec plugin's client
+/// certificate, which takes the kubeconfig's place.
 fn tls_config(
     config: &kube::Config,
-    exec_identity: Option<&[u8]>,
+    exec_identity: Option<&Arc<ExecIdentity>>,
 ) -> Result<(rustls::ClientConfig, TlsUse), ClientConfigError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
@@ -250,13 +252,24 @@ fn tls_config(
             )
         })?
     };
-    let identity = match exec_identity {
-        Some(pem) => Some((pem.to_vec(), pem.to_vec(), "user.exec")),
-        None => kubeconfig_identity(&config.auth_info)?
-            .map(|(cert, key)| (cert, key, "user.client-certificate")),
-    };
+    if let Some(identity) = exec_identity {
+        let mut tls = builder.with_client_cert_resolver(Arc::clone(identity) as Arc<_>);
+        // A resumed session keeps the identity of the one it resumes: after a renewal it
+        // would present the replaced certificate. (Go's client, without a session cache,
+        // never resumes either.)
+        tls.resumption = rustls::client::Resumption::disabled();
+        return Ok((
+            tls,
+            TlsUse {
+                ca,
+                client_certificate: None,
+            },
+        ));
+    }
+    let identity = kubeconfig_identity(&config.auth_info)?;
+    let field = "user.client-certificate";
     match identity {
-        Some((cert, key, field)) => {
+        Some((cert, key)) => {
             let chain = CertificateDer::pem_slice_iter(&cert)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ClientConfigError::new(field, format!("certificate: {e}")))?;
@@ -630,6 +643,164 @@ mod tests {
             "{error}"
         );
         assert!(!error.contains("pa55word"), "{error}");
+    }
+
+    /// An HTTPS server on 127.0.0.1 for `kubernetes.test` that keeps connections open,
+    /// trusts `clients`' certificates (not required), answers `/refuse` with 401 and any
+    /// other request with the client certificate's hash (its leaf's first 8 bytes of
+    /// SHA-256, or `none`) and the connection's number.
+    async fn keepalive_server(
+        server: &rcgen::CertifiedKey<rcgen::KeyPair>,
+        clients: &[&rcgen::CertifiedKey<rcgen::KeyPair>],
+    ) -> u16 {
+        let mut roots = RootCertStore::empty();
+        for client in clients {
+            roots.add(client.cert.der().clone()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(
+                vec![server.cert.der().clone()],
+                PrivateKeyDer::try_from(server.signing_key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            for number in 0.. {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let cert = tls.get_ref().1.peer_certificates().map_or_else(
+                        || "none".to_owned(),
+                        |certs| {
+                            ring::digest::digest(&ring::digest::SHA256, &certs[0])
+                                .as_ref()
+                                .iter()
+                                .take(8)
+                                .map(|b| format!("{b:02x}"))
+                                .collect()
+                        },
+                    );
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match tls.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => request.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        let end = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                        let head = String::from_utf8_lossy(&request[..end]).into_owned();
+                        request.drain(..end + 4);
+                        let (status, body) = if head.starts_with("GET /refuse") {
+                            ("401 Unauthorized", String::new())
+                        } else {
+                            ("200 OK", format!("{cert} {number}"))
+                        };
+                        let response = format!(
+                            "HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if tls.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn an_exec_plugins_client_certificate_is_renewed_and_old_connections_retired() {
+        let server_cert = certified("kubernetes.test");
+        let (one, two) = (certified("alice-1"), certified("alice-2"));
+        let port = keepalive_server(&server_cert, &[&one, &two]).await;
+        let hash = |c: &rcgen::CertifiedKey<rcgen::KeyPair>| -> String {
+            ring::digest::digest(&ring::digest::SHA256, c.cert.der())
+                .as_ref()
+                .iter()
+                .take(8)
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let answer = dir.path().join("answer.yaml");
+        let write_answer = |c: &rcgen::CertifiedKey<rcgen::KeyPair>| {
+            let indent = |pem: String| {
+                pem.lines()
+                    .map(|l| format!("    {l}\n"))
+                    .collect::<String>()
+            };
+            std::fs::write(
+                &answer,
+                format!(
+                    "apiVersion: client.authentication.k8s.io/v1\nkind: ExecCredential\nstatus:\n  \
+                     clientCertificateData: |\n{}  clientKeyData: |\n{}",
+                    indent(c.cert.pem()),
+                    indent(c.signing_key.serialize_pem())
+                ),
+            )
+            .unwrap();
+        };
+        write_answer(&one);
+        let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
+        config.root_cert = Some(vec![server_cert.cert.der().to_vec()]);
+        config.tls_server_name = Some("kubernetes.test".to_owned());
+        config.auth_info.exec = Some(kube::config::ExecConfig {
+            api_version: Some("client.authentication.k8s.io/v1".to_owned()),
+            command: Some("/bin/cat".to_owned()),
+            args: Some(vec![answer.display().to_string()]),
+            interactive_mode: Some(kube::config::ExecInteractiveMode::Never),
+            ..Default::default()
+        });
+        let client = builder(&config).unwrap().build();
+        let send = async |path: &str| {
+            let request = http::Request::get(path).body(Vec::new()).unwrap();
+            client.request_text(request).await
+        };
+        assert_eq!(send("/version").await.unwrap(), format!("{} 0", hash(&one)));
+        assert_eq!(
+            send("/version").await.unwrap(),
+            format!("{} 0", hash(&one)),
+            "kept"
+        );
+
+        // The API server refuses it: the plugin runs again and answers another certificate.
+        write_answer(&two);
+        assert!(send("/refuse").await.is_err());
+        // This request may still go out on the old connection, which is then retired ...
+        let on_old = send("/version").await.unwrap();
+        assert!(
+            on_old == format!("{} 0", hash(&one)) || on_old == format!("{} 1", hash(&two)),
+            "{on_old}; one {}, two {}",
+            hash(&one),
+            hash(&two)
+        );
+        // ... so that from now on the new certificate is presented.
+        let now = send("/version").await.unwrap();
+        assert!(now.starts_with(&hash(&two)), "{now}");
+        assert_eq!(
+            send("/version").await.unwrap(),
+            now,
+            "and its connection kept"
+        );
     }
 
     #[tokio::test]

@@ -219,6 +219,7 @@ impl Client {
         // (DigitalOcean's CCM uses Go's default transport): a CCM swapped for it behind a
         // corporate proxy reaches the API the same way. reqwest's own reading follows
         // curl's rules instead (`ALL_PROXY`, `.domain` matching the domain itself).
+        // ANCHOR: proxy
         let env = opts.proxy.clone();
         let proxy = reqwest::Proxy::custom(move |url| {
             let value = env.proxy_for(url.scheme(), url.host_str()?, url.port())?;
@@ -233,6 +234,7 @@ impl Client {
             .connect_timeout(opts.timeout)
             .no_proxy()
             .proxy(proxy)
+            // ANCHOR_END: proxy
             .build()
             .map_err(ApiError::Transport)?;
         Ok(Self {

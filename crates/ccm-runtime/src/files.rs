@@ -181,9 +181,13 @@ fn from_yaml(text: &str) -> Result<Kubeconfig, BoxError> {
     Ok(merged)
 }
 
-/// Replaces the file fields of the current context's cluster and user by the files'
-/// contents (see [`kubeconfig`]); client-go reads no other entry's files, so neither do we.
-/// A field given both as a file and inline is an error, as client-go's validation makes it.
+/// Replaces the file fields of the clusters and users by the files' contents (see
+/// [`kubeconfig`]). The current context's cluster and user are checked as client-go checks
+/// them: a file that cannot be read, a field given both as a file and inline, CA data
+/// without a certificate, each an error. Another context's entries, which client-go never
+/// reads, are inlined where their files can be read and left as they are otherwise (a file
+/// of `$KUBECONFIG` that names no current context is checked whole: the merged current
+/// context may be any of its entries).
 fn inline(config: &mut Kubeconfig, origin: &str, path: &Path) -> Result<(), KubeconfigError> {
     let dir = path.parent().unwrap_or(Path::new(""));
     let encode = |bytes: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(bytes);
@@ -202,10 +206,12 @@ fn inline(config: &mut Kubeconfig, origin: &str, path: &Path) -> Result<(), Kube
         let Some(cluster) = &mut named.cluster else {
             continue;
         };
-        if cluster_name.as_deref() != Some(named.name.as_str()) {
-            continue;
-        }
-        if nonempty(&cluster.certificate_authority) && nonempty(&cluster.certificate_authority_data)
+        let strict = cluster_name
+            .as_deref()
+            .is_none_or(|current| current == named.name);
+        if strict
+            && nonempty(&cluster.certificate_authority)
+            && nonempty(&cluster.certificate_authority_data)
         {
             return Err(both("certificate-authority", "cluster", &named.name));
         }
@@ -218,13 +224,17 @@ fn inline(config: &mut Kubeconfig, origin: &str, path: &Path) -> Result<(), Kube
                 "{origin}: certificate-authority of cluster {:?}",
                 ccm_provider::echo::echo(&named.name)
             );
-            let bytes = file::read_named(&what, dir.join(ca), MAX_PEM_BYTES)?;
-            cluster.certificate_authority_data = Some(encode(bytes));
+            match file::read_named(&what, dir.join(&ca), MAX_PEM_BYTES) {
+                Ok(bytes) => cluster.certificate_authority_data = Some(encode(bytes)),
+                Err(e) if strict => return Err(e.into()),
+                Err(_) => cluster.certificate_authority = Some(ca),
+            }
         }
         // CA data that holds no PEM certificate is refused, as client-go refuses it,
         // rather than left to trust nothing; an empty CA (an empty file) does trust
         // nothing, in client-go too.
-        if let Some(data) = &cluster.certificate_authority_data
+        if strict
+            && let Some(data) = &cluster.certificate_authority_data
             && let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(data.trim())
             && !pem.iter().all(u8::is_ascii_whitespace)
             && !CertificateDer::pem_slice_iter(&pem).any(|c| c.is_ok())
@@ -244,33 +254,38 @@ fn inline(config: &mut Kubeconfig, origin: &str, path: &Path) -> Result<(), Kube
         let Some(user) = &mut named.auth_info else {
             continue;
         };
-        if user_name.as_deref() != Some(named.name.as_str()) {
-            continue;
-        }
+        let strict = user_name
+            .as_deref()
+            .is_none_or(|current| current == named.name);
         let what = |field: &str| {
             format!(
                 "{origin}: {field} of user {:?}",
                 ccm_provider::echo::echo(&named.name)
             )
         };
-        if nonempty(&user.client_certificate) && nonempty(&user.client_certificate_data) {
+        if strict && nonempty(&user.client_certificate) && nonempty(&user.client_certificate_data) {
             return Err(both("client-certificate", "user", &named.name));
         }
         let key_data = user
             .client_key_data
             .as_ref()
             .is_some_and(|k| !secrecy::ExposeSecret::expose_secret(k).is_empty());
-        if nonempty(&user.client_key) && key_data {
+        if strict && nonempty(&user.client_key) && key_data {
             return Err(both("client-key", "user", &named.name));
         }
         if let Some(cert) = user.client_certificate.take().filter(|c| !c.is_empty()) {
-            let bytes =
-                file::read_named(&what("client-certificate"), dir.join(cert), MAX_PEM_BYTES)?;
-            user.client_certificate_data = Some(encode(bytes));
+            match file::read_named(&what("client-certificate"), dir.join(&cert), MAX_PEM_BYTES) {
+                Ok(bytes) => user.client_certificate_data = Some(encode(bytes)),
+                Err(e) if strict => return Err(e.into()),
+                Err(_) => user.client_certificate = Some(cert),
+            }
         }
         if let Some(key) = user.client_key.take().filter(|k| !k.is_empty()) {
-            let bytes = file::read_named(&what("client-key"), dir.join(key), MAX_PEM_BYTES)?;
-            user.client_key_data = Some(encode(bytes).into());
+            match file::read_named(&what("client-key"), dir.join(&key), MAX_PEM_BYTES) {
+                Ok(bytes) => user.client_key_data = Some(encode(bytes).into()),
+                Err(e) if strict => return Err(e.into()),
+                Err(_) => user.client_key = Some(key),
+            }
         }
         if let Some(token_file) = user.token_file.take().filter(|f| !f.is_empty()) {
             let token_file = dir.join(token_file);
@@ -281,7 +296,7 @@ fn inline(config: &mut Kubeconfig, origin: &str, path: &Path) -> Result<(), Kube
                 .token
                 .as_ref()
                 .is_some_and(|t| !secrecy::ExposeSecret::expose_secret(t).is_empty());
-            if !has_token {
+            if strict && !has_token {
                 file::read_named(&what("tokenFile"), &token_file, MAX_TOKEN_BYTES)?;
             }
             user.token_file = Some(token_file.to_string_lossy().into_owned());
@@ -510,7 +525,21 @@ mod tests {
              contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
         )
         .unwrap();
-        kubeconfig("--kubeconfig", &path).unwrap();
+        let read = kubeconfig("--kubeconfig", &path).unwrap();
+        let other = read.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(
+            other.certificate_authority.as_deref(),
+            Some("missing.pem"),
+            "left as it was"
+        );
+        // A file of `$KUBECONFIG` without a current context is checked whole.
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("current-context: x\n", "")).unwrap();
+        let error = kubeconfig("--kubeconfig", &path).err().unwrap().to_string();
+        assert!(
+            error.contains("certificate-authority of cluster \"other\""),
+            "{error}"
+        );
     }
 
     #[test]

@@ -488,15 +488,16 @@ mod tests {
         rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap()
     }
 
-    /// An HTTPS server on 127.0.0.1 with a certificate for `kubernetes.internal`, which
-    /// trusts `client` as a client certificate (not required) and answers each request
-    /// with whether one was shown.
-    async fn server(
+    /// A TLS acceptor presenting `server`'s certificate that trusts `clients`' (a client
+    /// certificate is asked for, not required).
+    fn acceptor(
         server: &rcgen::CertifiedKey<rcgen::KeyPair>,
-        client: &rcgen::CertifiedKey<rcgen::KeyPair>,
-    ) -> u16 {
+        clients: &[&rcgen::CertifiedKey<rcgen::KeyPair>],
+    ) -> tokio_rustls::TlsAcceptor {
         let mut roots = RootCertStore::empty();
-        roots.add(client.cert.der().clone()).unwrap();
+        for client in clients {
+            roots.add(client.cert.der().clone()).unwrap();
+        }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let verifier =
             WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
@@ -512,7 +513,17 @@ mod tests {
                 PrivateKeyDer::try_from(server.signing_key.serialize_der()).unwrap(),
             )
             .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+
+    /// An HTTPS server on 127.0.0.1 with a certificate for `kubernetes.internal`, which
+    /// trusts `client` as a client certificate (not required) and answers each request
+    /// with whether one was shown.
+    async fn server(
+        server: &rcgen::CertifiedKey<rcgen::KeyPair>,
+        client: &rcgen::CertifiedKey<rcgen::KeyPair>,
+    ) -> u16 {
+        let acceptor = acceptor(server, &[client]);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
@@ -653,26 +664,7 @@ mod tests {
         server: &rcgen::CertifiedKey<rcgen::KeyPair>,
         clients: &[&rcgen::CertifiedKey<rcgen::KeyPair>],
     ) -> u16 {
-        let mut roots = RootCertStore::empty();
-        for client in clients {
-            roots.add(client.cert.der().clone()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                .allow_unauthenticated()
-                .build()
-                .unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(
-                vec![server.cert.der().clone()],
-                PrivateKeyDer::try_from(server.signing_key.serialize_der()).unwrap(),
-            )
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = acceptor(server, clients);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {

@@ -102,6 +102,12 @@ struct Outcome {
     missing_ingress: usize,
     stuck_finalizers: usize,
     converged_secs: Option<f64>,
+    /// Outages only: seconds from the server's return to the first Service created (what
+    /// the control plane itself takes to serve writes again).
+    first_write_secs: Option<f64>,
+    /// Outages only: seconds from the suite's last change (its last create or delete after
+    /// the return) to convergence, beside `converged_secs` from the return.
+    after_last_change_secs: Option<f64>,
     /// Cloud mutations (POST, PUT, DELETE) the resumed leader made (`pause` only).
     mutations_after_resume: Option<u64>,
     /// Seconds from SIGSTOP to another holder of the Lease (`pause` only).
@@ -147,6 +153,8 @@ impl Outcome {
             "missing_ingress": self.missing_ingress,
             "stuck_finalizers": self.stuck_finalizers,
             "converged_secs": self.converged_secs,
+            "first_write_secs": self.first_write_secs,
+            "after_last_change_secs": self.after_last_change_secs,
             "mutations_after_resume": self.mutations_after_resume,
             "takeover_secs": self.takeover_secs,
             "orphan_names": self.orphan_names,
@@ -627,16 +635,21 @@ async fn outage(opts: &Options, ccm_binary: &Path, server: Server) -> Result<Out
     let back = Instant::now();
     for i in before..opts.services {
         churn.step(&cluster, i, opts.services, &mut rng).await?;
+        if i == before {
+            outcome.first_write_secs = Some(back.elapsed().as_secs_f64());
+        }
     }
+    let churned = back.elapsed().as_secs_f64();
     outcome.deleted = churn.deleted;
     outcome.converged_secs = None;
     cluster.converge(&mut outcome, back, timeout, &ccm).await?;
+    outcome.after_last_change_secs = outcome.converged_secs.map(|s| (s - churned).max(0.0));
     Ok(outcome)
 }
 
 fn print(outcomes: &[Outcome]) {
     println!(
-        "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16}",
+        "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16} {:>12} {:>14}",
         "scenario",
         "services",
         "deleted",
@@ -648,12 +661,14 @@ fn print(outcomes: &[Outcome]) {
         "stuck_finalizers",
         "converged_s",
         "takeover_s",
-        "mutations_resumed"
+        "mutations_resumed",
+        "first_write_s",
+        "after_change_s"
     );
     let secs = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{s:.1}"));
     for o in outcomes {
         println!(
-            "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16}",
+            "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16} {:>12} {:>14}",
             o.experiment,
             o.services,
             o.deleted,
@@ -668,6 +683,8 @@ fn print(outcomes: &[Outcome]) {
             secs(o.takeover_secs),
             o.mutations_after_resume
                 .map_or("-".to_owned(), |n| n.to_string()),
+            secs(o.first_write_secs),
+            secs(o.after_last_change_secs),
         );
     }
 }

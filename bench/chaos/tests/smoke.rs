@@ -68,6 +68,18 @@ async fn every_experiment_runs_small_and_leaves_nothing_behind() {
         }
         assert!(r["converged_secs"].is_number(), "converged: {r:#}");
     }
+    // The outages are measured from the server's return and from the suite's last change.
+    for outage in &results[3..5] {
+        let (from_return, from_change) = (
+            outage["converged_secs"].as_f64().unwrap(),
+            outage["after_last_change_secs"].as_f64().unwrap(),
+        );
+        assert!(from_change <= from_return, "{outage:#}");
+        assert!(
+            outage["first_write_secs"].as_f64().unwrap() <= from_return,
+            "{outage:#}"
+        );
+    }
     let kill = &results[0];
     assert_eq!(kill["disruptions"], 2, "{kill:#}");
     let pause = &results[2];

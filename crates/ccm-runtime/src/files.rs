@@ -104,32 +104,27 @@ pub(crate) fn kubeconfig(origin: &str, path: &Path) -> Result<Kubeconfig, Kubeco
 pub(crate) async fn client_config(
     mut kubeconfig: Kubeconfig,
 ) -> Result<kube::Config, kube::config::KubeconfigError> {
-    let proxy = current_cluster(&kubeconfig).and_then(|c| c.proxy_url.clone());
-    // A server without a scheme is reached over plain HTTP, as client-go reaches it (it
-    // reads the CA and credentials only for an `https` server, and decides before it reads
-    // them).
     let (cluster_name, _) = current_names(&kubeconfig);
-    if let Some(cluster) = kubeconfig
-        .clusters
-        .iter_mut()
-        .find(|c| Some(&c.name) == cluster_name.as_ref())
-        .and_then(|c| c.cluster.as_mut())
-        && let Some(server) = &mut cluster.server
-        && !server.is_empty()
-        && !server.contains("://")
-    {
-        *server = format!("http://{server}");
-    }
-    // kube reads `HTTPS_PROXY` when the cluster names no proxy, and stops at a value it
-    // cannot parse, which Go ignores: with a proxy named here (replaced below by the
-    // cluster's own, or none), it reads nothing from the environment.
+    let mut proxy = None;
     if let Some(cluster) = kubeconfig
         .clusters
         .iter_mut()
         .find(|c| Some(&c.name) == cluster_name.as_ref())
         .and_then(|c| c.cluster.as_mut())
     {
-        cluster.proxy_url = Some("http://127.0.0.1".to_owned());
+        // A server without a scheme is reached over plain HTTP, as client-go reaches it
+        // (it reads the CA and credentials only for an `https` server, and decides before
+        // it reads them).
+        if let Some(server) = &mut cluster.server
+            && !server.is_empty()
+            && !server.contains("://")
+        {
+            *server = format!("http://{server}");
+        }
+        // kube reads `HTTPS_PROXY` when the cluster names no proxy, and stops at a value it
+        // cannot parse, which Go ignores: with a proxy named here (replaced below by the
+        // cluster's own, or none), it reads nothing from the environment.
+        proxy = cluster.proxy_url.replace("http://127.0.0.1".to_owned());
     }
     let mut config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
@@ -144,25 +139,6 @@ pub(crate) async fn client_config(
         ),
     };
     Ok(config)
-}
-
-/// The cluster of the current context, as kube finds it.
-fn current_cluster(kubeconfig: &Kubeconfig) -> Option<&kube::config::Cluster> {
-    let context = kubeconfig.current_context.as_deref()?;
-    let cluster = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == context)?
-        .context
-        .as_ref()?
-        .cluster
-        .as_str();
-    kubeconfig
-        .clusters
-        .iter()
-        .find(|c| c.name == cluster)?
-        .cluster
-        .as_ref()
 }
 
 /// Parses a kubeconfig as `Kubeconfig::from_yaml` does (each YAML document merged into the

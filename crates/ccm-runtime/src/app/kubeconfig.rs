@@ -85,19 +85,7 @@ pub(super) async fn kube_config(options: &Options) -> Result<kube::Config, AppEr
 /// The message of the error that would stop startup, causes and all.
 #[doc(hidden)]
 pub fn describe_kubeconfig(path: &std::path::Path) -> Result<crate::client::ClientUse, String> {
-    let chain = |e: &dyn std::error::Error| {
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(cause) = source {
-            let cause_text = cause.to_string();
-            if !text.contains(&cause_text) {
-                text.push_str(": ");
-                text.push_str(&cause_text);
-            }
-            source = cause.source();
-        }
-        text
-    };
+    let chain = |e: &(dyn std::error::Error + 'static)| ccm_provider::display_chain(e);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -305,7 +305,7 @@ impl TokenFile {
     /// The header, from a read at most a minute old. A file that cannot be read again, or
     /// is empty, keeps the last token (client-go does so: some set-ups remove the file
     /// after start, and a writer may truncate it before it writes the next token).
-    fn header(&self) -> HeaderValue {
+    pub(crate) fn header(&self) -> HeaderValue {
         let mut cached = self.cached.lock();
         if cached.1.elapsed() >= TOKEN_FILE_TTL {
             match Self::read(&self.path) {
@@ -319,11 +319,6 @@ impl TokenFile {
             cached.1 = Instant::now();
         }
         cached.0.clone()
-    }
-
-    /// The header the next request gets.
-    pub(crate) fn current(&self) -> HeaderValue {
-        self.header()
     }
 
     #[cfg(test)]

@@ -169,11 +169,8 @@ fn percent_decode(text: &str) -> Option<String> {
 }
 
 /// How a client chooses its proxy.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) enum ProxyChoice {
-    /// No proxy, ever.
-    #[default]
-    Direct,
     /// The kubeconfig's `proxy-url`: every request, whatever its host (client-go's
     /// `http.ProxyURL`).
     Always(ProxyUrl),
@@ -197,7 +194,6 @@ impl ProxyChoice {
     /// The proxy for a request to `server`, or `None` to connect directly.
     pub(crate) fn for_server(&self, server: &Uri) -> Option<&ProxyUrl> {
         match self {
-            Self::Direct => None,
             Self::Always(proxy) => Some(proxy),
             Self::Environment(env) => env.for_server(server),
         }

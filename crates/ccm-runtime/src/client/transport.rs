@@ -138,7 +138,7 @@ impl Prepared {
         let authorization = match &self.header {
             Header::None => None,
             Header::Fixed(h) => Some(h.clone()),
-            Header::TokenFile(file) => Some(file.current()),
+            Header::TokenFile(file) => Some(file.header()),
             Header::Exec(plugin) => plugin.current().await?,
         }
         .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
@@ -569,17 +569,8 @@ mod tests {
         client
             .request_text(http::Request::get("/version").body(Vec::new()).unwrap())
             .await
-            .map_err(|e| {
-                // With its causes: where a connection failed is in them.
-                let mut text = e.to_string();
-                let mut source = std::error::Error::source(&e);
-                while let Some(cause) = source {
-                    text.push_str(": ");
-                    text.push_str(&cause.to_string());
-                    source = cause.source();
-                }
-                text
-            })
+            // With its causes: where a connection failed is in them.
+            .map_err(|e| ccm_provider::display_chain(&e))
     }
 
     #[tokio::test]
@@ -656,6 +647,16 @@ mod tests {
         assert!(!error.contains("pa55word"), "{error}");
     }
 
+    /// A certificate's first 8 bytes of SHA-256, in hex.
+    fn short(der: &[u8]) -> String {
+        ring::digest::digest(&ring::digest::SHA256, der)
+            .as_ref()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// An HTTPS server on 127.0.0.1 for `kubernetes.test` that keeps connections open,
     /// trusts `clients`' certificates (not required), answers `/refuse` with 401 and any
     /// other request with the client certificate's hash (its leaf's first 8 bytes of
@@ -677,17 +678,11 @@ mod tests {
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let cert = tls.get_ref().1.peer_certificates().map_or_else(
-                        || "none".to_owned(),
-                        |certs| {
-                            ring::digest::digest(&ring::digest::SHA256, &certs[0])
-                                .as_ref()
-                                .iter()
-                                .take(8)
-                                .map(|b| format!("{b:02x}"))
-                                .collect()
-                        },
-                    );
+                    let cert = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .map_or_else(|| "none".to_owned(), |certs| short(&certs[0]));
                     let mut request = Vec::new();
                     let mut buf = [0u8; 1024];
                     loop {
@@ -724,14 +719,7 @@ mod tests {
         let server_cert = certified("kubernetes.test");
         let (one, two) = (certified("alice-1"), certified("alice-2"));
         let port = keepalive_server(&server_cert, &[&one, &two]).await;
-        let hash = |c: &rcgen::CertifiedKey<rcgen::KeyPair>| -> String {
-            ring::digest::digest(&ring::digest::SHA256, c.cert.der())
-                .as_ref()
-                .iter()
-                .take(8)
-                .map(|b| format!("{b:02x}"))
-                .collect()
-        };
+        let hash = |c: &rcgen::CertifiedKey<rcgen::KeyPair>| short(c.cert.der());
         let dir = tempfile::tempdir().unwrap();
         let answer = dir.path().join("answer.yaml");
         let write_answer = |c: &rcgen::CertifiedKey<rcgen::KeyPair>| {

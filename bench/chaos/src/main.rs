@@ -48,11 +48,12 @@ const NODES: usize = 3;
 #[derive(Clone, Debug, Parser)]
 #[command(name = "ccm-chaos")]
 struct Options {
-    /// Experiments to run, comma-separated: kill, faults, pause, apiserver, etcd, shared.
+    /// Experiments to run, comma-separated: kill, faults, pause, handover, apiserver, etcd,
+    /// shared.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill,faults,pause,apiserver,etcd,shared"
+        default_value = "kill,faults,pause,handover,apiserver,etcd,shared"
     )]
     experiments: Vec<String>,
     /// LoadBalancer Services created per experiment (`shared`: twice as many churn
@@ -72,6 +73,10 @@ struct Options {
     /// How long the server is down in `apiserver` and `etcd`, in seconds.
     #[arg(long, default_value_t = 20)]
     outage_secs: u64,
+    /// The DO-like client's budget of requests a minute (`requestsPerMinute`); DigitalOcean
+    /// allows 250, the default. 0: no limit.
+    #[arg(long, default_value_t = 250)]
+    requests_per_minute: u32,
     /// How long an experiment may take to converge, in seconds.
     #[arg(long, default_value_t = 180)]
     timeout_secs: u64,
@@ -110,8 +115,15 @@ struct Outcome {
     after_last_change_secs: Option<f64>,
     /// Cloud mutations (POST, PUT, DELETE) the resumed leader made (`pause` only).
     mutations_after_resume: Option<u64>,
-    /// Seconds from SIGSTOP to another holder of the Lease (`pause` only).
+    /// Seconds from SIGSTOP (`pause`) or SIGTERM (`handover`) to another holder of the
+    /// Lease.
     takeover_secs: Option<f64>,
+    /// `faults` only: the requests the cloud answered while it misbehaved, and from the end
+    /// of that to convergence.
+    fault_requests: Option<u64>,
+    recovery_requests: Option<u64>,
+    /// Every request the cloud answered in the experiment, by route.
+    requests_by_route: BTreeMap<String, u64>,
     /// The names of the orphaned load balancers, for the report.
     orphan_names: Vec<String>,
     /// The groups' figures and checks (`shared` only).
@@ -157,6 +169,9 @@ impl Outcome {
             "after_last_change_secs": self.after_last_change_secs,
             "mutations_after_resume": self.mutations_after_resume,
             "takeover_secs": self.takeover_secs,
+            "fault_requests": self.fault_requests,
+            "recovery_requests": self.recovery_requests,
+            "requests_by_route": self.requests_by_route,
             "orphan_names": self.orphan_names,
             "shared": self.shared.as_ref().map(shared::Shared::json),
         })
@@ -196,6 +211,9 @@ struct Cluster {
     history: std::sync::Mutex<BTreeMap<String, (String, Option<bool>)>>,
 }
 
+/// `--requests-per-minute`, for every cluster's cloud-config.
+static REQUESTS_PER_MINUTE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
 impl Cluster {
     async fn start(ccm_binary: &Path, keep: bool) -> Result<Self> {
         let cp = ControlPlane::start().await.map_err(|e| {
@@ -217,9 +235,10 @@ impl Cluster {
         std::fs::write(
             &config,
             format!(
-                "apiUrl: {}\ntokenFile: {}\nregion: ams3\ncacheTtlSeconds: 1\nrequestsPerSecond: 200\nmaxRetryAfterSeconds: 2\n",
+                "apiUrl: {}\ntokenFile: {}\nregion: ams3\ncacheTtlSeconds: 1\nrequestsPerSecond: 200\nmaxRetryAfterSeconds: 2\nrequestsPerMinute: {}\n",
                 sim.url(),
-                token.display()
+                token.display(),
+                REQUESTS_PER_MINUTE.get().copied().unwrap_or(250)
             ),
         )?;
         let client = cp.client()?;
@@ -333,6 +352,11 @@ impl Cluster {
             })
             .map(|(_, n)| n)
             .sum()
+    }
+
+    /// Every request the simulator has answered so far.
+    fn requests(&self) -> u64 {
+        self.sim.handle().request_counts().values().sum()
     }
 
     /// The state now: what is left behind, compared with the live Services.
@@ -473,6 +497,7 @@ async fn kill(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     cluster
         .converge(&mut outcome, Instant::now(), timeout, &ccm)
         .await?;
+    outcome.requests_by_route = cluster.sim.handle().request_counts();
     Ok(outcome)
 }
 
@@ -486,6 +511,7 @@ async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     faults.error_rate = 0.3;
     faults.burst_429 = 5;
     faults.retry_after_secs = 1;
+    let before = cluster.requests();
     cluster.sim.handle().set_faults(faults);
     let until = Instant::now() + Duration::from_secs(opts.fault_secs);
     let mut churn = Churn::default();
@@ -495,10 +521,14 @@ async fn faults(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     let remaining = until.saturating_duration_since(Instant::now());
     tokio::time::sleep(remaining).await;
     cluster.sim.handle().set_faults(Faults::default());
+    let during = cluster.requests();
     let mut outcome = Outcome::new("faults", opts.services, &churn, 1);
+    outcome.fault_requests = Some(during - before);
     cluster
         .converge(&mut outcome, Instant::now(), timeout, &ccm)
         .await?;
+    outcome.recovery_requests = Some(cluster.requests() - during);
+    outcome.requests_by_route = cluster.sim.handle().request_counts();
     Ok(outcome)
 }
 
@@ -531,12 +561,10 @@ where
     }
 }
 
-/// Two replicas; the leader is SIGSTOPped past its Lease, the standby takes over and
-/// converges, then the paused one is resumed: it must not act on the cloud.
-async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
-    let cluster = Cluster::start(ccm_binary, opts.keep).await?;
-    let lease = opts.lease_secs.max(3);
-    let timing = [
+/// The leader-election flags of `pause` and `handover`: a Lease of `lease` seconds, renew
+/// deadline 2/3 of it, retry period 1/7.
+fn leader_election(lease: u64) -> [String; 4] {
+    [
         "--leader-elect=true".to_owned(),
         format!("--leader-elect-lease-duration={lease}s"),
         format!("--leader-elect-renew-deadline={}ms", lease * 2000 / 3),
@@ -544,7 +572,53 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
             "--leader-elect-retry-period={}ms",
             (lease * 1000 / 7).max(200)
         ),
-    ];
+    ]
+}
+
+/// Two replicas; the leader's Pod is deleted (SIGTERM) while Services come and go: the
+/// standby takes over and converges, measured from the SIGTERM (takeover included).
+async fn handover(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
+    let cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let timing = leader_election(opts.lease_secs.max(3));
+    let timeout = Duration::from_secs(opts.timeout_secs);
+    let mut leader = cluster.ccm(&timing)?;
+    let first = wait_for(timeout, || lease_holder(&cluster))
+        .await?
+        .ok_or("handover: nobody took the Lease")?;
+    let standby = cluster.ccm(&timing)?;
+    let mut rng = Rng(opts.seed.max(1).wrapping_add(4));
+    let mut churn = Churn::default();
+    let half = opts.services / 2;
+    for i in 0..half {
+        churn.step(&cluster, i, half, &mut rng).await?;
+    }
+    // The Pod is deleted while the churn goes on: its SIGTERM comes at a random point.
+    leader.signal(Signal::Term);
+    let terminated = Instant::now();
+    for i in half..opts.services {
+        churn.step(&cluster, i, opts.services, &mut rng).await?;
+    }
+    let churned = terminated.elapsed().as_secs_f64();
+    let takeover = wait_for(timeout, || async {
+        Ok(lease_holder(&cluster).await?.filter(|h| *h != first))
+    })
+    .await?;
+    let mut outcome = Outcome::new("handover", opts.services, &churn, 1);
+    outcome.takeover_secs = takeover.map(|_| terminated.elapsed().as_secs_f64());
+    cluster
+        .converge(&mut outcome, terminated, timeout, &standby)
+        .await?;
+    outcome.after_last_change_secs = outcome.converged_secs.map(|s| (s - churned).max(0.0));
+    leader.wait_exit(timeout).await;
+    Ok(outcome)
+}
+
+/// Two replicas; the leader is SIGSTOPped past its Lease, the standby takes over and
+/// converges, then the paused one is resumed: it must not act on the cloud.
+async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
+    let cluster = Cluster::start(ccm_binary, opts.keep).await?;
+    let lease = opts.lease_secs.max(3);
+    let timing = leader_election(lease);
     let timeout = Duration::from_secs(opts.timeout_secs);
     let mut leader = cluster.ccm(&timing)?;
     let first = wait_for(timeout, || lease_holder(&cluster))
@@ -649,7 +723,7 @@ async fn outage(opts: &Options, ccm_binary: &Path, server: Server) -> Result<Out
 
 fn print(outcomes: &[Outcome]) {
     println!(
-        "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16} {:>12} {:>14}",
+        "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16} {:>12} {:>14} {:>14} {:>17}",
         "scenario",
         "services",
         "deleted",
@@ -663,12 +737,15 @@ fn print(outcomes: &[Outcome]) {
         "takeover_s",
         "mutations_resumed",
         "first_write_s",
-        "after_change_s"
+        "after_change_s",
+        "fault_requests",
+        "recovery_requests"
     );
     let secs = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{s:.1}"));
+    let count = |n: Option<u64>| n.map_or("-".to_owned(), |n| n.to_string());
     for o in outcomes {
         println!(
-            "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16} {:>12} {:>14}",
+            "{:<8} {:>8} {:>7} {:>11} {:>4} {:>7} {:>10} {:>15} {:>14} {:>13} {:>11} {:>16} {:>12} {:>14} {:>14} {:>17}",
             o.experiment,
             o.services,
             o.deleted,
@@ -685,6 +762,8 @@ fn print(outcomes: &[Outcome]) {
                 .map_or("-".to_owned(), |n| n.to_string()),
             secs(o.first_write_secs),
             secs(o.after_last_change_secs),
+            count(o.fault_requests),
+            count(o.recovery_requests),
         );
     }
 }
@@ -692,6 +771,7 @@ fn print(outcomes: &[Outcome]) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
     let opts = Options::parse();
+    let _ = REQUESTS_PER_MINUTE.set(opts.requests_per_minute);
     let ccm = opts.ccm.clone().unwrap_or_else(|| {
         std::env::current_exe()
             .unwrap_or_default()
@@ -711,6 +791,7 @@ async fn main() -> std::process::ExitCode {
             "kill" => kill(&opts, &ccm).await,
             "faults" => faults(&opts, &ccm).await,
             "pause" => pause(&opts, &ccm).await,
+            "handover" => handover(&opts, &ccm).await,
             "apiserver" => outage(&opts, &ccm, Server::KubeApiserver).await,
             "etcd" => outage(&opts, &ccm, Server::Etcd).await,
             "shared" => shared::shared(&opts, &ccm)
@@ -720,7 +801,7 @@ async fn main() -> std::process::ExitCode {
                     outcome
                 }),
             other => Err(format!(
-                "unknown experiment {other:?} (kill, faults, pause, apiserver, etcd, shared)"
+                "unknown experiment {other:?} (kill, faults, pause, handover, apiserver, etcd, shared)"
             )
             .into()),
         };

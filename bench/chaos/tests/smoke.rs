@@ -54,7 +54,15 @@ async fn every_experiment_runs_small_and_leaves_nothing_behind() {
         .collect();
     assert_eq!(
         names,
-        ["kill", "faults", "pause", "apiserver", "etcd", "shared"],
+        [
+            "kill",
+            "faults",
+            "pause",
+            "handover",
+            "apiserver",
+            "etcd",
+            "shared"
+        ],
         "{report:#}"
     );
     for r in results {
@@ -69,7 +77,7 @@ async fn every_experiment_runs_small_and_leaves_nothing_behind() {
         assert!(r["converged_secs"].is_number(), "converged: {r:#}");
     }
     // The outages are measured from the server's return and from the suite's last change.
-    for outage in &results[3..5] {
+    for outage in &results[4..6] {
         let (from_return, from_change) = (
             outage["converged_secs"].as_f64().unwrap(),
             outage["after_last_change_secs"].as_f64().unwrap(),
@@ -85,8 +93,19 @@ async fn every_experiment_runs_small_and_leaves_nothing_behind() {
     let pause = &results[2];
     assert_eq!(pause["mutations_after_resume"], 0, "{pause:#}");
     assert!(pause["takeover_secs"].is_number(), "{pause:#}");
+    // The leader's SIGTERM: the standby took over, converged counts from the SIGTERM.
+    let handover = &results[3];
+    let takeover = handover["takeover_secs"].as_f64().unwrap();
+    assert!(
+        takeover <= handover["converged_secs"].as_f64().unwrap(),
+        "{handover:#}"
+    );
+    // The faults' requests are counted, during the fault and after it.
+    let faults = &results[1];
+    assert!(faults["fault_requests"].as_u64().unwrap() > 0, "{faults:#}");
+    assert!(faults["recovery_requests"].is_u64(), "{faults:#}");
     // Shared groups: 12 churn operations, 2 SIGKILLs and the fault window.
-    let shared = &results[5];
+    let shared = &results[6];
     assert_eq!(shared["disruptions"], 3, "{shared:#}");
     for field in ["wrong_ingress", "wrong_ports", "wrong_members"] {
         assert_eq!(shared["shared"][field], 0, "{field} in {shared:#}");

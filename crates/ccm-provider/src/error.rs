@@ -25,6 +25,7 @@ pub type CloudResult<T> = Result<T, CloudError>;
 /// | [`RetryAfter`](Self::RetryAfter) | `api.RetryError` | retry after exactly that delay, with no backoff growth |
 /// | [`Provisioning`](Self::Provisioning) | none (an error: a `SyncLoadBalancerFailed` Warning and a backoff) | service: the load balancer exists and the cloud is still bringing it up; no Warning, no second `EnsuringLoadBalancer`, the Service is looked at again after exactly that delay; elsewhere as `RetryAfter` |
 /// | [`NotOwned`](Self::NotOwned) | none (Go has no such rule) | service: the load balancer a user-written hint leads to is not this Service's; a `LoadBalancerNotOwned` Warning, no status; ensure and update retry with backoff, deletion finishes without touching it |
+/// | [`Unavailable`](Self::Unavailable) | any other error | as `Provider`, and the controllers that queue work (service, cloud-node) retry before the backoff ends once the cloud answers again |
 /// | [`Provider`](Self::Provider) | any other error | a Warning event and a retry with backoff |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -95,6 +96,23 @@ pub enum CloudError {
         conflict: String,
     },
 
+    /// The cloud did not answer: the connection was refused or reset, the call timed out,
+    /// the API answered with a server error (5xx). The same call may succeed unchanged once
+    /// the cloud is back. Handled as [`Provider`](Self::Provider) (a Warning and a retry
+    /// with backoff, never a deletion), and the queue holds the work: a later success of
+    /// the same kind of call, or a probe, ends the backoff early, so everything a cloud
+    /// outage held back converges within seconds of its end. Return it only for failures
+    /// that say nothing about the request itself; a refusal (4xx) is a `Provider` error.
+    /// Build it with [`CloudError::unavailable`].
+    #[error("{context}")]
+    Unavailable {
+        /// What the provider was doing, e.g. `"creating load balancer"`.
+        context: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
+
     /// Any other failure of the cloud or the provider, with context.
     #[error("{context}")]
     Provider {
@@ -133,6 +151,24 @@ impl CloudError {
     /// ```
     pub fn provider(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Self::Provider {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A [`CloudError::Unavailable`] error: the cloud did not answer while the provider was
+    /// doing `context`; `source` says how.
+    ///
+    /// ```
+    /// use ccm_core::provider::CloudError;
+    /// let reset = std::io::Error::other("connection reset");
+    /// let err = CloudError::unavailable("creating load balancer", reset);
+    /// assert!(err.is_unavailable());
+    /// assert_eq!(err.chain_to_string(), "creating load balancer: connection reset");
+    /// assert!(!CloudError::msg("invalid size").is_unavailable());
+    /// ```
+    pub fn unavailable(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
             context: context.into(),
             source: Some(source.into()),
         }
@@ -209,6 +245,11 @@ impl CloudError {
     /// Whether this is [`CloudError::NotOwned`].
     pub fn is_not_owned(&self) -> bool {
         matches!(self, Self::NotOwned { .. })
+    }
+
+    /// Whether this is [`CloudError::Unavailable`].
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
     }
 
     /// Whether this is [`CloudError::Provisioning`].
@@ -296,6 +337,8 @@ mod tests {
         assert!(CloudError::not_owned("lb", "another Service's").is_not_owned());
         assert!(!CloudError::msg("x").is_not_owned());
         assert!(!CloudError::msg("x").is_instance_not_found());
+        assert!(CloudError::unavailable("x", std::io::Error::other("reset")).is_unavailable());
+        assert!(!CloudError::msg("x").is_unavailable());
         assert_eq!(
             CloudError::retry_after("busy", Duration::from_secs(7)).retry_after_delay(),
             Some(Duration::from_secs(7))

@@ -204,12 +204,49 @@ impl CloudProvider for DoLikeCloud {
     }
 }
 
-/// Maps an API error to a [`CloudError`]: a rate limit keeps its delay.
+/// Maps an API error to a [`CloudError`]: a rate limit keeps its delay; a request that did
+/// not complete or a server error (5xx) is [`CloudError::Unavailable`], so the framework
+/// retries it as soon as the API answers again.
 pub(crate) fn cloud_error(context: &str, err: ApiError) -> CloudError {
     match err {
         ApiError::RateLimited(after) => {
             CloudError::retry_after(format!("{context}: rate limited by the API"), after)
         }
+        err @ (ApiError::Transport(_) | ApiError::Api { status: 500.., .. }) => {
+            CloudError::unavailable(context.to_owned(), err)
+        }
         other => CloudError::provider(context.to_owned(), other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16) -> ApiError {
+        ApiError::Api {
+            status,
+            id: "x".into(),
+            message: "m".into(),
+            request_id: String::new(),
+        }
+    }
+
+    #[test]
+    fn server_errors_are_unavailable_and_refusals_are_not() {
+        for status in [500, 502, 503, 504] {
+            assert!(cloud_error("c", api(status)).is_unavailable(), "{status}");
+        }
+        for status in [400, 403, 404, 409, 422] {
+            assert!(!cloud_error("c", api(status)).is_unavailable(), "{status}");
+        }
+        let limited = cloud_error(
+            "c",
+            ApiError::RateLimited(std::time::Duration::from_secs(2)),
+        );
+        assert_eq!(
+            limited.retry_after_delay(),
+            Some(std::time::Duration::from_secs(2))
+        );
     }
 }

@@ -22,6 +22,7 @@
 //! # }
 //! ```
 
+pub mod held;
 pub mod metrics;
 pub mod pool;
 pub mod queue;

@@ -19,8 +19,9 @@ use super::queue::{Outcome, Queue, QueueKey};
 /// Each worker takes a key, awaits `handler(key)` and acts on its [`Outcome`]:
 /// [`Done`](Outcome::Done) forgets the key's failures, [`RequeueAfter`](Outcome::RequeueAfter)
 /// adds it back after a fixed delay, [`FollowUpAfter`](Outcome::FollowUpAfter) too, ahead of
-/// other keys once due, [`Retry`](Outcome::Retry) adds it back after its backoff.
-/// A handler that panics counts as `Retry`.
+/// other keys once due, [`Retry`](Outcome::Retry) adds it back after its backoff, and
+/// [`Unavailable`](Outcome::Unavailable) too, held until the cloud answers again (see
+/// [`held`](super::held)). A handler that panics counts as `Retry`.
 ///
 /// When `cancel` fires, the queue is [shut down](Queue::shut_down), so no key is handed out
 /// any more, and handlers already running are left to finish. A handler that can take long

@@ -11,6 +11,11 @@
 //! a lane of its own once due, and the queue alternates between that lane and the others.
 //! A burst of new keys then delays a due follow-up by one key, not by the whole burst, and
 //! neither lane can starve the other.
+//!
+//! Another: a key whose work failed because the cloud did not answer
+//! ([`Outcome::Unavailable`]) waits its backoff and is *held*, so that evidence that the
+//! cloud answers again (a held key's work succeeding, or a probe's) hands it out before its
+//! backoff ends; see [`held`](super::held).
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -22,6 +27,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::held::Held;
 use super::metrics::QueueMetrics;
 use super::rate_limit::{RateLimit, TokenBucket, backoff_delay};
 
@@ -46,6 +52,11 @@ pub enum Outcome {
     /// is handed out ahead of keys added before it, alternating with them
     /// ([`Queue::follow_up_after`]).
     FollowUpAfter(Duration),
+    /// Failure because the cloud did not answer (a refused connection, a timeout, a 5xx:
+    /// [`CloudError::Unavailable`](ccm_provider::CloudError::Unavailable)): as
+    /// [`Retry`](Self::Retry), and the key is held, so that evidence that the cloud answers
+    /// again ends its backoff early (see [`held`](super::held)).
+    Unavailable,
 }
 
 /// Which of the two lanes of ready keys a key waits in.
@@ -92,6 +103,8 @@ struct State<K> {
     next_seq: u64,
     /// Failures per key since it was last forgotten.
     failures: HashMap<K, u32>,
+    /// Keys held back by a cloud that did not answer.
+    held: Held<K>,
     bucket: Option<TokenBucket>,
     shutting_down: bool,
 }
@@ -110,6 +123,7 @@ impl<K: QueueKey> Queue<K> {
             deadlines: BTreeMap::new(),
             next_seq: 0,
             failures: HashMap::new(),
+            held: Held::default(),
             bucket: limit.bucket.and_then(TokenBucket::new),
             shutting_down: false,
         };
@@ -224,7 +238,31 @@ impl<K: QueueKey> Queue<K> {
     /// not remove the key from the queue. Call it for a key that is gone for good, too:
     /// failure counts are kept until forgotten.
     pub fn forget(&self, key: &K) {
-        self.inner.state.lock().failures.remove(key);
+        let mut state = self.inner.state.lock();
+        state.failures.remove(key);
+        state.held.forget(key);
+    }
+
+    /// Holds `key` as failed for want of the cloud ([`Outcome::Unavailable`]): after its
+    /// backoff, or sooner on evidence that the cloud answers again.
+    fn hold(&self, key: K) {
+        self.add_rate_limited(key.clone());
+        let mut state = self.inner.state.lock();
+        if !state.shutting_down {
+            state.held.hold(key, Instant::now());
+        }
+    }
+
+    /// `key`'s work ended: a held key that got an answer from the cloud releases others
+    /// early.
+    fn settle_held(&self, key: &K, succeeded: bool) {
+        let mut state = self.inner.state.lock();
+        let release = state.held.finished(key, succeeded);
+        if release > 0 {
+            let released = self.inner.release_held(&mut state, release, Instant::now());
+            drop(state);
+            tracing::debug!(queue = %self.inner.name, ?key, released, "a held key succeeded: the cloud answers again");
+        }
     }
 
     /// How many failures `key` has had since it was last forgotten.
@@ -256,7 +294,14 @@ impl<K: QueueKey> Queue<K> {
                 }
                 let now = Instant::now();
                 self.inner.promote_due(&mut state, now);
+                if state.held.probe_at().is_some_and(|at| at <= now) {
+                    state.held.probed(now);
+                    if self.inner.release_held(&mut state, 1, now) > 0 {
+                        tracing::debug!(queue = %self.inner.name, "keys held for want of the cloud: probing with the one due first");
+                    }
+                }
                 if let Some(key) = state.pop_ready() {
+                    state.held.handed_out(&key, now);
                     if let Some((added, _)) = state.dirty.remove(&key) {
                         self.inner.metrics.queue_duration().observe(now - added);
                     }
@@ -268,7 +313,11 @@ impl<K: QueueKey> Queue<K> {
                         key,
                     });
                 }
-                state.deadlines.first_key_value().map(|(&(at, _), _)| at)
+                let deadline = state.deadlines.first_key_value().map(|(&(at, _), _)| at);
+                match (deadline, state.held.probe_at()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
             };
             match next_deadline {
                 Some(at) => tokio::select! {
@@ -305,6 +354,7 @@ impl<K: QueueKey> Queue<K> {
         state.dirty.clear();
         state.waiting.clear();
         state.deadlines.clear();
+        state.held.clear();
         self.inner.metrics.set_depth(0);
         drop(state);
         self.inner.notify.notify_waiters();
@@ -388,6 +438,28 @@ impl<K: QueueKey> Inner<K> {
         }
     }
 
+    /// Hands out up to `n` held keys that wait for their backoff, the ones due first, now:
+    /// how many.
+    fn release_held(&self, state: &mut State<K>, n: usize, now: Instant) -> usize {
+        let due: Vec<(Instant, u64)> = state
+            .deadlines
+            .iter()
+            .filter(|(_, key)| state.held.is_waiting(key))
+            .map(|(slot, _)| *slot)
+            .take(n)
+            .collect();
+        for slot in &due {
+            if let Some(key) = state.deadlines.remove(slot) {
+                let lane = state
+                    .waiting
+                    .remove(&key)
+                    .map_or(Lane::Normal, |(_, lane)| lane);
+                self.insert(state, key, now, lane);
+            }
+        }
+        due.len()
+    }
+
     /// Adds the delayed keys whose deadline has come.
     fn promote_due(&self, state: &mut State<K>, now: Instant) {
         while let Some(entry) = state.deadlines.first_entry() {
@@ -440,11 +512,20 @@ impl<K: QueueKey> WorkItem<K> {
     /// and releases the key.
     pub fn finish(self, outcome: Outcome) {
         let key = self.key.clone();
+        // What says the cloud answers again: the work done, or under way (a load balancer
+        // created and still coming up). A failure of another kind says nothing either way.
+        let answered = matches!(outcome, Outcome::Done | Outcome::FollowUpAfter(_));
         match outcome {
-            Outcome::Done => self.queue.forget(&key),
-            Outcome::RequeueAfter(delay) => self.queue.add_after(key, delay),
-            Outcome::FollowUpAfter(delay) => self.queue.follow_up_after(key, delay),
-            Outcome::Retry => self.queue.add_rate_limited(key),
+            Outcome::Done => {}
+            Outcome::RequeueAfter(delay) => self.queue.add_after(key.clone(), delay),
+            Outcome::FollowUpAfter(delay) => self.queue.follow_up_after(key.clone(), delay),
+            Outcome::Retry => self.queue.add_rate_limited(key.clone()),
+            Outcome::Unavailable => self.queue.hold(key.clone()),
+        }
+        self.queue.settle_held(&key, answered);
+        // Forgotten after its success counted, which needs it among the held keys.
+        if outcome == Outcome::Done {
+            self.queue.forget(&key);
         }
     }
 }
@@ -809,5 +890,106 @@ mod tests {
         drop(b);
         assert_eq!(m.work_duration().count(), 2);
         assert_eq!(m.retries_total(), 0);
+    }
+
+    /// A queue with Go's service backoff (5 s doubling to 300 s) whose keys `keys` have
+    /// each failed once for want of the cloud, at the start.
+    async fn held_after_an_outage(keys: &[&'static str]) -> Queue<&'static str> {
+        let q = queue(RateLimit::exponential(secs(5), secs(300)));
+        for key in keys {
+            q.add(key);
+        }
+        for _ in keys {
+            must_get(&q).await.finish(Outcome::Unavailable);
+        }
+        q
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_succeeds_releases_the_held_keys_before_their_backoff() {
+        let t0 = Instant::now();
+        let q = held_after_an_outage(&["a", "b", "c", "d", "e"]).await;
+        let mut got = Vec::new();
+        while let Some(item) = next(&q, secs(60)).await {
+            got.push((*item.key(), t0.elapsed()));
+            item.finish(Outcome::Done);
+        }
+        // The probe two seconds in; its success releases two, each of theirs two more.
+        let keys: Vec<_> = got.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, ["a", "b", "c", "d", "e"]);
+        assert!(got.iter().all(|(_, at)| *at == secs(2)), "{got:?}");
+        assert_eq!(q.num_requeues(&"a"), 0, "a success forgets");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cloud_still_down_gets_the_backoff_and_sparse_probes_only() {
+        let t0 = Instant::now();
+        let q = held_after_an_outage(&["a", "b", "c"]).await;
+        let mut tries = Vec::new();
+        while let Some(item) = next(&q, secs(600)).await {
+            if t0.elapsed() > secs(300) {
+                break;
+            }
+            tries.push(t0.elapsed());
+            item.finish(Outcome::Unavailable);
+        }
+        // The backoff alone: 5, 15, 35, 75, 155 s after the first failure, five tries a key;
+        // the probes add at most one a probe interval, for the whole queue.
+        let mut probes = 0;
+        let mut at = Duration::ZERO;
+        while at < secs(300) {
+            at += super::super::held::probe_interval(at);
+            probes += 1;
+        }
+        assert!(
+            tries.len() <= 3 * 5 + probes,
+            "{} tries: {tries:?}",
+            tries.len()
+        );
+        // No hot loop: late in the outage, ten seconds or more between tries.
+        let late: Vec<_> = tries.iter().filter(|t| **t > secs(100)).collect();
+        assert!(
+            late.windows(2).all(|p| *p[1] - *p[0] >= secs(10)),
+            "{late:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_under_way_is_an_answer_too() {
+        let t0 = Instant::now();
+        let q = held_after_an_outage(&["a", "b", "c"]).await;
+        // The probe's load balancer was created and is coming up: the cloud answers.
+        let probe = must_get(&q).await;
+        assert_eq!(t0.elapsed(), secs(2));
+        probe.finish(Outcome::FollowUpAfter(secs(1)));
+        let mut got = Vec::new();
+        while let Some(item) = next(&q, secs(60)).await {
+            got.push((*item.key(), t0.elapsed()));
+            item.finish(Outcome::Done);
+        }
+        assert_eq!(got, [("b", secs(2)), ("c", secs(2)), ("a", secs(3))]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_keys_held_for_want_of_the_cloud_are_released_early() {
+        let t0 = Instant::now();
+        let q = queue(RateLimit::exponential(secs(5), secs(300)));
+        q.add("refused");
+        q.add("down");
+        must_get(&q).await.finish(Outcome::Retry);
+        must_get(&q).await.finish(Outcome::Unavailable);
+        let mut got = Vec::new();
+        while let Some(item) = next(&q, secs(60)).await {
+            got.push((*item.key(), t0.elapsed()));
+            item.finish(Outcome::Done);
+        }
+        assert_eq!(got, [("down", secs(2)), ("refused", secs(5))]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutting_down_forgets_the_held_keys() {
+        let q = held_after_an_outage(&["a"]).await;
+        q.shut_down();
+        assert!(next(&q, secs(60)).await.is_none());
     }
 }

@@ -695,10 +695,14 @@ fn forget(set: &Mutex<HashSet<(String, String)>>, node: &Node) {
         .remove(&node_key(node));
 }
 
-/// The queue outcome for a failed cloud call: a fixed delay when the provider asked for one.
+/// The queue outcome for a failed cloud call: a fixed delay when the provider asked for one;
+/// held until the cloud answers again when it did not answer.
 fn retry_outcome(err: &CloudError) -> Outcome {
-    err.retry_after_delay()
-        .map_or(Outcome::Retry, Outcome::RequeueAfter)
+    match err.retry_after_delay() {
+        Some(after) => Outcome::RequeueAfter(after),
+        None if err.is_unavailable() => Outcome::Unavailable,
+        None => Outcome::Retry,
+    }
 }
 
 #[cfg(test)]
@@ -712,5 +716,7 @@ mod tests {
             Outcome::RequeueAfter(Duration::from_secs(9))
         );
         assert_eq!(retry_outcome(&CloudError::msg("x")), Outcome::Retry);
+        let down = CloudError::unavailable("listing droplets", std::io::Error::other("refused"));
+        assert_eq!(retry_outcome(&down), Outcome::Unavailable);
     }
 }

@@ -29,6 +29,7 @@
 mod cidr;
 mod config;
 mod decision;
+mod outage;
 mod table;
 
 use parking_lot::Mutex;
@@ -54,6 +55,7 @@ pub use self::config::{
     RouteConfigError, RouteControllerConfig,
 };
 use self::decision::{Create, Delete, NodeCreates, Plan, affects_routes, network_condition, plan};
+use self::outage::Outage;
 use self::table::RouteTable;
 use super::debounce::settle;
 use super::node_util::node_name;
@@ -138,6 +140,8 @@ struct Inner {
     written: Mutex<HashMap<NodeKey, (ConditionState, tokio::time::Instant)>>,
     /// `route_controller_route_sync_total`: one per listing of the routes.
     syncs: Counter,
+    /// Since when the cloud has not answered, and the retry that asks for.
+    outage: Arc<Outage>,
 }
 
 impl RouteController {
@@ -186,6 +190,7 @@ impl RouteController {
                 table: Mutex::default(),
                 written: Mutex::default(),
                 syncs,
+                outage: Arc::default(),
             },
             changes,
         })
@@ -208,7 +213,8 @@ impl RouteController {
             inner.config.reconciliation_period(),
             inner.config.debounce(),
             changes,
-        );
+        )
+        .with_outage(Arc::clone(&inner.outage));
         let mut jobs = JoinSet::new();
         loop {
             let cause = tokio::select! {
@@ -248,11 +254,13 @@ impl Inner {
         };
         match listed {
             Ok(routes) => {
+                self.outage.answered();
                 crate::shadow::pass(self.config.shadow());
                 self.syncs.inc();
                 Some(self.table.lock().listed(routes, at))
             }
             Err(err) => {
+                self.outage.failed(&err);
                 self.table.lock().listing_failed();
                 tracing::warn!(cluster, error = %err.chain_to_string(), "couldn't reconcile node routes: error listing routes");
                 None
@@ -285,7 +293,7 @@ impl Inner {
                 .table
                 .lock()
                 .cached(self.config.reconciliation_period()),
-            Cause::Period => None,
+            Cause::Period | Cause::Retry => None,
         };
         let mut listed = cached.is_none();
         let mut routes = match cached {
@@ -411,6 +419,7 @@ impl Inner {
         };
         match result {
             Ok(took) => {
+                self.outage.answered();
                 self.table.lock().deleted(&d.route);
                 tracing::info!(
                     route = d.route.name,
@@ -421,6 +430,7 @@ impl Inner {
                 None
             }
             Err(err) => {
+                self.outage.failed(&err);
                 self.table.lock().invalidate();
                 // As in Go, a failed delete is only logged; the next reconcile tries again.
                 tracing::warn!(route = d.route.name, cidr = d.route.destination_cidr, error = %err.chain_to_string(), "could not delete route");
@@ -480,11 +490,13 @@ impl Inner {
         };
         match result {
             Ok(()) => {
+                self.outage.answered();
                 self.table.lock().created(&c.route);
                 tracing::info!(node, cidr, name_hint = uid, took = ?started.elapsed(), "created route");
                 true
             }
             Err(err) => {
+                self.outage.failed(&err);
                 self.table.lock().invalidate();
                 let msg = format!(
                     "Could not create route {uid} {cidr} for node {node} after {:?}: {}",
@@ -576,16 +588,20 @@ enum Cause {
     Period,
     /// Node changes, debounced.
     NodeChange,
+    /// A call failed because the cloud did not answer: a look again (see `outage`).
+    Retry,
 }
 
 /// When the next reconcile starts: at each period tick (a period after the last listing),
 /// or after a burst of Node changes, debounced (see the `debounce` module: a tenth of
-/// `debounce` after the changes stop, at most `debounce` after the first). Changes seen
-/// before a reconcile starts are folded into it.
+/// `debounce` after the changes stop, at most `debounce` after the first), or when a call
+/// that failed for want of the cloud asks for a look again (`outage`). Changes seen before
+/// a reconcile starts are folded into it.
 struct Trigger {
     tick: Interval,
     debounce: Duration,
     changes: watch::Receiver<u64>,
+    outage: Arc<Outage>,
 }
 
 impl Trigger {
@@ -596,7 +612,14 @@ impl Trigger {
             tick,
             debounce,
             changes,
+            outage: Arc::default(),
         }
+    }
+
+    /// Reconciles again when `outage` asks.
+    fn with_outage(mut self, outage: Arc<Outage>) -> Self {
+        self.outage = outage;
+        self
     }
 
     /// A reconcile listed the routes: the next periodic one is a period from now, so a
@@ -608,21 +631,36 @@ impl Trigger {
     /// Waits for the next reconcile. Cancel-safe only between the two phases; the caller
     /// drops it only on shutdown.
     async fn next(&mut self) -> Cause {
-        let cause = tokio::select! {
-            _ = self.tick.tick() => Cause::Period,
-            changed = self.changes.changed() => {
-                if changed.is_err() {
-                    // No more changes can come; only the period is left.
-                    self.tick.tick().await;
-                    Cause::Period
-                } else {
-                    settle(Instant::now(), self.debounce, &mut self.changes).await;
-                    Cause::NodeChange
+        let cause = loop {
+            let retry_at = self.outage.retry_at();
+            let retry = async {
+                match retry_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
-            }
+            };
+            break tokio::select! {
+                _ = self.tick.tick() => Cause::Period,
+                () = retry => Cause::Retry,
+                // A retry asked for meanwhile: wait for it too.
+                () = self.outage.asked() => continue,
+                changed = self.changes.changed() => {
+                    if changed.is_err() {
+                        // No more changes can come; only the period (and retries) are left.
+                        tokio::select! {
+                            _ = self.tick.tick() => Cause::Period,
+                            () = self.outage.asked() => continue,
+                        }
+                    } else {
+                        settle(Instant::now(), self.debounce, &mut self.changes).await;
+                        Cause::NodeChange
+                    }
+                }
+            };
         };
-        // Whatever changed until now, this reconcile sees.
+        // Whatever changed until now, this reconcile sees; it is the retry, too.
         self.changes.borrow_and_update();
+        self.outage.reconciling();
         cause
     }
 }
@@ -781,6 +819,35 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cloud_that_did_not_answer_is_looked_at_again_before_the_period() {
+        let (_tx, rx) = watch::channel(0u64);
+        let period = Duration::from_secs(60);
+        let outage = Arc::new(Outage::default());
+        let mut trigger =
+            Trigger::new(period, Duration::from_secs(1), rx).with_outage(Arc::clone(&outage));
+        assert_eq!(trigger.next().await, Cause::Period);
+        let start = Instant::now();
+        // A create fails while the trigger waits for the period.
+        let failing = Arc::clone(&outage);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            failing.failed(&CloudError::unavailable(
+                "creating route",
+                std::io::Error::other("connection refused"),
+            ));
+        });
+        assert_eq!(trigger.next().await, Cause::Retry);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(7),
+            "two seconds after it"
+        );
+        // Answered meanwhile: the next is the period's.
+        assert_eq!(trigger.next().await, Cause::Period);
+        assert_eq!(start.elapsed(), period);
     }
 
     #[tokio::test(start_paused = true)]

@@ -53,6 +53,8 @@ pub(super) struct Cause {
     not_owned: bool,
     /// The load balancer is still coming up ([`CloudError::Provisioning`]).
     provisioning: bool,
+    /// The cloud did not answer ([`CloudError::Unavailable`]).
+    unavailable: bool,
     /// The Service may not share the load balancer it asks to share: `Some(left_group)`,
     /// whether its ports just left a group's load balancer.
     refused: Option<bool>,
@@ -65,6 +67,7 @@ impl From<&CloudError> for Cause {
             retry_after: err.retry_after_delay(),
             not_owned: err.is_not_owned(),
             provisioning: err.is_provisioning(),
+            unavailable: err.is_unavailable(),
             refused: super::shared::refusal(err),
         }
     }
@@ -77,6 +80,7 @@ impl From<&kube::Error> for Cause {
             retry_after: None,
             not_owned: false,
             provisioning: false,
+            unavailable: false,
             refused: None,
         }
     }
@@ -206,7 +210,9 @@ impl SyncError {
 
     /// When the work queue tries again: after the delay the provider asked for, or with
     /// the Service's backoff. A load balancer still coming up is a follow-up: once due, its
-    /// look is not queued behind every Service added meanwhile.
+    /// look is not queued behind every Service added meanwhile. A cloud that did not answer
+    /// holds the Service until it answers again (its backoff, or sooner: see
+    /// [`held`](crate::workqueue::held)).
     pub(super) fn outcome(&self) -> Outcome {
         // A refusal to share changes only when the group does, and then the group's other
         // members' syncs queue the refused ones again: a retry with backoff would only
@@ -217,6 +223,7 @@ impl SyncError {
         match self.cause().and_then(|c| c.retry_after) {
             Some(after) if self.is_provisioning() => Outcome::FollowUpAfter(after),
             Some(after) => Outcome::RequeueAfter(after),
+            None if self.cause().is_some_and(|c| c.unavailable) => Outcome::Unavailable,
             None => Outcome::Retry,
         }
     }
@@ -389,6 +396,16 @@ mod tests {
                 "Error syncing load balancer: failed to ensure load balancer: boom"
             )
         );
+        // A cloud that did not answer: held until it answers again, whatever failed.
+        let down = CloudError::unavailable("creating load balancer", std::io::Error::other("503"));
+        for err in [
+            SyncError::Ensure(cloud(&down)),
+            SyncError::CleanUp(cloud(&down)),
+            SyncError::CheckBeforeCleanUp(cloud(&down)),
+        ] {
+            assert_eq!(err.outcome(), Outcome::Unavailable, "{err:?}");
+            assert!(Failure::Sync(&err).event().is_some(), "still a Warning");
+        }
         let invalid =
             SyncError::InvalidStatus("ingress[0] has neither an IP nor a hostname".into());
         assert_eq!(invalid.outcome(), Outcome::Retry);

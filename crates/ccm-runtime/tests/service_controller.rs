@@ -2328,6 +2328,50 @@ async fn a_refused_service_keeps_the_load_balancer_it_had() {
 }
 
 #[tokio::test]
+async fn a_refused_service_without_a_load_balancer_of_its_own_shows_no_address() {
+    let (h, ns) = harness("shared-unmarked").await;
+    create_node(&h, "shared-unmarked").await;
+    let ctl = start(&h, &ns, fake(&h), config()).await;
+    create_service(&h, &ns, &sharing("first", "k", &[("http", 80)])).await;
+    let first = h.wait_service(&ns, "first", WAIT, has_ingress).await;
+    until_shared_ports(&h, &ns, &[&first]).await;
+    ctl.kill().await;
+
+    // What a member displaced by `first` is left with when the controller stops between
+    // taking its applied key off and clearing its address (or when the sync that refused
+    // it read a copy without the address yet): no applied key, no load balancer of its
+    // own, and the group's address.
+    let mut x = sharing("x", "k", &[("http", 80)]);
+    x.metadata.finalizers = Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()]);
+    create_service(&h, &ns, &x).await;
+    let group_status = first.status.as_ref().unwrap().load_balancer.clone();
+    h.services(&ns)
+        .patch_status(
+            "x",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": group_status}})),
+        )
+        .await
+        .unwrap();
+
+    // Refused, it keeps nothing it does not have: the address goes.
+    let _ctl = start(&h, &ns, fake(&h), config()).await;
+    wait_note(&h, &ns, "x", REASON_SHARING_REFUSED, |n| {
+        n.contains("port 80/TCP is already \"first\"'s")
+    })
+    .await;
+    let x = h
+        .wait_service(&ns, "x", WAIT, |s| {
+            !has_ingress(s) && applied_key(s).is_none()
+        })
+        .await;
+    assert!(lb_of(&h, &x).is_none(), "no load balancer of its own");
+    let first = h.services(&ns).get("first").await.unwrap();
+    assert!(has_ingress(&first), "the member keeps the group's address");
+    until_shared_ports(&h, &ns, &[&first]).await;
+}
+
+#[tokio::test]
 async fn a_member_left_marked_by_an_interrupted_clean_up_is_cleaned() {
     let (h, ns) = harness("shared-marked").await;
     create_node(&h, "shared-marked").await;

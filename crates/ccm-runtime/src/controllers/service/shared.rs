@@ -24,6 +24,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use super::decision::ingress::ingress;
 use super::decision::nodes::NodeSet;
 use super::decision::shared::{
     GroupId, MAX_SHARED_MEMBERS, SHARING_KEY_APPLIED_ANNOTATION, SharingKeys, Verdict, admit,
@@ -47,7 +48,10 @@ use ccm_provider::{
 pub(crate) struct SharingRefused {
     why: String,
     /// Its ports were in a group's load balancer and are no longer: its address, the
-    /// group's, is not its own any more.
+    /// group's, is not its own any more. Also set when it shows an address and has no load
+    /// balancer of its own: its applied key went before its address did (a controller
+    /// stopped between the two, or a sync that read a copy without the address yet), and
+    /// what it shows is still the group's.
     left_group: bool,
 }
 
@@ -363,6 +367,40 @@ impl SharingLoadBalancer {
         Ok(())
     }
 
+    /// The refusal of `service`, with why; `was_member`: its ports were in a group's load
+    /// balancer. A refusal loses nothing it has: a load balancer of its own (from before it
+    /// asked to share) stays with its address. So the address it shows goes when it was a
+    /// member, or when it has no load balancer of its own (looked up only then, and only
+    /// when it shows one): that address can only be a group's it left (see
+    /// [`SharingRefused::left_group`]). A failed look-up is the error.
+    async fn refuse(
+        &self,
+        cluster: &str,
+        service: &Service,
+        why: impl Into<String>,
+        was_member: bool,
+    ) -> CloudError {
+        if was_member || ingress(service).is_empty() {
+            return refused(why, was_member);
+        }
+        let uid = service.metadata.uid.clone().unwrap_or_default();
+        let own = if lock(&self.solo_gone).contains(&uid) {
+            false
+        } else {
+            match self.inner() {
+                Ok(inner) => match inner.get_load_balancer(cluster, service).await {
+                    Ok(found) => found.is_some(),
+                    Err(err) => return err,
+                },
+                Err(err) => return err,
+            }
+        };
+        if !own {
+            tracing::info!(service = %ServiceKey::of(service), "refused service shows an address and has no load balancer of its own; clearing it");
+        }
+        refused(why, !own)
+    }
+
     /// Sets (or with `None` removes) our annotation naming the group `service` joined.
     async fn mark(&self, service: &Service, group: Option<&GroupId>) -> CloudResult<()> {
         if applied_group(service).as_ref() == group || is_deleting(service) {
@@ -406,7 +444,7 @@ impl SharingLoadBalancer {
     ) -> CloudResult<LoadBalancerStatus> {
         let inner = self.inner()?;
         let Some(sharing) = inner.load_balancer_sharing() else {
-            return Err(refused(NO_SHARING, was_member));
+            return Err(self.refuse(cluster, service, NO_SHARING, was_member).await);
         };
         let lock = self.group_lock(group_id);
         let mut group = lock.lock().await;
@@ -429,7 +467,7 @@ impl SharingLoadBalancer {
                     Some(Verdict::Refused(why)) => why,
                     _ => "it is not a member of the group".to_owned(),
                 };
-                return Err(refused(why, was_member));
+                return Err(self.refuse(cluster, service, why, was_member).await);
             }
         }
         self.delete_solo(cluster, service).await?;
@@ -518,7 +556,7 @@ impl LoadBalancer for SharingLoadBalancer {
                     .ensure_load_balancer(cluster_name, service, nodes)
                     .await
             }
-            Some(Err(why)) => Err(refused(why, was_member)),
+            Some(Err(why)) => Err(self.refuse(cluster_name, service, why, was_member).await),
             Some(Ok(group)) => {
                 self.ensure_member(cluster_name, &group, service, was_member)
                     .await

@@ -964,23 +964,62 @@ async fn cloud_failures_back_off_with_growing_delays_then_converge() {
     assert_eq!(ctl.queue.metrics().retries_total(), 3);
 }
 
+/// A controller in a namespace of its own (`test`) that backs off 20 s doubling to 60 s,
+/// far longer than a test waits, over [`TestCloud`]; one Node.
+async fn slow_backoff(
+    test: &str,
+    config: ServiceControllerConfig,
+) -> (Harness, String, Arc<TestCloud>, Running) {
+    let (h, ns) = harness(test).await;
+    create_node(&h, test).await;
+    let cloud = TestCloud::new(h.cloud.clone());
+    let limit = RateLimit::exponential(Duration::from_secs(20), Duration::from_secs(60));
+    let ctl = start(&h, &ns, cloud.provider(), config.with_rate_limit(limit)).await;
+    (h, ns, cloud, ctl)
+}
+
+/// A cloud that did not answer: the Services it failed wait for its return, not for a
+/// backoff that grew meanwhile. With a 20 s backoff, both converge a probe interval (2 s)
+/// after the cloud answers again; the probe's success releases the other one.
+#[tokio::test]
+async fn services_held_by_an_unavailable_cloud_converge_when_it_answers_again() {
+    let (h, ns, cloud, ctl) = slow_backoff("unavailable", config().with_workers(1)).await;
+    h.cloud.inject_times(
+        Method::EnsureLoadBalancer,
+        Fault::Unavailable("connection refused".into()),
+        2,
+    );
+    let started = Instant::now();
+    for name in ["one", "two"] {
+        create_service(&h, &ns, &lb_service(name, &[("http", 80)])).await;
+    }
+    for name in ["one", "two"] {
+        h.wait_service(&ns, name, WAIT, has_ingress).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "{took:?}: the 20 s backoff was waited out"
+    );
+    for name in ["one", "two"] {
+        let times = cloud.ensure_times(name);
+        assert_eq!(
+            times.len(),
+            2,
+            "{name}: one failure, one success: {times:?}"
+        );
+    }
+    // Still a failure like any other: a Warning each, and counted as a retry.
+    wait_event_count(&h, &ns, "one", REASON_SYNC_FAILED, 1).await;
+    assert_eq!(ctl.queue.metrics().retries_total(), 2);
+    assert_eq!(ctl.queue.num_requeues(&ServiceKey::new(&ns, "one")), 0);
+}
+
 #[tokio::test]
 async fn retry_after_is_a_fixed_delay_without_backoff() {
-    let (h, ns) = harness("retry-after").await;
-    create_node(&h, "retry-after").await;
-    let cloud = TestCloud::new(h.cloud.clone());
     // A backoff far longer than the test: if RetryAfter were treated as an ordinary
     // failure, the second attempt would come after 20s.
-    let ctl = start(
-        &h,
-        &ns,
-        cloud.provider(),
-        config().with_rate_limit(RateLimit::exponential(
-            Duration::from_secs(20),
-            Duration::from_secs(60),
-        )),
-    )
-    .await;
+    let (h, ns, cloud, ctl) = slow_backoff("retry-after", config()).await;
     h.cloud
         .inject_times(Method::EnsureLoadBalancer, Fault::RetryAfter(ms(300)), 3);
     create_web(&h, &ns).await;

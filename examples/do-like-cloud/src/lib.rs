@@ -208,6 +208,7 @@ impl CloudProvider for DoLikeCloud {
 /// not complete or a server error (5xx) is [`CloudError::Unavailable`], so the framework
 /// retries it as soon as the API answers again.
 pub(crate) fn cloud_error(context: &str, err: ApiError) -> CloudError {
+    // ANCHOR: unavailable
     match err {
         ApiError::RateLimited(after) => {
             CloudError::retry_after(format!("{context}: rate limited by the API"), after)
@@ -217,6 +218,7 @@ pub(crate) fn cloud_error(context: &str, err: ApiError) -> CloudError {
         }
         other => CloudError::provider(context.to_owned(), other),
     }
+    // ANCHOR_END: unavailable
 }
 
 #[cfg(test)]

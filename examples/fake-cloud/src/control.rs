@@ -122,6 +122,8 @@ pub enum Fault {
     Provisioning(Duration),
     /// A [`CloudError::Provider`] with this message.
     Error(String),
+    /// A [`CloudError::Unavailable`] with this message: the cloud did not answer.
+    Unavailable(String),
 }
 
 impl Fault {
@@ -134,6 +136,9 @@ impl Fault {
             Self::RetryAfter(d) => CloudError::retry_after("injected: retry later", *d),
             Self::Provisioning(d) => CloudError::provisioning("injected: still provisioning", *d),
             Self::Error(msg) => CloudError::msg(msg.clone()),
+            Self::Unavailable(msg) => {
+                CloudError::unavailable("injected: the cloud did not answer", msg.clone())
+            }
         }
     }
 }

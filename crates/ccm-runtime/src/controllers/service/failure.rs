@@ -80,9 +80,21 @@ impl From<&kube::Error> for Cause {
             retry_after: None,
             not_owned: false,
             provisioning: false,
-            unavailable: false,
+            unavailable: api_unavailable(err),
             refused: None,
         }
+    }
+}
+
+/// Whether the API server did not answer (no connection, a timeout, a 5xx, a 429): the
+/// same write may succeed unchanged once it is back, so the Service is held as for a cloud
+/// that did not answer. A write the fence refused (this replica is not the leader) is not.
+fn api_unavailable(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        kube::Error::HyperError(_) => true,
+        kube::Error::Service(source) => !source.is::<crate::client::Fenced>(),
+        _ => false,
     }
 }
 
@@ -406,6 +418,30 @@ mod tests {
             assert_eq!(err.outcome(), Outcome::Unavailable, "{err:?}");
             assert!(Failure::Sync(&err).event().is_some(), "still a Warning");
         }
+        // The API server did not answer either: held too; a refusal of the write is not.
+        let status = |code: u16| {
+            let mut status = kube::core::Status::failure("x", "y");
+            status.code = code;
+            kube::Error::Api(Box::new(status))
+        };
+        for (code, outcome) in [
+            (503, Outcome::Unavailable),
+            (500, Outcome::Unavailable),
+            (429, Outcome::Unavailable),
+            (409, Outcome::Retry),
+            (422, Outcome::Retry),
+        ] {
+            let err = SyncError::WriteStatus(Cause::from(&status(code)));
+            assert_eq!(err.outcome(), outcome, "{code}");
+        }
+        let refused_by_the_fence = kube::Error::Service(Box::new(crate::client::Fenced {
+            since: None,
+            renew_deadline: Duration::from_secs(10),
+        }));
+        assert_eq!(
+            SyncError::AddFinalizer(Cause::from(&refused_by_the_fence)).outcome(),
+            Outcome::Retry
+        );
         let invalid =
             SyncError::InvalidStatus("ingress[0] has neither an IP nor a hostname".into());
         assert_eq!(invalid.outcome(), Outcome::Retry);

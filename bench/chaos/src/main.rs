@@ -595,16 +595,24 @@ async fn handover(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     // The Pod is deleted while the churn goes on: its SIGTERM comes at a random point.
     leader.signal(Signal::Term);
     let terminated = Instant::now();
-    for i in half..opts.services {
-        churn.step(&cluster, i, opts.services, &mut rng).await?;
-    }
-    let churned = terminated.elapsed().as_secs_f64();
-    let takeover = wait_for(timeout, || async {
-        Ok(lease_holder(&cluster).await?.filter(|h| *h != first))
-    })
-    .await?;
+    let rest = async {
+        for i in half..opts.services {
+            churn.step(&cluster, i, opts.services, &mut rng).await?;
+        }
+        Result::<f64>::Ok(terminated.elapsed().as_secs_f64())
+    };
+    // Watched while the churn goes on.
+    let takeover = async {
+        let holder = wait_for(timeout, || async {
+            Ok(lease_holder(&cluster).await?.filter(|h| *h != first))
+        })
+        .await?;
+        Result::<Option<f64>>::Ok(holder.map(|_| terminated.elapsed().as_secs_f64()))
+    };
+    let (churned, takeover) = tokio::join!(rest, takeover);
+    let (churned, takeover) = (churned?, takeover?);
     let mut outcome = Outcome::new("handover", opts.services, &churn, 1);
-    outcome.takeover_secs = takeover.map(|_| terminated.elapsed().as_secs_f64());
+    outcome.takeover_secs = takeover;
     cluster
         .converge(&mut outcome, terminated, timeout, &standby)
         .await?;

@@ -522,6 +522,31 @@ async fn a_failed_create_warns_and_the_node_stays_unavailable_until_it_succeeds(
     wait_node_condition(&h, &node, "False", CONDITION_REASON_ROUTE_CREATED).await;
 }
 
+/// A create that failed because the cloud did not answer is tried again a probe interval
+/// (2 s) after it, not at the next period (a minute here; Go waits for it).
+#[tokio::test]
+async fn a_create_the_cloud_did_not_answer_is_retried_before_the_period() {
+    let h = Harness::new(FakeCloud::new()).await;
+    h.cloud.inject_times(
+        Method::CreateRoute,
+        Fault::Unavailable("connection refused".into()),
+        1,
+    );
+    let node = create_routed_node(&h, "down", "10.244.4.0/24").await;
+    let cluster = start(&h, config("10.244.0.0/16", Duration::from_secs(60)));
+    h.wait_event(&node, REASON_FAILED_TO_CREATE_ROUTE, WAIT)
+        .await;
+    let failed = std::time::Instant::now();
+    wait_routes(&h, &cluster, &set(&[(&node, "10.244.4.0/24")])).await;
+    let took = failed.elapsed();
+    assert!(
+        took < Duration::from_secs(30),
+        "{took:?}: waited for the period"
+    );
+    wait_node_condition(&h, &node, "False", CONDITION_REASON_ROUTE_CREATED).await;
+    assert_eq!(h.cloud.call_count(Method::CreateRoute), 2);
+}
+
 #[tokio::test]
 async fn the_condition_patch_leaves_other_conditions_alone() {
     let h = Harness::new(FakeCloud::new()).await;

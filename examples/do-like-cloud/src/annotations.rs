@@ -151,12 +151,13 @@ pub const ANNOTATION_TYPE: &str = "service.beta.kubernetes.io/do-loadbalancer-ty
 /// `EXTERNAL` (the default, and the only network of this cloud's load balancers); `INTERNAL`
 /// is refused.
 pub const ANNOTATION_NETWORK: &str = "service.beta.kubernetes.io/do-loadbalancer-network";
-/// `IPV4` (the default here) or `DUALSTACK`: the load balancer gets an IPv6 address too
-/// (the API's `ipv6`, listed in the Service's ingress after the IPv4 one) and forwards from
-/// both to the droplets' private IPv4 addresses, as DigitalOcean's `network_stack`. Only
+/// `IPV4` or `DUALSTACK`: the load balancer gets an IPv6 address too (the API's `ipv6`,
+/// listed in the Service's ingress after the IPv4 one) and forwards from both to the
+/// droplets' private IPv4 addresses, as DigitalOcean's `network_stack`. `DUALSTACK` only
 /// with `REGIONAL` ([`ANNOTATION_TYPE`]): this cloud's network load balancers pass IPv4
-/// packets only. DigitalOcean's CCM defaults `REGIONAL` load balancers to `DUALSTACK`;
-/// here the default is `IPV4` (docs/do-like-cloud.md says why).
+/// packets only. Unset: a new load balancer's as DigitalOcean's CCM chooses it (`REGIONAL`:
+/// `DUALSTACK`; `REGIONAL_NETWORK`: by the Nodes' addresses), an existing one's kept
+/// (issue 66; docs/do-like-cloud.md, "DigitalOcean's defaults, field by field").
 pub const ANNOTATION_NETWORK_STACK: &str =
     "service.beta.kubernetes.io/do-loadbalancer-network-stack";
 /// A reserved (BYOIP) address for the LB: refused, this cloud has no reserved addresses.
@@ -280,8 +281,10 @@ pub(crate) struct LbSettings {
     pub http2_ports: Vec<u16>,
     /// `REGIONAL_NETWORK` ([`ANNOTATION_TYPE`]): passthrough rules to the Service's ports.
     pub regional_network: bool,
-    /// [`ANNOTATION_NETWORK_STACK`] is `DUALSTACK`: an IPv6 address too.
-    pub dual_stack: bool,
+    /// [`ANNOTATION_NETWORK_STACK`]'s value, `IPV4` or `DUALSTACK` (`DUALSTACK`: an IPv6
+    /// address too); `None` when the Service does not say, and the provider chooses as
+    /// DigitalOcean's CCM does for a new load balancer and keeps an existing one's.
+    pub network_stack: Option<&'static str>,
 }
 
 /// Whether [`ANNOTATION_DISOWN`] is true: the provider leaves the Service's LB alone.
@@ -690,8 +693,8 @@ impl LbSettings {
                 )));
             }
         };
-        let dual_stack = network_stack(service)? == NETWORK_STACK_DUALSTACK;
-        if dual_stack && regional_network {
+        let network_stack = network_stack(service)?;
+        if network_stack == Some(NETWORK_STACK_DUALSTACK) && regional_network {
             return Err(CloudError::msg(format!(
                 "annotation {ANNOTATION_NETWORK_STACK}: DUALSTACK needs \
                  {ANNOTATION_TYPE}: REGIONAL; this cloud's REGIONAL_NETWORK load balancers \
@@ -852,18 +855,18 @@ impl LbSettings {
             http_ports,
             http2_ports,
             regional_network,
-            dual_stack,
+            network_stack,
         })
     }
 }
 
-/// [`ANNOTATION_NETWORK_STACK`]: `IPV4` (the default) or `DUALSTACK`, exactly as
-/// DigitalOcean spells them (its CCM compares them case-sensitively too).
-fn network_stack(service: &Service) -> CloudResult<&'static str> {
+/// [`ANNOTATION_NETWORK_STACK`]: `IPV4` or `DUALSTACK`, exactly as DigitalOcean spells
+/// them (its CCM compares them case-sensitively too); `None` when absent.
+fn network_stack(service: &Service) -> CloudResult<Option<&'static str>> {
     match text(service, ANNOTATION_NETWORK_STACK)? {
-        None => Ok(NETWORK_STACK_IPV4),
-        Some((_, NETWORK_STACK_IPV4)) => Ok(NETWORK_STACK_IPV4),
-        Some((_, NETWORK_STACK_DUALSTACK)) => Ok(NETWORK_STACK_DUALSTACK),
+        None => Ok(None),
+        Some((_, NETWORK_STACK_IPV4)) => Ok(Some(NETWORK_STACK_IPV4)),
+        Some((_, NETWORK_STACK_DUALSTACK)) => Ok(Some(NETWORK_STACK_DUALSTACK)),
         Some((name, v)) => Err(invalid(
             name,
             v,

@@ -53,6 +53,7 @@
 //! kube-proxy's port 10256 (`Cluster`); see [`crate::annotations`] for it and its overrides.
 
 mod health;
+mod network_stack;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -289,6 +290,27 @@ fn differences(lb: &LoadBalancerObject, desired: &LoadBalancerRequest) -> Vec<St
     changes
 }
 
+/// A Service's load balancer as the provider would make it, and whether its
+/// `network_stack` is the provider's choice for a new one (the Service does not say), which
+/// an existing load balancer's own replaces ([`network_stack`]).
+struct Desired {
+    request: LoadBalancerRequest,
+    stack_unasked: bool,
+}
+
+impl Desired {
+    /// The request for `found`, the Service's load balancer (`None`: a new one): the
+    /// network stack it has when the Service does not ask for one, so that a load balancer
+    /// made by DigitalOcean's CCM, or by ours before issue 66, keeps its stack.
+    fn settled(mut self, found: Option<&LoadBalancerObject>) -> LoadBalancerRequest {
+        if let (true, Some(lb)) = (self.stack_unasked, found) {
+            let kept = network_stack::choose(None, Some(&lb.network_stack), false, false, &[]);
+            self.request.network_stack = Some(kept.to_owned());
+        }
+        self.request
+    }
+}
+
 fn service_key(service: &Service) -> String {
     format!(
         "{}/{}",
@@ -496,12 +518,13 @@ impl DoLikeCloud {
         }
     }
 
+    /// What the Service's load balancer should be, as for a new one; see [`Desired`].
     async fn desired(
         &self,
         cluster_name: &str,
         service: &Service,
         nodes: &[Arc<Node>],
-    ) -> CloudResult<LoadBalancerRequest> {
+    ) -> CloudResult<Desired> {
         let settings = LbSettings::from_service(service)?;
         let ports = || service.spec.iter().flat_map(|s| s.ports.iter().flatten());
         // Without node ports (`allocateLoadBalancerNodePorts: false`) there is nothing to
@@ -511,7 +534,7 @@ impl DoLikeCloud {
         // said as DigitalOcean's CCM says it: by the type, with plain rules.
         let network = settings.regional_network;
         let passthrough = network || ports().any(|p| p.node_port.unwrap_or_default() == 0);
-        if settings.dual_stack && passthrough {
+        if settings.network_stack == Some(NETWORK_STACK_DUALSTACK) && passthrough {
             // `REGIONAL_NETWORK` with DUALSTACK is refused with the annotations; this is the
             // Service without node ports, whose passthrough rules carry IPv4 packets only.
             return Err(CloudError::msg(format!(
@@ -588,7 +611,14 @@ impl DoLikeCloud {
                 }
             }
         }
-        Ok(LoadBalancerRequest {
+        // Chosen as DigitalOcean's CCM chooses it for a new load balancer; an existing one
+        // keeps its own unless the Service says (`Desired::settled`).
+        let stacks: Vec<_> = nodes.iter().map(|n| network_stack::node_stack(n)).collect();
+        let proxy_without_node_ports = passthrough && !network;
+        let stack_unasked = settings.network_stack.is_none() && !proxy_without_node_ports;
+        let stack =
+            network_stack::choose(settings.network_stack, None, passthrough, network, &stacks);
+        let request = LoadBalancerRequest {
             name: settings
                 .name
                 .unwrap_or_else(|| default_load_balancer_name(service)),
@@ -614,16 +644,12 @@ impl DoLikeCloud {
                 }
                 .to_owned(),
             ),
-            // Always said, as DigitalOcean's CCM says it: removing the annotation turns a
-            // dual-stack load balancer back to IPv4 (an absent field would keep its stack).
-            network_stack: Some(
-                if settings.dual_stack {
-                    NETWORK_STACK_DUALSTACK
-                } else {
-                    NETWORK_STACK_IPV4
-                }
-                .to_owned(),
-            ),
+            // Always said, as DigitalOcean's CCM says it.
+            network_stack: Some(stack.to_owned()),
+        };
+        Ok(Desired {
+            request,
+            stack_unasked,
         })
     }
 }
@@ -666,7 +692,9 @@ impl LoadBalancer for DoLikeCloud {
             }));
         }
         let desired = self.desired(cluster_name, service, nodes).await?;
-        let lb = match self.find_lb(cluster_name, service).await? {
+        let found = self.find_lb(cluster_name, service).await?;
+        let desired = desired.settled(found.as_ref());
+        let lb = match found {
             Some(lb) if up_to_date(&lb, &desired) => lb,
             Some(lb) => self
                 .client
@@ -721,6 +749,7 @@ impl LoadBalancer for DoLikeCloud {
             )));
         };
         self.remember_id(service, &lb).await;
+        let desired = desired.settled(Some(&lb));
         if !up_to_date(&lb, &desired) {
             self.client
                 .update_load_balancer(&lb.id, &desired)
@@ -749,7 +778,7 @@ impl LoadBalancer for DoLikeCloud {
             None => LoadBalancerPlan::Create,
             Some(lb) => LoadBalancerPlan::update(
                 status(&lb, hostname_of(service)),
-                differences(&lb, &desired),
+                differences(&lb, &desired.settled(Some(&lb))),
             ),
         })
     }

@@ -1532,8 +1532,8 @@ async fn a_group_service_ignores_a_stale_id_annotation_and_is_never_annotated() 
 /// plane with `::1/128` for IPv6: its ingress lists the load balancer's IPv4 address, then
 /// its IPv6 one, and a client of the IPv6 address reaches the droplet's server (at its
 /// private IPv4 address). The droplet, given an IPv6 address as a dual-stack node's, is
-/// reported with both families. Without the annotation again the load balancer is IPv4: one
-/// ingress address. A bad value is an error naming the annotation, and nothing is written.
+/// reported with both families. Without the annotation the load balancer keeps its stack;
+/// with `IPV4` it is IPv4 again: one ingress address. A bad value is an error naming the annotation, and nothing is written.
 #[tokio::test]
 async fn a_dual_stack_service_gets_both_addresses_and_ipv6_clients_reach_the_droplet() {
     use ccm_do_like_cloud::{
@@ -1669,8 +1669,14 @@ async fn a_dual_stack_service_gets_both_addresses_and_ipv6_clients_reach_the_dro
     assert!(err.contains(ANNOTATION_NETWORK_STACK), "{err}");
     assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 0);
 
-    // The annotation removed: IPv4 again, one ingress address.
+    // The annotation removed: the Service no longer says, so the load balancer keeps its
+    // stack (issue 66: what a Service does not ask about is kept as found).
+    sim.handle().reset_request_counts();
     let ips = ensure(with_stack(None)).await;
+    assert_eq!(ips, ["127.77.42.1", "::1"]);
+    assert_eq!(sim.handle().request_count("PUT /v2/load_balancers/{id}"), 0);
+    // `IPV4` said: IPv4 again, one ingress address.
+    let ips = ensure(with_stack(Some("IPV4"))).await;
     assert_eq!(ips, ["127.77.42.1"]);
     assert_eq!(sim.handle().load_balancers()[0].network_stack, "IPV4");
     server.abort();

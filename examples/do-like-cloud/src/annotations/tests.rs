@@ -629,23 +629,34 @@ fn every_digitalocean_annotation_is_in_the_provider_and_the_docs() {
 }
 
 #[test]
-fn the_network_stack_is_ipv4_unless_dualstack_is_asked_for() {
+fn the_network_stack_is_read_as_asked_or_left_to_the_provider() {
     let stack = |annotations: &[(&str, &str)]| {
         LbSettings::from_service(&svc(annotations))
             .unwrap()
-            .dual_stack
+            .network_stack
     };
-    assert!(
-        !stack(&[]),
-        "IPV4 by default (DigitalOcean's CCM: DUALSTACK for REGIONAL)"
+    assert_eq!(
+        stack(&[]),
+        None,
+        "not asked: chosen by type and Nodes, or kept as found (load_balancer.rs)"
     );
-    assert!(!stack(&[(ANNOTATION_NETWORK_STACK, "IPV4")]));
-    assert!(!stack(&[(ANNOTATION_NETWORK_STACK, "")]), "empty is absent");
-    assert!(stack(&[(ANNOTATION_NETWORK_STACK, "DUALSTACK")]));
-    assert!(stack(&[
-        (ANNOTATION_NETWORK_STACK, "DUALSTACK"),
-        (ANNOTATION_TYPE, "REGIONAL"),
-    ]));
+    assert_eq!(stack(&[(ANNOTATION_NETWORK_STACK, "IPV4")]), Some("IPV4"));
+    assert_eq!(
+        stack(&[(ANNOTATION_NETWORK_STACK, "")]),
+        None,
+        "empty is absent"
+    );
+    assert_eq!(
+        stack(&[(ANNOTATION_NETWORK_STACK, "DUALSTACK")]),
+        Some("DUALSTACK")
+    );
+    assert_eq!(
+        stack(&[
+            (ANNOTATION_NETWORK_STACK, "DUALSTACK"),
+            (ANNOTATION_TYPE, "REGIONAL"),
+        ]),
+        Some("DUALSTACK")
+    );
     let long = "D".repeat(300);
     let err = LbSettings::from_service(&svc(&[(ANNOTATION_NETWORK_STACK, long.as_str())]))
         .unwrap_err()

@@ -7,11 +7,13 @@
 //! commit `70d527e38456469eadcf69624228eeaa4c0fec37` (the same approach as the swap of
 //! `tests/cluster.rs`, for one shape there), and replayed into the simulator. For every
 //! Service of the spread (each protocol annotation, both types and `DEFAULT_LB_TYPE`s,
-//! `INTERNAL`, dual-stack and IPv4-only Nodes, with and without each defaulted annotation):
+//! `INTERNAL`, `sessionAffinity: ClientIP`, dual-stack and IPv4-only Nodes, with and
+//! without each defaulted annotation):
 //!
 //! 1. the load balancer DigitalOcean's request made, with what its CCM writes back on the
 //!    Service (the ID and type annotations), is planned by ours (`plan_load_balancer`,
-//!    what `--shadow` reports): only its tags would change;
+//!    what `--shadow` reports): only its tags would change (and, on purpose, a ClientIP
+//!    Service's sticky sessions), or ours refuses it on purpose naming the annotation;
 //! 2. the same Service through ours from scratch (`ensure_load_balancer`) makes a load
 //!    balancer whose fields are those of DigitalOcean's, tags and addresses aside.
 //!
@@ -48,6 +50,8 @@ struct Shape {
     /// `externalTrafficPolicy: Local` with this `healthCheckNodePort`.
     local: Option<i32>,
     source_ranges: &'static [&'static str],
+    /// `sessionAffinity: ClientIP`.
+    client_ip_affinity: bool,
 }
 
 const TCP80: &[Port] = &[(80, 30080, "TCP")];
@@ -62,6 +66,7 @@ fn shapes() -> Vec<Shape> {
         annotations,
         local: None,
         source_ranges: &[],
+        client_ip_affinity: false,
     };
     vec![
         shape("defaults", TCP80, &[]),
@@ -160,6 +165,10 @@ fn shapes() -> Vec<Shape> {
             source_ranges: &["192.0.2.0/24"],
             ..shape("source-ranges", TCP80, &[("deny-rules", "cidr:10.0.0.0/8")])
         },
+        Shape {
+            client_ip_affinity: true,
+            ..shape("client-ip-affinity", TCP80, &[])
+        },
         shape("network-external", TCP80, &[("network", "EXTERNAL")]),
         shape("stack-ipv4", TCP80, &[("network-stack", "IPV4")]),
         shape("stack-dualstack", TCP80, &[("network-stack", "DUALSTACK")]),
@@ -214,6 +223,14 @@ fn service(shape: &Shape, uid: &str, lb_type: Option<&str>) -> Service {
                 .to_owned(),
             ),
             health_check_node_port: shape.local,
+            session_affinity: Some(
+                if shape.client_ip_affinity {
+                    "ClientIP"
+                } else {
+                    "None"
+                }
+                .to_owned(),
+            ),
             load_balancer_source_ranges: (!shape.source_ranges.is_empty()).then(|| {
                 shape
                     .source_ranges
@@ -536,11 +553,30 @@ fn refused_on_purpose(shape: &Shape, lb: &Value) -> Option<&'static str> {
     }
 }
 
+/// The changes ours may plan for `shape`'s load balancer made by DigitalOcean's CCM, of
+/// those `planned`: its tags; and, with `sessionAffinity: ClientIP` (a difference on
+/// purpose, docs/do-like-cloud.md), its sticky sessions, `none` → `x_client_ip`.
+fn expected_changes(shape: &Shape, planned: &[String]) -> Vec<String> {
+    let tags = planned.iter().find(|c| c.starts_with("tags: [] → "));
+    let mut expected: Vec<String> = tags.cloned().into_iter().collect();
+    if shape.client_ip_affinity {
+        expected.insert(
+            0,
+            r#"sticky_sessions: {"type":"none"} → {"type":"x_client_ip"}"#.to_owned(),
+        );
+    }
+    expected
+}
+
 /// A load balancer as the API answers it, without what is not the request's: its ID,
-/// name, addresses, status, tags, the time it was made and the simulator's extension.
-fn fields(lb: &Value) -> Value {
+/// name, addresses, status, tags, the time it was made and the simulator's extension; and
+/// for a `sessionAffinity: ClientIP` Service its sticky sessions (see [`expected_changes`]).
+fn fields(lb: &Value, shape: &Shape) -> Value {
     let mut lb = lb.clone();
     let object = lb.as_object_mut().unwrap();
+    if shape.client_ip_affinity {
+        object.remove("sticky_sessions");
+    }
     for key in [
         "id",
         "name",
@@ -659,7 +695,7 @@ async fn a_swap_from_digitaloceans_ccm_plans_only_tags_and_ours_makes_the_same_l
     let swap = Swap::start().await;
     let (droplet_ids, node_sets) = node_sets(&swap);
     let (mut failures, mut replayed, mut refused_by_both) = (Vec::new(), 0, 0);
-    let (mut refused_on_purpose_count, mut made_as_regional) = (0, 0);
+    let (mut refused_on_purpose_count, mut made_as_regional, mut affinity) = (0, 0, 0);
     let mut uid = 0u32;
     for shape in shapes() {
         for (type_annotation, default_type) in TYPES {
@@ -714,7 +750,10 @@ async fn a_swap_from_digitaloceans_ccm_plans_only_tags_and_ours_makes_the_same_l
                 replayed += 1;
                 match swap.lb().plan_load_balancer(CLUSTER, &theirs, &arcs).await {
                     Ok(LoadBalancerPlan::Update { changes, .. })
-                        if changes.len() == 1 && changes[0].starts_with("tags: ") => {}
+                        if changes == expected_changes(&shape, &changes) =>
+                    {
+                        affinity += usize::from(shape.client_ip_affinity);
+                    }
                     Err(e)
                         if refused_on_purpose(&shape, &theirs_lb)
                             .is_some_and(|a| e.to_string().contains(&format!("{PREFIX}{a}"))) =>
@@ -752,11 +791,11 @@ async fn a_swap_from_digitaloceans_ccm_plans_only_tags_and_ours_makes_the_same_l
                     continue;
                 };
                 let ours_lb = swap.load_balancer(&ours_lb.id).await;
-                if fields(&ours_lb) != fields(&theirs_lb) {
+                if fields(&ours_lb, &shape) != fields(&theirs_lb, &shape) {
                     failures.push(format!(
                         "{case}: from scratch ours made\n    {}\n  DigitalOcean's CCM\n    {}",
-                        fields(&ours_lb),
-                        fields(&theirs_lb)
+                        fields(&ours_lb, &shape),
+                        fields(&theirs_lb, &shape)
                     ));
                 }
             }
@@ -770,7 +809,8 @@ async fn a_swap_from_digitaloceans_ccm_plans_only_tags_and_ours_makes_the_same_l
         failures.join("\n")
     );
     println!(
-        "{replayed} replayed: {} planned only tags, {refused_on_purpose_count} refused on \
+        "{replayed} replayed: {} planned only tags (and {affinity} of them, with \
+         sessionAffinity: ClientIP, sticky_sessions), {refused_on_purpose_count} refused on \
          purpose; not made by DigitalOcean's CCM: {refused_by_both} refused by ours too, \
          {made_as_regional} made by ours as REGIONAL (its default type)",
         replayed - refused_on_purpose_count

@@ -3,7 +3,7 @@
 # that judges the simulator's claim to speak DigitalOcean's API and our claim to take that
 # CCM's place. Run by hand: CI has no copy of DigitalOcean's source.
 #
-#   scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE]
+#   scripts/peer-digitalocean.sh SOURCE_DIR [--record FILE] [--shadow]
 #   scripts/peer-digitalocean.sh SOURCE_DIR --e2e [--subset | --focus RE]
 #   scripts/peer-digitalocean.sh SOURCE_DIR --swap-in-cluster
 #   scripts/peer-digitalocean.sh SOURCE_DIR --bench [ccm-bench-cloud arguments]
@@ -24,6 +24,11 @@
 #      requests ours sent in its first 20 seconds. 0 load balancers re-created and 0
 #      addresses changed is the pass; the script fails otherwise;
 #   4. the swap back: ours stopped, DigitalOcean's CCM started again, the same check.
+# With --shadow, between 1 and 3: ours started with --shadow beside DigitalOcean's CCM (as
+# docs/deploying.md's "Switching from another CCM" has an operator do), its plan
+# (/debug/shadow/plan) printed after its first passes; any planned load-balancer change
+# other than the tags (a `refuse` of the one named with do-loadbalancer-name aside) fails
+# the run (issue 66).
 #
 # With --e2e, instead: DigitalOcean's CCM in a real cluster, as its users install it. Its
 # image is built FROM scratch as ours are (the static binary at /bin, CA certificates),
@@ -52,12 +57,14 @@ record=""
 e2e=false
 bench=false
 swap_in_cluster=false
+shadow=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --record) record="${2:?--record needs a FILE}"; shift 2 ;;
     --e2e) e2e=true; shift; break ;;
     --bench) bench=true; shift; break ;;
     --swap-in-cluster) swap_in_cluster=true; shift ;;
+    --shadow) shadow=true; shift ;;
     *) echo "peer-digitalocean: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -266,16 +273,51 @@ if [ -n "$record" ]; then
   say "recorded $(grep -vc '^#' "$record") request shapes in $record"
 fi
 
-say "the swap: DigitalOcean's CCM stopped, ours started"
-kill -TERM "$do_pid"
-wait "$do_pid" 2>/dev/null || true
-stats requests >"$work/requests-before.json"
-lbs_before="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("POST /v2/load_balancers", 0))' "$work/requests-before.json")"
 cat >"$work/cloud.yaml" <<EOF
 apiUrl: $api_url
 tokenFile: $work/token
 region: nyc1
 EOF
+if $shadow; then
+  say "ours as a shadow (--shadow) beside DigitalOcean's CCM"
+  shadow_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  "$target_dir/debug/do-like-cloud-controller-manager" \
+    --cloud-provider=digitalocean --cloud-config="$work/cloud.yaml" --kubeconfig="$KUBECONFIG" \
+    --leader-elect=false --configure-cloud-routes=false --allow-untagged-cloud --shadow \
+    --insecure-serving --bind-address=127.0.0.1 --secure-port="$shadow_port" \
+    >"$work/shadow.log" 2>&1 &
+  shadow_pid=$!
+  pids+=("$shadow_pid")
+  sleep 20
+  curl -sf "http://127.0.0.1:$shadow_port/debug/shadow/plan" >"$work/plan.json" || {
+    say "FAILED: no plan from the shadow; its log:"; tail -40 "$work/shadow.log" >&2; exit 1; }
+  kill -TERM "$shadow_pid"
+  wait "$shadow_pid" 2>/dev/null || true
+  say "the shadow's plan (controller, kind, object, action: why)"
+  if ! python3 - "$work/plan.json" <<'EOF'
+import json, re, sys
+bad = []
+for c in json.load(open(sys.argv[1]))["changes"]:
+    obj = (c.get("namespace") + "/" if c.get("namespace") else "") + c.get("name", "")
+    why = c.get("why", "")
+    print(f'{c["controller"]}  {c["kind"]}  {obj}  {c["action"]}: {why}', file=sys.stderr)
+    tags_only = c["action"] == "update" and re.fullmatch(r"tags: \[\] → \[[^]]*\]", why)
+    if c["kind"] == "cloud/loadbalancers" and c["action"] != "refuse" and not tags_only:
+        bad.append(obj)
+sys.exit(1 if bad else 0)
+EOF
+  then
+    say "FAILED: the shadow plans load-balancer changes besides the tags"
+    exit 1
+  fi
+  say "the shadow plans the tags alone (and refuses the load balancer named by annotation)"
+fi
+
+say "the swap: DigitalOcean's CCM stopped, ours started"
+kill -TERM "$do_pid"
+wait "$do_pid" 2>/dev/null || true
+stats requests >"$work/requests-before.json"
+lbs_before="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("POST /v2/load_balancers", 0))' "$work/requests-before.json")"
 "$target_dir/debug/do-like-cloud-controller-manager" \
   --cloud-provider=digitalocean --cloud-config="$work/cloud.yaml" --kubeconfig="$KUBECONFIG" \
   --leader-elect=false --configure-cloud-routes=false --allow-untagged-cloud \

@@ -333,22 +333,31 @@ async fn inspect(cluster: &Cluster, outcome: &mut Outcome, shared: &mut Shared) 
     {
         admitted_members.push((svc, default_load_balancer_name(svc)));
     }
-    // Ingress: an admitted member's (or a solo Service's) is its load balancer's address.
+    // Ingress: an admitted member's (or a solo Service's) is its load balancer's addresses
+    // (IPv4, and IPv6 for a dual-stack one).
     for (svc, lb_name) in &admitted_members {
         let ips = ingress_ips(svc);
-        let lb_ip = by_name
+        let lb = by_name
             .get(lb_name)
             .and_then(|l| l.first())
-            .map(|lb| lb.ip.clone())
-            .filter(|ip| !ip.is_empty());
-        match lb_ip {
+            .filter(|lb| !lb.ip.is_empty());
+        match lb {
             None => missing += 1,
             Some(_) if ips.is_empty() => missing += 1,
-            Some(ip) if ips != BTreeSet::from([ip.clone()]) => {
-                shared.wrong_ingress += 1;
-                shared.problem(format!("{} has ingress {ips:?}, its LB {ip}", name_of(svc)));
+            Some(lb) => {
+                let want: BTreeSet<String> = [&lb.ip, &lb.ipv6]
+                    .into_iter()
+                    .filter(|ip| !ip.is_empty())
+                    .cloned()
+                    .collect();
+                if ips != want {
+                    shared.wrong_ingress += 1;
+                    shared.problem(format!(
+                        "{} has ingress {ips:?}, its LB {want:?}",
+                        name_of(svc)
+                    ));
+                }
             }
-            Some(_) => {}
         }
     }
     // Ports: each load balancer forwards exactly its Services' ports to their nodePorts.

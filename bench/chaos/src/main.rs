@@ -575,17 +575,36 @@ fn leader_election(lease: u64) -> [String; 4] {
     ]
 }
 
+/// Two replicas with `timing`'s leader election: the one that took the Lease, its identity,
+/// and the standby started after it.
+async fn leader_and_standby(
+    cluster: &Cluster,
+    timing: &[String],
+    timeout: Duration,
+) -> Result<(CcmProcess, String, CcmProcess)> {
+    let leader = cluster.ccm(timing)?;
+    let first = wait_for(timeout, || lease_holder(cluster))
+        .await?
+        .ok_or("nobody took the Lease")?;
+    let standby = cluster.ccm(timing)?;
+    Ok((leader, first, standby))
+}
+
+/// Waits (at most `timeout`) until the Lease has a holder other than `first`.
+async fn new_holder(cluster: &Cluster, first: &str, timeout: Duration) -> Result<Option<String>> {
+    wait_for(timeout, || async {
+        Ok(lease_holder(cluster).await?.filter(|h| h != first))
+    })
+    .await
+}
+
 /// Two replicas; the leader's Pod is deleted (SIGTERM) while Services come and go: the
 /// standby takes over and converges, measured from the SIGTERM (takeover included).
 async fn handover(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     let cluster = Cluster::start(ccm_binary, opts.keep).await?;
     let timing = leader_election(opts.lease_secs.max(3));
     let timeout = Duration::from_secs(opts.timeout_secs);
-    let mut leader = cluster.ccm(&timing)?;
-    let first = wait_for(timeout, || lease_holder(&cluster))
-        .await?
-        .ok_or("handover: nobody took the Lease")?;
-    let standby = cluster.ccm(&timing)?;
+    let (mut leader, first, standby) = leader_and_standby(&cluster, &timing, timeout).await?;
     let mut rng = Rng(opts.seed.max(1).wrapping_add(4));
     let mut churn = Churn::default();
     let half = opts.services / 2;
@@ -603,10 +622,7 @@ async fn handover(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     };
     // Watched while the churn goes on.
     let takeover = async {
-        let holder = wait_for(timeout, || async {
-            Ok(lease_holder(&cluster).await?.filter(|h| *h != first))
-        })
-        .await?;
+        let holder = new_holder(&cluster, &first, timeout).await?;
         Result::<Option<f64>>::Ok(holder.map(|_| terminated.elapsed().as_secs_f64()))
     };
     let (churned, takeover) = tokio::join!(rest, takeover);
@@ -628,11 +644,7 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     let lease = opts.lease_secs.max(3);
     let timing = leader_election(lease);
     let timeout = Duration::from_secs(opts.timeout_secs);
-    let mut leader = cluster.ccm(&timing)?;
-    let first = wait_for(timeout, || lease_holder(&cluster))
-        .await?
-        .ok_or("pause: nobody took the Lease")?;
-    let standby = cluster.ccm(&timing)?;
+    let (mut leader, first, standby) = leader_and_standby(&cluster, &timing, timeout).await?;
     let mut rng = Rng(opts.seed.max(1).wrapping_add(2));
     let mut churn = Churn::default();
     for i in 0..opts.services {
@@ -650,10 +662,7 @@ async fn pause(opts: &Options, ccm_binary: &Path) -> Result<Outcome> {
     for i in opts.services..opts.services + 3 {
         cluster.create_service(&format!("svc-{i}")).await?;
     }
-    let takeover = wait_for(timeout, || async {
-        Ok(lease_holder(&cluster).await?.filter(|h| *h != first))
-    })
-    .await?;
+    let takeover = new_holder(&cluster, &first, timeout).await?;
     outcome.takeover_secs = takeover.map(|_| stopped.elapsed().as_secs_f64());
     outcome.services += 3;
     cluster

@@ -449,24 +449,24 @@ impl<K: QueueKey> Inner<K> {
             .take(n)
             .collect();
         for slot in &due {
-            if let Some(key) = state.deadlines.remove(slot) {
-                let lane = state
-                    .waiting
-                    .remove(&key)
-                    .map_or(Lane::Normal, |(_, lane)| lane);
-                self.insert(state, key, now, lane);
-            }
+            self.promote(state, *slot, now);
         }
         due.len()
     }
 
     /// Adds the delayed keys whose deadline has come.
     fn promote_due(&self, state: &mut State<K>, now: Instant) {
-        while let Some(entry) = state.deadlines.first_entry() {
-            if entry.key().0 > now {
+        while let Some((&slot, _)) = state.deadlines.first_key_value() {
+            if slot.0 > now {
                 break;
             }
-            let key = entry.remove();
+            self.promote(state, slot, now);
+        }
+    }
+
+    /// Queues the delayed key of `slot` now, in the lane it waits for.
+    fn promote(&self, state: &mut State<K>, slot: (Instant, u64), now: Instant) {
+        if let Some(key) = state.deadlines.remove(&slot) {
             let lane = state
                 .waiting
                 .remove(&key)
